@@ -1,0 +1,635 @@
+//! Computing a changeset from an overlay upper layer.
+//!
+//! The upper layer is walked (never the whole lower), so the cost grows with
+//! what the command changed, not with the workspace. For each upper entry the
+//! lower counterpart is looked up:
+//!
+//! - a char device 0:0 is a whiteout: the lower entry (and, for a directory,
+//!   its whole subtree) is deleted;
+//! - a directory carrying `user.overlay.opaque="y"` (or
+//!   `trusted.overlay.opaque`), or one that replaces a lower non-directory,
+//!   lists its complete content: lower entries missing from it are deleted;
+//! - a non-opaque directory over a lower directory is merged: only its
+//!   entries changed, plus possibly its mode;
+//! - files and symlinks are compared by content hash and mode; a copy-up with
+//!   no difference is not a change;
+//! - fifos, sockets, devices other than 0:0 and entries with overlay
+//!   metacopy/redirect xattrs are refused and reported, never applied.
+//!
+//! Renames appear as delete + create (overlay with `userxattr` has no
+//! redirects). Changes to `.git/hooks/**`, `.git/config`, a `.git` replaced by
+//! a file or symlink, setuid/setgid files and caller-protected paths are
+//! reported as blocked.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use rustix::fs::FileType;
+use rustix::io::Errno;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::fsx::{self, Root};
+use crate::journal::new_id;
+use crate::node::Node;
+use crate::relpath::RelPath;
+
+/// How one path changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChangeKind {
+    /// Absent before, present now.
+    Created,
+    /// Same kind, different content or target (mode may differ too).
+    Modified,
+    /// Present before, absent now.
+    Deleted,
+    /// Same kind and content, different permission bits.
+    ModeChanged,
+    /// A different kind (file, symlink, directory) now.
+    TypeChanged,
+}
+
+/// One changed path: the base the command saw (the lower) and the new state
+/// (the upper). Hashes are blake3 of content (files) or target (symlinks).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Change {
+    /// Workspace-relative path.
+    pub path: RelPath,
+    /// How it changed.
+    pub kind: ChangeKind,
+    /// The lower's version (`None`: absent).
+    pub base: Option<Node>,
+    /// The new version (`None`: deleted).
+    pub new: Option<Node>,
+}
+
+impl Change {
+    fn new(path: RelPath, base: Option<Node>, new: Option<Node>) -> Option<Change> {
+        let kind = match (&base, &new) {
+            (None, None) => return None,
+            (None, Some(_)) => ChangeKind::Created,
+            (Some(_), None) => ChangeKind::Deleted,
+            (Some(b), Some(n)) if b == n => return None,
+            (Some(b), Some(n)) if b.kind_name() != n.kind_name() => ChangeKind::TypeChanged,
+            (Some(b), Some(n)) if b.hash() == n.hash() => ChangeKind::ModeChanged,
+            (Some(_), Some(_)) => ChangeKind::Modified,
+        };
+        Some(Change {
+            path,
+            kind,
+            base,
+            new,
+        })
+    }
+
+    /// blake3 of the base content, if the base is a file or symlink.
+    pub fn base_hash(&self) -> Option<crate::Hash> {
+        self.base.as_ref().and_then(Node::hash)
+    }
+
+    /// blake3 of the new content, if the new state is a file or symlink.
+    pub fn new_hash(&self) -> Option<crate::Hash> {
+        self.new.as_ref().and_then(Node::hash)
+    }
+}
+
+/// Why a change is blocked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BlockReason {
+    /// `.git/hooks/**`: a planted hook would run later outside the sandbox.
+    GitHook,
+    /// `.git/config` or `.git/config.worktree` (core.hooksPath, fsmonitor...).
+    GitConfig,
+    /// A `.git` replaced by a file or symlink (gitdir redirection).
+    GitDir,
+    /// A caller-protected path (ledger, state files).
+    Protected,
+    /// A file with the setuid or setgid bit.
+    SetId,
+    /// Depends on another blocked change (a parent's creation, or a
+    /// directory removal whose entries are blocked).
+    DependsOnBlocked,
+}
+
+/// A change that is applied only with [`crate::ApplyOptions::allow_blocked`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Blocked {
+    /// The change.
+    pub change: Change,
+    /// Why it is blocked.
+    pub reason: BlockReason,
+}
+
+/// Why an upper entry is refused (never applied).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RefuseReason {
+    /// A fifo.
+    Fifo,
+    /// A unix socket.
+    Socket,
+    /// A character device other than a 0:0 whiteout.
+    CharDevice {
+        /// Major number.
+        major: u32,
+        /// Minor number.
+        minor: u32,
+    },
+    /// A block device.
+    BlockDevice {
+        /// Major number.
+        major: u32,
+        /// Minor number.
+        minor: u32,
+    },
+    /// A name that is not a valid relative UTF-8 path component.
+    InvalidName {
+        /// What is wrong.
+        reason: String,
+    },
+    /// An overlay feature this crate does not interpret (metacopy,
+    /// redirect): the upper does not hold the full state.
+    OverlayFeature {
+        /// The xattr found.
+        xattr: String,
+    },
+}
+
+/// An upper entry that is never applied.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Refused {
+    /// Path in the upper layer (lossy UTF-8 for invalid names).
+    pub path: String,
+    /// Why.
+    pub reason: RefuseReason,
+}
+
+/// Options for [`Changeset::compute_with`].
+#[derive(Debug, Clone, Default)]
+pub struct ComputeOptions {
+    /// Paths (and everything beneath them) whose changes are blocked, e.g.
+    /// the ledger and state files when they live inside the workspace.
+    pub protected: Vec<RelPath>,
+}
+
+/// Everything a command changed in the workspace, computed from the upper.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Changeset {
+    /// A fresh id; the journal entry of an apply carries it, and undo takes it.
+    pub id: String,
+    /// The lower (real workspace) the changeset was computed against.
+    pub lower: PathBuf,
+    /// The upper layer holding the new content (read again by apply).
+    pub upper: PathBuf,
+    /// Applicable changes, in path order.
+    pub changes: Vec<Change>,
+    /// Changes applied only with an explicit allow flag, in path order.
+    pub blocked: Vec<Blocked>,
+    /// Upper entries never applied.
+    pub refused: Vec<Refused>,
+}
+
+impl Changeset {
+    /// Computes the changeset of `upper` over `lower` with no protected paths.
+    pub fn compute(lower: &Path, upper: &Path) -> Result<Changeset> {
+        Changeset::compute_with(lower, upper, &ComputeOptions::default())
+    }
+
+    /// Computes the changeset of `upper` (an unmounted overlay upper dir)
+    /// over `lower` (the real workspace).
+    pub fn compute_with(lower: &Path, upper: &Path, opts: &ComputeOptions) -> Result<Changeset> {
+        let lower_root = Root::open(lower)?;
+        let upper_root = Root::open(upper)?;
+        let mut w = Walker {
+            changes: Vec::new(),
+            refused: Vec::new(),
+        };
+        let ufd = upper_root
+            .open_dir(None)
+            .map_err(|e| Error::io("open", upper, e.into()))?;
+        let lfd = lower_root
+            .open_dir(None)
+            .map_err(|e| Error::io("open", lower, e.into()))?;
+        w.walk(ufd.as_fd(), Some(lfd.as_fd()), None, false)?;
+        w.changes.sort_by(|a, b| a.path.cmp(&b.path));
+        let (changes, blocked) = classify(w.changes, &opts.protected);
+        Ok(Changeset {
+            id: new_id(),
+            lower: lower.to_path_buf(),
+            upper: upper.to_path_buf(),
+            changes,
+            blocked,
+            refused: w.refused,
+        })
+    }
+
+    /// Whether there is nothing to apply, block or refuse.
+    pub fn is_empty(&self) -> bool {
+        self.changes.is_empty() && self.blocked.is_empty() && self.refused.is_empty()
+    }
+}
+
+struct Walker {
+    changes: Vec<Change>,
+    refused: Vec<Refused>,
+}
+
+const OPAQUE_XATTRS: [&str; 2] = ["user.overlay.opaque", "trusted.overlay.opaque"];
+const UNSUPPORTED_XATTRS: [&str; 4] = [
+    "user.overlay.metacopy",
+    "trusted.overlay.metacopy",
+    "user.overlay.redirect",
+    "trusted.overlay.redirect",
+];
+
+fn lossy(parent: Option<&RelPath>, name: &[u8]) -> String {
+    let n = String::from_utf8_lossy(name);
+    match parent {
+        Some(p) => format!("{p}/{n}"),
+        None => n.into_owned(),
+    }
+}
+
+impl Walker {
+    /// Walks upper directory `udir` (workspace path `rel`) against lower
+    /// directory `ldir` (`None`: no lower counterpart). `complete`: `udir`
+    /// lists its full content (opaque, or replacing a non-directory), so
+    /// lower entries it lacks are deleted.
+    fn walk(
+        &mut self,
+        udir: BorrowedFd<'_>,
+        ldir: Option<BorrowedFd<'_>>,
+        rel: Option<&RelPath>,
+        complete: bool,
+    ) -> Result<()> {
+        let here = || PathBuf::from(rel.map(RelPath::as_str).unwrap_or("."));
+        let names =
+            fsx::list_dir(udir).map_err(|e| Error::io("read upper dir", here(), e.into()))?;
+        let mut seen: BTreeSet<Vec<u8>> = BTreeSet::new();
+        for name in names {
+            seen.insert(name.clone());
+            let path = match RelPath::child(rel, &name) {
+                Ok(p) => p,
+                Err(e) => {
+                    self.refused.push(Refused {
+                        path: lossy(rel, &name),
+                        reason: RefuseReason::InvalidName {
+                            reason: match e {
+                                Error::InvalidPath { reason, .. } => reason.to_owned(),
+                                other => other.to_string(),
+                            },
+                        },
+                    });
+                    continue;
+                }
+            };
+            self.entry(udir, ldir, &path, complete)?;
+        }
+        if complete {
+            if let Some(ldir) = ldir {
+                let lnames = fsx::list_dir(ldir)
+                    .map_err(|e| Error::io("read lower dir", here(), e.into()))?;
+                for name in lnames.into_iter().filter(|n| !seen.contains(n)) {
+                    // A lower name that is invalid cannot be represented;
+                    // fail rather than silently keep it.
+                    let path = RelPath::child(rel, &name)?;
+                    self.delete_lower(ldir, &path)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn entry(
+        &mut self,
+        udir: BorrowedFd<'_>,
+        ldir: Option<BorrowedFd<'_>>,
+        path: &RelPath,
+        complete: bool,
+    ) -> Result<()> {
+        let name = path.file_name();
+        let ust = fsx::lstat_at(udir, name)
+            .map_err(|e| Error::at("stat upper", path, e))?
+            .ok_or_else(|| Error::io("stat upper", path.as_str(), Errno::NOENT.into()))?;
+        let lower = match ldir {
+            Some(l) => fsx::read_node(l, name, path, None).or_else(|e| match e {
+                // A lower special file: treat as absent base; applying over
+                // it will then conflict.
+                Error::SpecialFile { .. } => Ok(None),
+                e => Err(e),
+            })?,
+            None => None,
+        };
+        let t = fsx::ftype(&ust);
+        match t {
+            FileType::CharacterDevice
+                if rustix::fs::major(ust.st_rdev) == 0 && rustix::fs::minor(ust.st_rdev) == 0 =>
+            {
+                if let (Some(l), Some(_)) = (ldir, &lower) {
+                    self.delete_lower(l, path)?;
+                }
+            }
+            FileType::RegularFile => {
+                let fd =
+                    fsx::open_file_at(udir, name).map_err(|e| Error::at("open upper", path, e))?;
+                if let Some(x) = self.unsupported(&fd, path) {
+                    self.refused.push(x);
+                    return Ok(());
+                }
+                drop(fd);
+                let new = fsx::read_node(udir, name, path, None)?;
+                self.replace(ldir, path, lower, new)?;
+            }
+            FileType::Symlink => {
+                let new = fsx::read_node(udir, name, path, None)?;
+                self.replace(ldir, path, lower, new)?;
+            }
+            FileType::Directory => {
+                let sub =
+                    fsx::open_subdir(udir, name).map_err(|e| Error::at("open upper", path, e))?;
+                if let Some(x) = self.unsupported(&sub, path) {
+                    self.refused.push(x);
+                    return Ok(());
+                }
+                let opaque = OPAQUE_XATTRS
+                    .iter()
+                    .any(|x| fsx::get_xattr(sub.as_fd(), x).as_deref() == Some(b"y"));
+                let new = Node::Dir {
+                    mode: fsx::perm(&ust),
+                };
+                match (&lower, ldir) {
+                    (Some(Node::Dir { .. }), Some(l)) => {
+                        // Merged (or opaque replacement of) a lower directory.
+                        if let Some(c) = Change::new(path.clone(), lower.clone(), Some(new)) {
+                            self.changes.push(c);
+                        }
+                        let lsub = fsx::open_subdir(l, name)
+                            .map_err(|e| Error::at("open lower", path, e))?;
+                        // Beneath an opaque directory nothing is merged.
+                        self.walk(
+                            sub.as_fd(),
+                            Some(lsub.as_fd()),
+                            Some(path),
+                            opaque || complete,
+                        )?;
+                    }
+                    _ => {
+                        if let Some(c) = Change::new(path.clone(), lower, Some(new)) {
+                            self.changes.push(c);
+                        }
+                        self.walk(sub.as_fd(), None, Some(path), true)?;
+                    }
+                }
+            }
+            FileType::Fifo => self.refuse(path, RefuseReason::Fifo),
+            FileType::Socket => self.refuse(path, RefuseReason::Socket),
+            FileType::CharacterDevice => self.refuse(
+                path,
+                RefuseReason::CharDevice {
+                    major: rustix::fs::major(ust.st_rdev),
+                    minor: rustix::fs::minor(ust.st_rdev),
+                },
+            ),
+            FileType::BlockDevice | FileType::Unknown => self.refuse(
+                path,
+                RefuseReason::BlockDevice {
+                    major: rustix::fs::major(ust.st_rdev),
+                    minor: rustix::fs::minor(ust.st_rdev),
+                },
+            ),
+        }
+        Ok(())
+    }
+
+    fn refuse(&mut self, path: &RelPath, reason: RefuseReason) {
+        self.refused.push(Refused {
+            path: path.to_string(),
+            reason,
+        });
+    }
+
+    fn unsupported(&self, fd: &OwnedFd, path: &RelPath) -> Option<Refused> {
+        UNSUPPORTED_XATTRS
+            .iter()
+            .find(|x| fsx::get_xattr(fd.as_fd(), x).is_some())
+            .map(|x| Refused {
+                path: path.to_string(),
+                reason: RefuseReason::OverlayFeature {
+                    xattr: (*x).to_owned(),
+                },
+            })
+    }
+
+    /// A file or symlink in the upper replacing whatever the lower had.
+    fn replace(
+        &mut self,
+        ldir: Option<BorrowedFd<'_>>,
+        path: &RelPath,
+        lower: Option<Node>,
+        new: Option<Node>,
+    ) -> Result<()> {
+        if let (Some(Node::Dir { .. }), Some(l)) = (&lower, ldir) {
+            // The lower directory's subtree goes away with it.
+            let lsub = fsx::open_subdir(l, path.file_name())
+                .map_err(|e| Error::at("open lower", path, e))?;
+            self.delete_children(lsub.as_fd(), path)?;
+        }
+        if let Some(c) = Change::new(path.clone(), lower, new) {
+            self.changes.push(c);
+        }
+        Ok(())
+    }
+
+    /// Deletes lower entry `path` (in `ldir`) and, for a directory, its subtree.
+    fn delete_lower(&mut self, ldir: BorrowedFd<'_>, path: &RelPath) -> Result<()> {
+        let name = path.file_name();
+        let node = fsx::read_node(ldir, name, path, None)?;
+        if let Some(Node::Dir { .. }) = node {
+            let sub = fsx::open_subdir(ldir, name).map_err(|e| Error::at("open lower", path, e))?;
+            self.delete_children(sub.as_fd(), path)?;
+        }
+        if let Some(c) = Change::new(path.clone(), node, None) {
+            self.changes.push(c);
+        }
+        Ok(())
+    }
+
+    fn delete_children(&mut self, dir: BorrowedFd<'_>, path: &RelPath) -> Result<()> {
+        let names =
+            fsx::list_dir(dir).map_err(|e| Error::io("read lower dir", path.as_str(), e.into()))?;
+        for name in names {
+            let child = RelPath::child(Some(path), &name)?;
+            self.delete_lower(dir, &child)?;
+        }
+        Ok(())
+    }
+}
+
+/// Splits changes into applicable and blocked (see [`BlockReason`]).
+fn classify(changes: Vec<Change>, protected: &[RelPath]) -> (Vec<Change>, Vec<Blocked>) {
+    let mut reasons: BTreeMap<RelPath, BlockReason> = BTreeMap::new();
+    for c in &changes {
+        if let Some(r) = block_reason(c, protected) {
+            reasons.insert(c.path.clone(), r);
+        }
+    }
+    // Propagate: (1) a change beneath a blocked directory creation is blocked;
+    // (2) a change that removes a directory (new state not a directory) with
+    // a blocked change beneath it is blocked. Repeat until stable.
+    let by_path: BTreeMap<&RelPath, &Change> = changes.iter().map(|c| (&c.path, c)).collect();
+    loop {
+        let mut added = Vec::new();
+        for c in &changes {
+            if reasons.contains_key(&c.path) {
+                continue;
+            }
+            let mut anc = c.path.parent();
+            let mut hit = false;
+            while let Some(a) = anc {
+                if let (Some(_), Some(ac)) = (reasons.get(&a), by_path.get(&a)) {
+                    if ac.new.as_ref().is_some_and(Node::is_dir)
+                        && !ac.base.as_ref().is_some_and(Node::is_dir)
+                    {
+                        hit = true;
+                        break;
+                    }
+                }
+                anc = a.parent();
+            }
+            if !hit && !c.new.as_ref().is_some_and(Node::is_dir) {
+                hit = reasons
+                    .range(c.path.clone()..)
+                    .skip(1)
+                    .take_while(|(p, _)| p.starts_with(&c.path))
+                    .next()
+                    .is_some();
+            }
+            if hit {
+                added.push(c.path.clone());
+            }
+        }
+        if added.is_empty() {
+            break;
+        }
+        for p in added {
+            reasons.insert(p, BlockReason::DependsOnBlocked);
+        }
+    }
+    let mut ok = Vec::new();
+    let mut blocked = Vec::new();
+    for c in changes {
+        match reasons.remove(&c.path) {
+            Some(reason) => blocked.push(Blocked { change: c, reason }),
+            None => ok.push(c),
+        }
+    }
+    (ok, blocked)
+}
+
+fn block_reason(c: &Change, protected: &[RelPath]) -> Option<BlockReason> {
+    if protected.iter().any(|p| c.path.starts_with(p)) {
+        return Some(BlockReason::Protected);
+    }
+    let comps: Vec<&str> = c.path.components().collect();
+    for (i, w) in comps.iter().enumerate() {
+        if *w == ".git" {
+            match comps.get(i + 1) {
+                Some(&"hooks") => return Some(BlockReason::GitHook),
+                Some(&"config") | Some(&"config.worktree") => return Some(BlockReason::GitConfig),
+                _ => {}
+            }
+        }
+    }
+    if c.path.file_name() == ".git" && !c.new.as_ref().is_some_and(Node::is_dir) {
+        return Some(BlockReason::GitDir);
+    }
+    if let Some(Node::File { mode, .. }) = &c.new {
+        if mode & 0o6000 != 0 {
+            return Some(BlockReason::SetId);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Hash;
+
+    fn file(p: &str, base: bool, new: bool) -> Change {
+        let n = Node::File {
+            mode: 0o644,
+            size: 1,
+            hash: Hash::of(p.as_bytes()),
+        };
+        Change::new(
+            RelPath::new(p).expect("valid"),
+            base.then(|| n.clone()),
+            new.then(|| Node::File {
+                mode: 0o644,
+                size: 2,
+                hash: Hash::of(b"new"),
+            }),
+        )
+        .expect("a change")
+    }
+
+    fn dir(p: &str, base: bool, new: bool) -> Change {
+        Change::new(
+            RelPath::new(p).expect("valid"),
+            base.then_some(Node::Dir { mode: 0o755 }),
+            new.then_some(Node::Dir { mode: 0o755 }),
+        )
+        .expect("a change")
+    }
+
+    #[test]
+    fn git_hooks_config_and_protected_are_blocked() {
+        let prot = vec![RelPath::new(".retie").expect("valid")];
+        let (ok, blocked) = classify(
+            vec![
+                file(".git/hooks/pre-commit", false, true),
+                file(".git/config", true, true),
+                file("sub/.git/hooks/post-checkout", false, true),
+                file(".git/HEAD", true, true),
+                file(".retie/ledger.db", true, true),
+                file("src/main.rs", true, true),
+            ],
+            &prot,
+        );
+        let okp: Vec<_> = ok.iter().map(|c| c.path.as_str()).collect();
+        assert_eq!(okp, vec![".git/HEAD", "src/main.rs"]);
+        assert_eq!(blocked.len(), 4);
+    }
+
+    #[test]
+    fn blocking_propagates_to_parents_removed_and_children_created() {
+        // Deleting .git entirely: hooks deletions are blocked, so the .git
+        // and .git/hooks directory removals must be blocked too.
+        let (ok, blocked) = classify(
+            vec![
+                dir(".git", true, false),
+                file(".git/HEAD", true, false),
+                dir(".git/hooks", true, false),
+                file(".git/hooks/x", true, false),
+            ],
+            &[],
+        );
+        let okp: Vec<_> = ok.iter().map(|c| c.path.as_str()).collect();
+        assert_eq!(okp, vec![".git/HEAD"]);
+        assert!(blocked
+            .iter()
+            .any(|b| b.change.path.as_str() == ".git/hooks" && b.reason == BlockReason::GitHook));
+        assert!(blocked.iter().any(|b| b.change.path.as_str() == ".git"));
+        // A blocked directory creation blocks its children.
+        let prot = vec![RelPath::new("st").expect("valid")];
+        let (ok, _) = classify(
+            vec![dir("st", false, true), file("st/a", false, true)],
+            &prot,
+        );
+        assert!(ok.is_empty());
+    }
+}

@@ -1,0 +1,686 @@
+//! Apply, undo, file-tool writes and recovery: one journaled mechanism.
+//!
+//! Every operation is a list of *targets* (path → wanted state, with the state
+//! expected to be there now) run through [`run`]:
+//!
+//! 1. take the journal lock; refuse if an entry of this workspace is pending;
+//! 2. capture: read every target path's current state through the boundary
+//!    guard, storing each current file's content in the blob store (the
+//!    pre-images), and compare with the expected state: a difference is a
+//!    conflict (apply) or a refusal (undo without force), and nothing is
+//!    touched;
+//! 3. preflight: every new path's parent exists or is created, every
+//!    removed directory holds only entries the operation removes;
+//! 4. write the journal entry (`pending`, fsync'd) naming every pre-image;
+//! 5. [`transition`] the workspace to the targets, crash-safely;
+//! 6. mark the entry `complete`.
+//!
+//! If step 5 fails, the same [`transition`] is run back to the pre-images and
+//! the entry is marked `rolled_back`. After a crash, [`recover`] does that for
+//! every pending entry (roll-back rule, ADR 0201).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::File;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::Path;
+
+use rustix::fs::{AtFlags, FileType, Mode};
+use rustix::io::Errno;
+use serde::{Deserialize, Serialize};
+
+use crate::changeset::Changeset;
+use crate::error::{Error, Mismatch, Result};
+use crate::fsx::{self, Root};
+use crate::journal::{new_id, now_ms, Entry, EntryState, Journal, Op, Step, JOURNAL_VERSION};
+use crate::node::Node;
+use crate::relpath::RelPath;
+use crate::store::Store;
+
+/// The real workspace, held open by a directory fd. All access beneath it
+/// goes through the boundary guard.
+#[derive(Debug)]
+pub struct Workspace {
+    root: Root,
+}
+
+impl Workspace {
+    /// Opens the workspace at `path` (canonicalized; the path itself may
+    /// contain symlinks, nothing beneath it may be crossed).
+    pub fn open(path: &Path) -> Result<Workspace> {
+        let canon = std::fs::canonicalize(path).map_err(|e| Error::io("canonicalize", path, e))?;
+        Ok(Workspace {
+            root: Root::open(&canon)?,
+        })
+    }
+
+    /// The canonical workspace path.
+    pub fn path(&self) -> &Path {
+        self.root.path()
+    }
+
+    /// The current state of `path` in the workspace (content hashed, not
+    /// stored).
+    pub fn node(&self, path: &RelPath) -> Result<Option<Node>> {
+        fsx::read_path(&self.root, path, None)
+    }
+}
+
+/// Options for [`apply`].
+#[derive(Debug, Clone, Default)]
+pub struct ApplyOptions {
+    /// Also apply the changeset's blocked changes (`.git/hooks`, protected
+    /// paths, ...). Refused entries are never applied.
+    pub allow_blocked: bool,
+}
+
+/// Options for [`undo`].
+#[derive(Debug, Clone, Default)]
+pub struct UndoOptions {
+    /// Undo even paths edited since the entry was applied (their current
+    /// content is kept as the undo's pre-image, so undoing the undo brings
+    /// the edit back).
+    pub force: bool,
+}
+
+/// What [`recover`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecoveryReport {
+    /// Pending entries of this workspace rolled back to their pre-images.
+    pub rolled_back: Vec<String>,
+    /// Pending entries that belong to another workspace (left alone).
+    pub other_workspaces: Vec<String>,
+}
+
+/// Applies `cs` to the workspace: every affected path must still hold the
+/// changeset's base (else [`Error::Conflict`] and nothing is touched); the
+/// pre-images are stored, the journal entry written, then each change made
+/// crash-safely. Returns the complete journal entry; its id is `cs.id`.
+pub fn apply(
+    cs: &Changeset,
+    ws: &Workspace,
+    store: &Store,
+    journal: &Journal,
+    opts: &ApplyOptions,
+) -> Result<Entry> {
+    if journal.exists(&cs.id) {
+        let e = journal.get(&cs.id)?;
+        if e.state != EntryState::RolledBack {
+            return Err(Error::EntryState {
+                id: e.id,
+                state: e.state.name(),
+                what: "a changeset is applied once",
+            });
+        }
+    }
+    let mut changes: Vec<_> = cs.changes.iter().collect();
+    if opts.allow_blocked {
+        changes.extend(cs.blocked.iter().map(|b| &b.change));
+    }
+    let targets = changes
+        .into_iter()
+        .map(|c| Target {
+            path: c.path.clone(),
+            expected: Some(c.base.clone()),
+            target: c.new.clone(),
+        })
+        .collect();
+    let upper = Root::open(&cs.upper)?;
+    run(
+        ws,
+        store,
+        journal,
+        cs.id.clone(),
+        Op::Apply {
+            upper: cs.upper.clone(),
+        },
+        targets,
+        &Source::Upper(&upper),
+        Check::Base,
+    )
+}
+
+/// Undoes journal entry `id` (an apply, a file write or an undo: undoing an
+/// undo is a redo). Refuses with [`Error::UndoRefused`], listing the paths,
+/// when a path no longer holds what the entry left, unless `force`. The undo
+/// is itself a journal entry, returned.
+pub fn undo(
+    id: &str,
+    ws: &Workspace,
+    store: &Store,
+    journal: &Journal,
+    opts: &UndoOptions,
+) -> Result<Entry> {
+    let e = journal.get(id)?;
+    if e.state != EntryState::Complete {
+        return Err(Error::EntryState {
+            id: e.id,
+            state: e.state.name(),
+            what: "only a complete entry can be undone",
+        });
+    }
+    if e.workspace != ws.path() {
+        return Err(Error::EntryState {
+            id: e.id,
+            state: e.state.name(),
+            what: "it belongs to another workspace",
+        });
+    }
+    let targets = e
+        .steps
+        .iter()
+        .map(|s| Target {
+            path: s.path.clone(),
+            expected: Some(s.after.clone()),
+            target: s.before.clone(),
+        })
+        .collect();
+    run(
+        ws,
+        store,
+        journal,
+        new_id(),
+        Op::Undo { of: e.id.clone() },
+        targets,
+        &Source::Store,
+        Check::Undo {
+            of: &e.id,
+            force: opts.force,
+        },
+    )
+}
+
+/// Writes `bytes` to workspace file `path` (mode `mode`, else the current
+/// file's mode, else 0644) through the same journal as [`apply`], so that
+/// [`undo`] of the returned entry restores the previous content, or removes
+/// the file if it did not exist.
+pub fn record_file_write(
+    ws: &Workspace,
+    store: &Store,
+    journal: &Journal,
+    path: &RelPath,
+    bytes: &[u8],
+    mode: Option<u32>,
+) -> Result<Entry> {
+    let hash = store.put_bytes(bytes)?;
+    let mode = match mode {
+        Some(m) => m & 0o7777,
+        None => match ws.node(path)? {
+            Some(Node::File { mode, .. }) => mode,
+            _ => 0o644,
+        },
+    };
+    let target = Target {
+        path: path.clone(),
+        expected: None,
+        target: Some(Node::File {
+            mode,
+            size: bytes.len() as u64,
+            hash,
+        }),
+    };
+    run(
+        ws,
+        store,
+        journal,
+        new_id(),
+        Op::FileWrite,
+        vec![target],
+        &Source::Store,
+        Check::None,
+    )
+}
+
+/// Recovery, to run at start-up before anything else: every pending entry
+/// of this workspace is rolled back to its pre-images (ADR 0201) and marked
+/// `rolled_back`; stray temp files are removed. Idempotent: a crash during
+/// recovery is recovered by running it again.
+pub fn recover(ws: &Workspace, store: &Store, journal: &Journal) -> Result<RecoveryReport> {
+    let _lock = journal.lock()?;
+    journal.clean_temps()?;
+    store.clean_temps()?;
+    let mut report = RecoveryReport::default();
+    for mut e in journal.entries()? {
+        if e.state != EntryState::Pending {
+            continue;
+        }
+        if e.workspace != ws.path() {
+            report.other_workspaces.push(e.id);
+            continue;
+        }
+        remove_temps(ws, &e);
+        let back: Vec<_> = e
+            .steps
+            .iter()
+            .map(|s| (s.path.clone(), s.before.clone()))
+            .collect();
+        transition(ws, store, &Source::Store, &e.id, &back).map_err(|(path, err)| {
+            Error::RollbackFailed {
+                id: e.id.clone(),
+                path,
+                source: Box::new(err),
+            }
+        })?;
+        remove_temps(ws, &e);
+        e.state = EntryState::RolledBack;
+        journal.write(&e)?;
+        report.rolled_back.push(e.id);
+    }
+    Ok(report)
+}
+
+/// Where the content of a target file comes from.
+enum Source<'a> {
+    /// The overlay upper layer (apply).
+    Upper(&'a Root),
+    /// The blob store (undo, file writes, rollback).
+    Store,
+}
+
+struct Target {
+    path: RelPath,
+    /// The state that must be there now (`None`: no check).
+    expected: Option<Option<Node>>,
+    target: Option<Node>,
+}
+
+enum Check<'a> {
+    Base,
+    Undo { of: &'a str, force: bool },
+    None,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run(
+    ws: &Workspace,
+    store: &Store,
+    journal: &Journal,
+    id: String,
+    op: Op,
+    mut targets: Vec<Target>,
+    src: &Source<'_>,
+    check: Check<'_>,
+) -> Result<Entry> {
+    let _lock = journal.lock()?;
+    let pending: Vec<String> = journal
+        .entries()?
+        .into_iter()
+        .filter(|e| e.state == EntryState::Pending && e.workspace == ws.path())
+        .map(|e| e.id)
+        .collect();
+    if !pending.is_empty() {
+        return Err(Error::RecoveryNeeded { ids: pending });
+    }
+    targets.sort_by(|a, b| a.path.cmp(&b.path));
+    targets.dedup_by(|a, b| a.path == b.path);
+
+    // Capture the pre-images (content into the store) and check them.
+    let mut steps = Vec::with_capacity(targets.len());
+    let mut mismatches = Vec::new();
+    for t in &targets {
+        let cur = fsx::read_path(&ws.root, &t.path, Some(store))?;
+        if let Some(exp) = &t.expected {
+            if *exp != cur {
+                mismatches.push(Mismatch {
+                    path: t.path.clone(),
+                    expected: exp.clone(),
+                    found: cur.clone(),
+                });
+            }
+        }
+        steps.push(Step {
+            path: t.path.clone(),
+            before: cur,
+            after: t.target.clone(),
+        });
+    }
+    if !mismatches.is_empty() {
+        match check {
+            Check::Base => return Err(Error::Conflict { paths: mismatches }),
+            Check::Undo { of, force: false } => {
+                return Err(Error::UndoRefused {
+                    id: of.to_owned(),
+                    paths: mismatches,
+                })
+            }
+            Check::Undo { force: true, .. } | Check::None => {}
+        }
+    }
+    preflight(ws, &steps)?;
+
+    let mut entry = Entry {
+        version: JOURNAL_VERSION,
+        id,
+        seq: journal.next_seq()?,
+        workspace: ws.path().to_path_buf(),
+        op,
+        state: EntryState::Pending,
+        created_unix_ms: now_ms(),
+        steps,
+    };
+    journal.write(&entry)?;
+
+    let forward: Vec<_> = entry
+        .steps
+        .iter()
+        .map(|s| (s.path.clone(), s.after.clone()))
+        .collect();
+    if let Err((path, err)) = transition(ws, store, src, &entry.id, &forward) {
+        let back: Vec<_> = entry
+            .steps
+            .iter()
+            .map(|s| (s.path.clone(), s.before.clone()))
+            .collect();
+        if let Err((rpath, rerr)) = transition(ws, store, &Source::Store, &entry.id, &back) {
+            return Err(Error::RollbackFailed {
+                id: entry.id,
+                path: rpath,
+                source: Box::new(rerr),
+            });
+        }
+        remove_temps(ws, &entry);
+        entry.state = EntryState::RolledBack;
+        journal.write(&entry)?;
+        return Err(Error::RolledBack {
+            id: entry.id,
+            path,
+            source: Box::new(err),
+        });
+    }
+    entry.state = EntryState::Complete;
+    journal.write(&entry)?;
+    Ok(entry)
+}
+
+/// Checks, before anything is touched, that the steps can be carried out:
+/// each new path's parent is a directory that stays or is created, and each
+/// directory being removed holds only entries removed by the steps.
+fn preflight(ws: &Workspace, steps: &[Step]) -> Result<()> {
+    let plan: BTreeMap<&RelPath, &Option<Node>> =
+        steps.iter().map(|s| (&s.path, &s.after)).collect();
+    let mut parent_ok: BTreeMap<RelPath, bool> = BTreeMap::new();
+    for s in steps {
+        if s.after.is_some() {
+            if let Some(parent) = s.path.parent() {
+                let ok = match plan.get(&parent) {
+                    Some(t) => t.as_ref().is_some_and(Node::is_dir),
+                    None => match parent_ok.get(&parent) {
+                        Some(ok) => *ok,
+                        None => {
+                            let ok = matches!(
+                                fsx::read_path(&ws.root, &parent, None)?,
+                                Some(Node::Dir { .. })
+                            );
+                            parent_ok.insert(parent.clone(), ok);
+                            ok
+                        }
+                    },
+                };
+                if !ok {
+                    return Err(Error::Unapplicable {
+                        path: s.path.clone(),
+                        reason: "its parent directory is missing or not kept",
+                    });
+                }
+            }
+        }
+        let removes_dir = s.before.as_ref().is_some_and(Node::is_dir)
+            && !s.after.as_ref().is_some_and(Node::is_dir);
+        if removes_dir {
+            let dir = ws
+                .root
+                .open_dir(Some(&s.path))
+                .map_err(|e| Error::at("open", &s.path, e))?;
+            let names =
+                fsx::list_dir(dir.as_fd()).map_err(|e| Error::at("read dir", &s.path, e))?;
+            for name in names {
+                let child = RelPath::child(Some(&s.path), &name)?;
+                if !matches!(plan.get(&child), Some(None)) {
+                    return Err(Error::Unapplicable {
+                        path: child,
+                        reason: "it lies in a directory being removed but is not removed itself",
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn tmp_name(id: &str, idx: usize) -> String {
+    format!(".retie-tmp-{id}-{idx}")
+}
+
+/// Removes the temp files an interrupted transition of `e` may have left.
+fn remove_temps(ws: &Workspace, e: &Entry) {
+    for (idx, s) in e.steps.iter().enumerate() {
+        if let Ok(dir) = ws.root.open_parent(&s.path) {
+            let _ = rustix::fs::unlinkat(&dir, tmp_name(&e.id, idx).as_str(), AtFlags::empty());
+        }
+    }
+}
+
+type StepResult<T> = std::result::Result<T, (String, Error)>;
+
+/// Brings every path to its target state. Idempotent, and correct from any
+/// intermediate state another run of it left, so that a failed or
+/// interrupted forward run is undone by running it with the pre-images.
+///
+/// Passes: (0) make directories in the set writable for ourselves; (A) in
+/// reverse path order (children first), remove what must go: entries whose
+/// target is absent and entries whose kind changes between directory and
+/// non-directory; (B) in path order (parents first), create directories and
+/// write files and symlinks, each through a temp file in the same directory,
+/// fsync'd, renamed over the old entry; (C) children first, set directory
+/// modes; (D) fsync every directory touched.
+fn transition(
+    ws: &Workspace,
+    store: &Store,
+    src: &Source<'_>,
+    id: &str,
+    targets: &[(RelPath, Option<Node>)],
+) -> StepResult<()> {
+    let root = &ws.root;
+    let wrap = |p: &RelPath| {
+        let p = p.to_string();
+        move |e: Error| (p, e)
+    };
+    // (0)
+    for (path, _) in targets {
+        let Ok(dir) = root.open_parent(path) else {
+            continue;
+        };
+        if let Ok(Some(st)) = fsx::lstat_at(dir.as_fd(), path.file_name()) {
+            if fsx::ftype(&st) == FileType::Directory && fsx::perm(&st) & 0o300 != 0o300 {
+                let sub = fsx::open_subdir(dir.as_fd(), path.file_name())
+                    .map_err(|e| (path.to_string(), Error::at("open", path, e)))?;
+                rustix::fs::fchmod(&sub, Mode::from_raw_mode(fsx::perm(&st) | 0o300))
+                    .map_err(|e| (path.to_string(), Error::at("chmod", path, e)))?;
+            }
+        }
+    }
+    // (A)
+    for (path, target) in targets.iter().rev() {
+        let dir = match root.open_parent(path) {
+            Ok(d) => d,
+            Err(Errno::NOENT) | Err(Errno::NOTDIR) => continue,
+            Err(e) => return Err((path.to_string(), Error::at("open parent of", path, e))),
+        };
+        let name = path.file_name();
+        let Some(st) = fsx::lstat_at(dir.as_fd(), name)
+            .map_err(|e| (path.to_string(), Error::at("stat", path, e)))?
+        else {
+            continue;
+        };
+        let is_dir = fsx::ftype(&st) == FileType::Directory;
+        let remove = match target {
+            None => true,
+            Some(t) => t.is_dir() != is_dir,
+        };
+        if remove {
+            let flags = if is_dir {
+                AtFlags::REMOVEDIR
+            } else {
+                AtFlags::empty()
+            };
+            rustix::fs::unlinkat(&dir, name, flags)
+                .map_err(|e| (path.to_string(), Error::at("remove", path, e)))?;
+        }
+    }
+    // (B)
+    let mut touched: BTreeSet<Option<RelPath>> = BTreeSet::new();
+    for (idx, (path, target)) in targets.iter().enumerate() {
+        touched.insert(path.parent());
+        let Some(target) = target else { continue };
+        let dir = root
+            .open_parent(path)
+            .map_err(|e| (path.to_string(), Error::at("open parent of", path, e)))?;
+        let name = path.file_name();
+        let cur = fsx::lstat_at(dir.as_fd(), name)
+            .map_err(|e| (path.to_string(), Error::at("stat", path, e)))?;
+        match target {
+            Node::Dir { .. } => {
+                touched.insert(Some(path.clone()));
+                if cur.is_none() {
+                    rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(0o700))
+                        .map_err(|e| (path.to_string(), Error::at("mkdir", path, e)))?;
+                }
+            }
+            Node::File { mode, size, hash } => {
+                if let Some(st) = cur.filter(|st| {
+                    fsx::ftype(st) == FileType::RegularFile && st.st_size as u64 == *size
+                }) {
+                    let fd = fsx::open_file_at(dir.as_fd(), name)
+                        .map_err(|e| (path.to_string(), Error::at("open", path, e)))?;
+                    let mut f = File::from(fd);
+                    let (h, _) = fsx::hash_stream(&mut f, None)
+                        .map_err(|e| (path.to_string(), Error::io("read", path.as_str(), e)))?;
+                    if h == *hash {
+                        if fsx::perm(&st) != *mode {
+                            rustix::fs::fchmod(&f, Mode::from_raw_mode(*mode))
+                                .map_err(|e| (path.to_string(), Error::at("chmod", path, e)))?;
+                        }
+                        continue;
+                    }
+                }
+                write_file(
+                    store,
+                    src,
+                    dir.as_fd(),
+                    path,
+                    &tmp_name(id, idx),
+                    *mode,
+                    *hash,
+                )
+                .map_err(wrap(path))?;
+            }
+            Node::Symlink { target, .. } => {
+                if cur.is_some_and(|st| fsx::ftype(&st) == FileType::Symlink)
+                    && fsx::readlink_at(dir.as_fd(), name).ok().as_deref()
+                        == Some(target.as_bytes())
+                {
+                    continue;
+                }
+                let tmp = tmp_name(id, idx);
+                let _ = rustix::fs::unlinkat(&dir, tmp.as_str(), AtFlags::empty());
+                rustix::fs::symlinkat(target.as_str(), &dir, tmp.as_str())
+                    .map_err(|e| (path.to_string(), Error::at("symlink", path, e)))?;
+                if let Err(e) = rustix::fs::renameat(&dir, tmp.as_str(), &dir, name) {
+                    let _ = rustix::fs::unlinkat(&dir, tmp.as_str(), AtFlags::empty());
+                    return Err((path.to_string(), Error::at("rename", path, e)));
+                }
+            }
+        }
+    }
+    // (C)
+    for (path, target) in targets.iter().rev() {
+        let Some(Node::Dir { mode }) = target else {
+            continue;
+        };
+        let sub = root
+            .open_dir(Some(path))
+            .map_err(|e| (path.to_string(), Error::at("open", path, e)))?;
+        let st =
+            rustix::fs::fstat(&sub).map_err(|e| (path.to_string(), Error::at("stat", path, e)))?;
+        if fsx::perm(&st) != *mode {
+            rustix::fs::fchmod(&sub, Mode::from_raw_mode(*mode))
+                .map_err(|e| (path.to_string(), Error::at("chmod", path, e)))?;
+        }
+    }
+    // (D)
+    for d in touched {
+        let shown = d.as_ref().map_or_else(|| ".".to_owned(), |p| p.to_string());
+        let fd = match root.open_dir(d.as_ref()) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) | Err(Errno::NOTDIR) => continue,
+            Err(e) => return Err((shown.clone(), Error::io("open", shown, e.into()))),
+        };
+        rustix::fs::fsync(&fd)
+            .map_err(|e| (shown.clone(), Error::io("fsync", shown.clone(), e.into())))?;
+    }
+    Ok(())
+}
+
+/// Writes a file crash-safely: content into temp `tmp` in the same
+/// directory (verifying its hash on the way), mode, fsync, rename over
+/// `path`. A crash leaves the old entry or the new one, never a torn file.
+fn write_file(
+    store: &Store,
+    src: &Source<'_>,
+    dir: BorrowedFd<'_>,
+    path: &RelPath,
+    tmp: &str,
+    mode: u32,
+    hash: crate::Hash,
+) -> Result<()> {
+    let mut reader = open_source(store, src, path, &hash)?;
+    let _ = rustix::fs::unlinkat(dir, tmp, AtFlags::empty());
+    let fd: OwnedFd =
+        fsx::create_at(dir, tmp).map_err(|e| Error::at("create temp for", path, e))?;
+    let mut f = File::from(fd);
+    let done = (|| {
+        let (h, _) = fsx::hash_stream(&mut reader, Some(&mut f))
+            .map_err(|e| Error::io("copy", path.as_str(), e))?;
+        if h != hash {
+            return Err(Error::SourceChanged {
+                path: path.to_string(),
+                expected: hash.to_hex(),
+            });
+        }
+        rustix::fs::fchmod(&f, Mode::from_raw_mode(mode))
+            .map_err(|e| Error::at("chmod", path, e))?;
+        f.sync_all()
+            .map_err(|e| Error::io("fsync", path.as_str(), e))?;
+        rustix::fs::renameat(dir, tmp, dir, path.file_name())
+            .map_err(|e| Error::at("rename", path, e))
+    })();
+    if done.is_err() {
+        let _ = rustix::fs::unlinkat(dir, tmp, AtFlags::empty());
+    }
+    done
+}
+
+fn open_source(
+    store: &Store,
+    src: &Source<'_>,
+    path: &RelPath,
+    hash: &crate::Hash,
+) -> Result<File> {
+    match src {
+        Source::Store => store.open_blob(hash),
+        Source::Upper(upper) => {
+            let dir = upper
+                .open_parent(path)
+                .map_err(|e| Error::at("open upper parent of", path, e))?;
+            let fd = fsx::open_file_at(dir.as_fd(), path.file_name())
+                .map_err(|e| Error::at("open upper", path, e))?;
+            let st = rustix::fs::fstat(&fd).map_err(|e| Error::at("stat upper", path, e))?;
+            if fsx::ftype(&st) != FileType::RegularFile {
+                return Err(Error::SourceChanged {
+                    path: path.to_string(),
+                    expected: hash.to_hex(),
+                });
+            }
+            Ok(File::from(fd))
+        }
+    }
+}

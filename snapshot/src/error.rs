@@ -1,0 +1,212 @@
+//! The crate's one error type. Every variant that concerns a file names it.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+use crate::node::Node;
+use crate::relpath::RelPath;
+
+/// Result alias used throughout the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// One path whose current state is not the one an operation expected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mismatch {
+    /// The workspace-relative path.
+    pub path: RelPath,
+    /// What the operation expected to find (`None`: nothing).
+    pub expected: Option<Node>,
+    /// What is there now (`None`: nothing).
+    pub found: Option<Node>,
+}
+
+/// Why something under the workspace or state dir could not be done.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A system call on a path failed.
+    #[error("{op} {}", path.display())]
+    Io {
+        /// What was being done ("open", "rename", ...).
+        op: &'static str,
+        /// The path, absolute or relative to the workspace.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// Resolving a workspace path would cross a symlink, a magic link or
+    /// leave the workspace (openat2 answered ELOOP or EXDEV).
+    #[error(
+        "refusing to resolve {path} inside the workspace: a component is a symlink or leaves it"
+    )]
+    Boundary {
+        /// The workspace-relative path.
+        path: RelPath,
+        /// The OS error (ELOOP, EXDEV).
+        #[source]
+        source: io::Error,
+    },
+    /// A name is not a valid normalized relative path.
+    #[error("invalid path {name:?}: {reason}")]
+    InvalidPath {
+        /// The name as given (lossy).
+        name: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A path in the workspace holds a fifo, socket or device node where a
+    /// file, symlink or directory was expected.
+    #[error("{path} is a special file ({what}); refusing to touch it")]
+    SpecialFile {
+        /// The workspace-relative path.
+        path: RelPath,
+        /// "fifo", "socket", "char device", "block device".
+        what: &'static str,
+    },
+    /// The real workspace changed after the changeset's base was taken;
+    /// nothing was applied.
+    #[error("the workspace changed since the changeset was computed; nothing applied; conflicting paths: {}", PathList(.paths))]
+    Conflict {
+        /// Each conflicting path with what was expected and found.
+        paths: Vec<Mismatch>,
+    },
+    /// Undo refused: these paths were edited after the entry was applied.
+    #[error("undo of {id} refused (use force to override); edited since: {}", PathList(.paths))]
+    UndoRefused {
+        /// The journal entry that was to be undone.
+        id: String,
+        /// Each edited path with what the entry left and what is there now.
+        paths: Vec<Mismatch>,
+    },
+    /// A change needs a parent directory that will not exist, or removes a
+    /// directory that holds entries outside the changeset.
+    #[error("cannot apply {path}: {reason}; nothing applied")]
+    Unapplicable {
+        /// The workspace-relative path.
+        path: RelPath,
+        /// Why.
+        reason: &'static str,
+    },
+    /// The content source (upper layer or blob) no longer has the content the
+    /// changeset recorded.
+    #[error("content of {path} changed since it was hashed (expected blake3 {expected})")]
+    SourceChanged {
+        /// The path (workspace-relative for the upper, blob path for the store).
+        path: String,
+        /// The hash that was recorded.
+        expected: String,
+    },
+    /// A blob is missing from the store.
+    #[error("blob {hash} is missing from the store")]
+    MissingBlob {
+        /// The blake3 hash in hex.
+        hash: String,
+    },
+    /// No journal entry with this id.
+    #[error("no journal entry {id}")]
+    UnknownEntry {
+        /// The id asked for.
+        id: String,
+    },
+    /// The entry is not in a state the operation accepts.
+    #[error("journal entry {id} is {state}; {what}")]
+    EntryState {
+        /// The entry id.
+        id: String,
+        /// Its current state.
+        state: &'static str,
+        /// What was expected.
+        what: &'static str,
+    },
+    /// Incomplete journal entries exist: run `recover` before anything else.
+    #[error("incomplete journal entries need recovery first: {}", .ids.join(", "))]
+    RecoveryNeeded {
+        /// The pending entry ids.
+        ids: Vec<String>,
+    },
+    /// A journal file could not be read or written as JSON.
+    #[error("journal file {}", path.display())]
+    Journal {
+        /// The journal file.
+        path: PathBuf,
+        /// The JSON error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// Applying failed part-way; the entry was rolled back to its pre-images.
+    #[error("applying {id} failed at {path}; rolled back, nothing applied")]
+    RolledBack {
+        /// The journal entry id.
+        id: String,
+        /// The path being changed when it failed.
+        path: String,
+        /// What failed.
+        #[source]
+        source: Box<Error>,
+    },
+    /// Applying failed and rolling back failed too: the entry stays pending
+    /// and `recover` must be run.
+    #[error("applying {id} failed and rollback failed at {path}; run recovery")]
+    RollbackFailed {
+        /// The journal entry id.
+        id: String,
+        /// The path being restored when rollback failed.
+        path: String,
+        /// What failed.
+        #[source]
+        source: Box<Error>,
+    },
+}
+
+impl Error {
+    /// Wraps an OS error with the operation and path.
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Error {
+        Error::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+
+    /// Wraps a rustix errno for a workspace-relative path; ELOOP and EXDEV
+    /// from openat2 are boundary refusals.
+    pub(crate) fn at(op: &'static str, path: &RelPath, e: rustix::io::Errno) -> Error {
+        if e == rustix::io::Errno::LOOP || e == rustix::io::Errno::XDEV {
+            Error::Boundary {
+                path: path.clone(),
+                source: e.into(),
+            }
+        } else {
+            Error::Io {
+                op,
+                path: PathBuf::from(path.as_str()),
+                source: e.into(),
+            }
+        }
+    }
+
+    /// The paths listed by a conflict or undo refusal, else empty.
+    pub fn mismatched_paths(&self) -> Vec<&RelPath> {
+        match self {
+            Error::Conflict { paths } | Error::UndoRefused { paths, .. } => {
+                paths.iter().map(|m| &m.path).collect()
+            }
+            _ => Vec::new(),
+        }
+    }
+}
+
+struct PathList<'a>(&'a [Mismatch]);
+
+impl fmt::Display for PathList<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, m) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            f.write_str(m.path.as_str())?;
+        }
+        Ok(())
+    }
+}

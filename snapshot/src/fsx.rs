@@ -1,0 +1,274 @@
+//! The boundary guard: every path operation under a workspace (or an upper
+//! layer) goes through here.
+//!
+//! A tree is held as a directory file descriptor ([`Root`]). A path inside it
+//! is reached in two steps: its parent directory is opened with `openat2` and
+//! `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS`, so that no
+//! component may be a symlink, a `/proc` magic link, `..` above the root or an
+//! absolute path; then the last component, a single name without `/`, is
+//! operated on with an `*at` call relative to that directory fd, never
+//! following a symlink (`AT_SYMLINK_NOFOLLOW`, `O_NOFOLLOW`, `unlinkat`,
+//! `renameat`, `symlinkat`, `mkdirat`). A symlinked directory in the lower, a
+//! symlink swapped in for a directory while we work, or a symlink pointing
+//! outside therefore make the call fail with `ELOOP` (reported as
+//! [`Error::Boundary`]) instead of resolving outside.
+
+use std::ffi::CStr;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
+use rustix::io::Errno;
+
+use crate::error::{Error, Result};
+use crate::hash::Hash;
+use crate::node::Node;
+use crate::relpath::RelPath;
+use crate::store::Store;
+
+/// The resolve flags used for every open under a tree.
+pub(crate) const RESOLVE: ResolveFlags = ResolveFlags::BENEATH
+    .union(ResolveFlags::NO_SYMLINKS)
+    .union(ResolveFlags::NO_MAGICLINKS);
+
+/// A directory tree held by an fd; all access to it is relative to the fd.
+#[derive(Debug)]
+pub struct Root {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
+impl Root {
+    /// Opens the tree's root directory. The root path itself is trusted (it
+    /// is the caller's choice); nothing beneath it is.
+    pub fn open(path: &Path) -> Result<Root> {
+        let fd = rustix::fs::open(
+            path,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| Error::io("open directory", path, e.into()))?;
+        Ok(Root {
+            fd,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The root fd.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// The path the root was opened at.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Opens directory `rel` (`None`: the root itself) beneath the root.
+    pub fn open_dir(&self, rel: Option<&RelPath>) -> Result<OwnedFd, Errno> {
+        match rel {
+            None => rustix::fs::openat2(
+                self.fd(),
+                c".",
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+                RESOLVE,
+            ),
+            Some(rel) => rustix::fs::openat2(
+                self.fd(),
+                rel.as_str(),
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+                RESOLVE,
+            ),
+        }
+    }
+
+    /// Opens the directory that holds `rel`.
+    pub fn open_parent(&self, rel: &RelPath) -> Result<OwnedFd, Errno> {
+        self.open_dir(rel.parent().as_ref())
+    }
+}
+
+/// `fstatat(dir, name, AT_SYMLINK_NOFOLLOW)`; `None` when absent.
+pub(crate) fn lstat_at(dir: BorrowedFd<'_>, name: &str) -> Result<Option<rustix::fs::Stat>, Errno> {
+    match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => Ok(Some(st)),
+        Err(Errno::NOENT) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Opens a single entry of `dir` for reading without following a symlink and
+/// without blocking on a fifo; the caller checks the type with `fstat`.
+pub(crate) fn open_file_at(dir: BorrowedFd<'_>, name: &str) -> Result<OwnedFd, Errno> {
+    rustix::fs::openat2(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
+        Mode::empty(),
+        RESOLVE,
+    )
+}
+
+/// Opens a subdirectory of `dir` without following a symlink.
+pub(crate) fn open_subdir(dir: BorrowedFd<'_>, name: &str) -> Result<OwnedFd, Errno> {
+    rustix::fs::openat2(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+        RESOLVE,
+    )
+}
+
+/// Creates `name` in `dir` exclusively for writing, mode 0600.
+pub(crate) fn create_at(dir: BorrowedFd<'_>, name: &str) -> Result<OwnedFd, Errno> {
+    rustix::fs::openat2(
+        dir,
+        name,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+        RESOLVE,
+    )
+}
+
+/// The target of symlink `name` in `dir`.
+pub(crate) fn readlink_at(dir: BorrowedFd<'_>, name: &str) -> Result<Vec<u8>, Errno> {
+    rustix::fs::readlinkat(dir, name, Vec::new()).map(|c| c.into_bytes())
+}
+
+/// The names in a directory, without `.` and `..`, sorted.
+pub(crate) fn list_dir(dir: BorrowedFd<'_>) -> Result<Vec<Vec<u8>>, Errno> {
+    let mut out = Vec::new();
+    for ent in rustix::fs::Dir::read_from(dir)? {
+        let ent = ent?;
+        let name: &CStr = ent.file_name();
+        let b = name.to_bytes();
+        if b != b"." && b != b".." {
+            out.push(b.to_vec());
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// The value of xattr `name` on `fd`, `None` when unset or unsupported.
+pub(crate) fn get_xattr(fd: BorrowedFd<'_>, name: &str) -> Option<Vec<u8>> {
+    let mut buf = [0u8; 256];
+    match rustix::fs::fgetxattr(fd, name, &mut buf[..]) {
+        Ok(n) => Some(buf[..n.min(buf.len())].to_vec()),
+        Err(_) => None,
+    }
+}
+
+/// Permission bits of a stat.
+pub(crate) fn perm(st: &rustix::fs::Stat) -> u32 {
+    st.st_mode & 0o7777
+}
+
+/// The file type of a stat.
+pub(crate) fn ftype(st: &rustix::fs::Stat) -> FileType {
+    FileType::from_raw_mode(st.st_mode)
+}
+
+/// A name for a special file type, `None` for file, symlink, directory.
+pub(crate) fn special_name(t: FileType) -> Option<&'static str> {
+    match t {
+        FileType::RegularFile | FileType::Symlink | FileType::Directory => None,
+        FileType::Fifo => Some("fifo"),
+        FileType::Socket => Some("socket"),
+        FileType::CharacterDevice => Some("char device"),
+        FileType::BlockDevice => Some("block device"),
+        FileType::Unknown => Some("unknown file type"),
+    }
+}
+
+/// Streams `r` into blake3 and, if given, into `sink`. Returns the hash and
+/// the number of bytes.
+pub(crate) fn hash_stream(
+    r: &mut impl Read,
+    mut sink: Option<&mut dyn Write>,
+) -> io::Result<(Hash, u64)> {
+    let mut hasher = blake3::Hasher::new();
+    let mut buf = vec![0u8; 128 * 1024];
+    let mut total = 0u64;
+    loop {
+        let n = match r.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        hasher.update(&buf[..n]);
+        if let Some(s) = sink.as_mut() {
+            s.write_all(&buf[..n])?;
+        }
+        total += n as u64;
+    }
+    Ok((hasher.finalize().into(), total))
+}
+
+/// Reads the state of entry `name` of `dir` (workspace path `rel`). A file's
+/// content is hashed and, when `store` is given, stored as a blob. Fifos,
+/// sockets and devices are [`Error::SpecialFile`].
+pub(crate) fn read_node(
+    dir: BorrowedFd<'_>,
+    name: &str,
+    rel: &RelPath,
+    store: Option<&Store>,
+) -> Result<Option<Node>> {
+    let Some(st) = lstat_at(dir, name).map_err(|e| Error::at("stat", rel, e))? else {
+        return Ok(None);
+    };
+    match ftype(&st) {
+        FileType::RegularFile => {
+            let fd = open_file_at(dir, name).map_err(|e| Error::at("open", rel, e))?;
+            let st = rustix::fs::fstat(&fd).map_err(|e| Error::at("fstat", rel, e))?;
+            if ftype(&st) != FileType::RegularFile {
+                return Err(Error::SpecialFile {
+                    path: rel.clone(),
+                    what: special_name(ftype(&st)).unwrap_or("non-file"),
+                });
+            }
+            let mut f = File::from(fd);
+            let (hash, size) = match store {
+                Some(store) => store.put_reader(&mut f)?,
+                None => {
+                    hash_stream(&mut f, None).map_err(|e| Error::io("read", rel.as_str(), e))?
+                }
+            };
+            Ok(Some(Node::File {
+                mode: perm(&st),
+                size,
+                hash,
+            }))
+        }
+        FileType::Symlink => {
+            let t = readlink_at(dir, name).map_err(|e| Error::at("readlink", rel, e))?;
+            let target = String::from_utf8(t).map_err(|_| Error::InvalidPath {
+                name: format!("symlink target of {rel}"),
+                reason: "not UTF-8",
+            })?;
+            Ok(Some(Node::symlink(target)))
+        }
+        FileType::Directory => Ok(Some(Node::Dir { mode: perm(&st) })),
+        t => Err(Error::SpecialFile {
+            path: rel.clone(),
+            what: special_name(t).unwrap_or("special file"),
+        }),
+    }
+}
+
+/// Reads the state of workspace path `rel`: absent when a parent is missing
+/// or is not a directory; a boundary error when a parent is a symlink.
+pub(crate) fn read_path(root: &Root, rel: &RelPath, store: Option<&Store>) -> Result<Option<Node>> {
+    let dir = match root.open_parent(rel) {
+        Ok(d) => d,
+        Err(Errno::NOENT) | Err(Errno::NOTDIR) => return Ok(None),
+        Err(e) => return Err(Error::at("open parent of", rel, e)),
+    };
+    read_node(dir.as_fd(), rel.file_name(), rel, store)
+}

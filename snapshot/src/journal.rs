@@ -1,0 +1,263 @@
+//! The journal: one JSON file per apply, undo or file-tool write.
+//!
+//! Layout under the state dir: `journal/<id>.json` and `journal/lock`. An
+//! entry is written (temp + fsync + rename + fsync of the directory) in state
+//! `pending` before the workspace is touched, and rewritten the same way as
+//! `complete` (or `rolled_back`) afterwards. Every operation that changes the
+//! workspace holds an exclusive `flock` on `journal/lock`.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::fd::AsFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::node::Node;
+use crate::relpath::RelPath;
+use crate::store::{fsync_dir, mkdir_p, nanos};
+
+/// The journal format version written by this crate.
+pub const JOURNAL_VERSION: u32 = 1;
+
+/// What an entry did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Op {
+    /// Applied a changeset computed from an overlay upper layer.
+    Apply {
+        /// The upper layer the new content was read from.
+        upper: PathBuf,
+    },
+    /// Undid another entry (undoing an undo is a redo).
+    Undo {
+        /// The entry undone.
+        of: String,
+    },
+    /// A file-tool write recorded through [`crate::record_file_write`].
+    FileWrite,
+}
+
+/// Where an entry is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EntryState {
+    /// Written before the workspace was touched; not yet finished. Recovery
+    /// rolls it back.
+    Pending,
+    /// Every step applied and durable.
+    Complete,
+    /// Failed or interrupted and restored to the pre-images.
+    RolledBack,
+}
+
+impl EntryState {
+    /// "pending", "complete", "rolled_back".
+    pub fn name(self) -> &'static str {
+        match self {
+            EntryState::Pending => "pending",
+            EntryState::Complete => "complete",
+            EntryState::RolledBack => "rolled_back",
+        }
+    }
+}
+
+/// One path changed by an entry: its pre-image and what it was set to.
+/// The content of every `File` pre-image is in the blob store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Step {
+    /// Workspace-relative path.
+    pub path: RelPath,
+    /// The pre-image (what the workspace held before); `None`: absent.
+    pub before: Option<Node>,
+    /// What the entry set it to; `None`: removed.
+    pub after: Option<Node>,
+}
+
+/// One journal entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    /// Format version ([`JOURNAL_VERSION`]).
+    pub version: u32,
+    /// Entry id (for an apply, the changeset id).
+    pub id: String,
+    /// Order of entries in this journal, from 1.
+    pub seq: u64,
+    /// The workspace the entry changed (canonical path).
+    pub workspace: PathBuf,
+    /// What it did.
+    #[serde(flatten)]
+    pub op: Op,
+    /// Its state.
+    pub state: EntryState,
+    /// When it was created, milliseconds since the epoch.
+    pub created_unix_ms: u64,
+    /// The steps in path order (each directory before its descendants).
+    pub steps: Vec<Step>,
+}
+
+/// The journal of one state directory.
+#[derive(Debug, Clone)]
+pub struct Journal {
+    dir: PathBuf,
+}
+
+/// An exclusive lock on the journal, released on drop.
+#[derive(Debug)]
+pub struct JournalLock {
+    _file: File,
+}
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// A fresh 16-hex-digit id.
+pub fn new_id() -> String {
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let mut h = blake3::Hasher::new();
+    h.update(&nanos().to_le_bytes());
+    h.update(&std::process::id().to_le_bytes());
+    h.update(&n.to_le_bytes());
+    h.finalize().to_hex()[..16].to_string()
+}
+
+/// Ids are file names: accept only `[0-9A-Za-z_-]{1,64}`.
+pub(crate) fn check_id(id: &str) -> Result<()> {
+    let ok = !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::InvalidPath {
+            name: id.to_owned(),
+            reason: "not a journal id",
+        })
+    }
+}
+
+impl Journal {
+    /// Opens (creating if needed) the journal under `state_dir`.
+    pub fn open(state_dir: &Path) -> Result<Journal> {
+        let dir = state_dir.join("journal");
+        mkdir_p(&dir)?;
+        Ok(Journal { dir })
+    }
+
+    /// The journal directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Takes the exclusive journal lock (blocking).
+    pub fn lock(&self) -> Result<JournalLock> {
+        let p = self.dir.join("lock");
+        let f = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&p)
+            .map_err(|e| Error::io("open", &p, e))?;
+        rustix::fs::flock(f.as_fd(), rustix::fs::FlockOperation::LockExclusive)
+            .map_err(|e| Error::io("flock", &p, e.into()))?;
+        Ok(JournalLock { _file: f })
+    }
+
+    fn entry_path(&self, id: &str) -> PathBuf {
+        self.dir.join(format!("{id}.json"))
+    }
+
+    /// Every entry, in `seq` order.
+    pub fn entries(&self) -> Result<Vec<Entry>> {
+        let mut out = Vec::new();
+        let rd = fs::read_dir(&self.dir).map_err(|e| Error::io("read dir", &self.dir, e))?;
+        for ent in rd {
+            let ent = ent.map_err(|e| Error::io("read dir", &self.dir, e))?;
+            let name = ent.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if let Some(id) = name.strip_suffix(".json") {
+                if check_id(id).is_ok() {
+                    out.push(self.read_path(&ent.path())?);
+                }
+            }
+        }
+        out.sort_by_key(|e| e.seq);
+        Ok(out)
+    }
+
+    /// The entry `id`.
+    pub fn get(&self, id: &str) -> Result<Entry> {
+        check_id(id)?;
+        let p = self.entry_path(id);
+        if !p.exists() {
+            return Err(Error::UnknownEntry { id: id.to_owned() });
+        }
+        self.read_path(&p)
+    }
+
+    /// Whether an entry `id` exists.
+    pub fn exists(&self, id: &str) -> bool {
+        check_id(id).is_ok() && self.entry_path(id).exists()
+    }
+
+    fn read_path(&self, p: &Path) -> Result<Entry> {
+        let bytes = fs::read(p).map_err(|e| Error::io("read", p, e))?;
+        serde_json::from_slice(&bytes).map_err(|e| Error::Journal {
+            path: p.to_path_buf(),
+            source: e,
+        })
+    }
+
+    /// The next sequence number (call with the lock held).
+    pub(crate) fn next_seq(&self) -> Result<u64> {
+        Ok(self.entries()?.iter().map(|e| e.seq).max().unwrap_or(0) + 1)
+    }
+
+    /// Writes `entry` durably and atomically (temp, fsync, rename, fsync dir).
+    pub(crate) fn write(&self, entry: &Entry) -> Result<()> {
+        check_id(&entry.id)?;
+        let dest = self.entry_path(&entry.id);
+        let tmp = self.dir.join(format!(".{}.json.tmp", entry.id));
+        let bytes = serde_json::to_vec_pretty(entry).map_err(|e| Error::Journal {
+            path: dest.clone(),
+            source: e,
+        })?;
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(|e| Error::io("create", &tmp, e))?;
+        f.write_all(&bytes)
+            .and_then(|_| f.sync_all())
+            .map_err(|e| Error::io("write", &tmp, e))?;
+        drop(f);
+        fs::rename(&tmp, &dest).map_err(|e| Error::io("rename", &dest, e))?;
+        fsync_dir(&self.dir)
+    }
+
+    /// Removes temp files left by an interrupted [`Journal::write`].
+    pub(crate) fn clean_temps(&self) -> Result<()> {
+        let rd = fs::read_dir(&self.dir).map_err(|e| Error::io("read dir", &self.dir, e))?;
+        for ent in rd {
+            let ent = ent.map_err(|e| Error::io("read dir", &self.dir, e))?;
+            let name = ent.file_name();
+            if name.to_string_lossy().ends_with(".json.tmp") {
+                let p = ent.path();
+                fs::remove_file(&p).map_err(|e| Error::io("remove", &p, e))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Milliseconds since the epoch.
+pub(crate) fn now_ms() -> u64 {
+    u64::try_from(nanos() / 1_000_000).unwrap_or(u64::MAX)
+}

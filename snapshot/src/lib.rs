@@ -1,0 +1,61 @@
+//! Workspace snapshots for retie: capture what a sandboxed command changed,
+//! apply it to the real workspace crash-safely, and undo it.
+//!
+//! The principal type is [`Changeset`], computed by [`Changeset::compute`]
+//! from an overlay *upper* layer (after the command exited and the overlay
+//! was unmounted) against the *lower*, the real workspace. It lists created,
+//! modified, deleted, mode-changed and type-changed paths with blake3 hashes
+//! of the new content and of the base the command saw; special files are
+//! refused, `.git/hooks/**`, `.git/config` and protected paths are blocked.
+//!
+//! [`apply`] checks the base is still there (else [`Error::Conflict`], nothing
+//! applied), stores the pre-image of every affected path in the
+//! content-addressed [`Store`], writes a [`Journal`] entry, applies each change
+//! through a temp file + fsync + rename, and marks the entry complete.
+//! [`undo`] reverses any complete entry (undo of an undo is a redo), refusing
+//! when a path was edited since unless forced. [`record_file_write`] gives the
+//! agent's file tools the same journal. [`recover`] rolls back entries a
+//! crash left pending.
+//!
+//! Every path operation on the workspace goes through the boundary guard in
+//! `fsx`: `openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+//! RESOLVE_NO_MAGICLINKS` for the parent, `*at` calls on a single name for the
+//! last component; nothing follows a symlink.
+//!
+//! ```no_run
+//! use retie_snapshot::*;
+//! # fn main() -> Result<()> {
+//! # let (workspace, upper, state) = (std::path::Path::new("/w"), std::path::Path::new("/u"), std::path::Path::new("/s"));
+//! let store = Store::open(state)?;
+//! let journal = Journal::open(state)?;
+//! let ws = Workspace::open(workspace)?;
+//! recover(&ws, &store, &journal)?; // at start-up
+//! let cs = Changeset::compute(workspace, upper)?;
+//! let entry = apply(&cs, &ws, &store, &journal, &ApplyOptions::default())?;
+//! undo(&entry.id, &ws, &store, &journal, &UndoOptions::default())?;
+//! # Ok(()) }
+//! ```
+#![deny(missing_docs)]
+
+mod changeset;
+mod engine;
+mod error;
+mod fsx;
+mod hash;
+mod journal;
+mod node;
+mod relpath;
+mod store;
+
+pub use changeset::{
+    BlockReason, Blocked, Change, ChangeKind, Changeset, ComputeOptions, RefuseReason, Refused,
+};
+pub use engine::{
+    apply, record_file_write, recover, undo, ApplyOptions, RecoveryReport, UndoOptions, Workspace,
+};
+pub use error::{Error, Mismatch, Result};
+pub use hash::Hash;
+pub use journal::{Entry, EntryState, Journal, JournalLock, Op, Step, JOURNAL_VERSION};
+pub use node::Node;
+pub use relpath::RelPath;
+pub use store::Store;

@@ -1,0 +1,160 @@
+//! Content-addressed blob store.
+//!
+//! Layout under the state dir: `blobs/<first 2 hex>/<remaining 62 hex>`, one
+//! immutable file per distinct content, named by its blake3 hash; `tmp/` for
+//! blobs being written. A put streams into a temp file while hashing; if the
+//! blob already exists the temp is dropped (dedup), otherwise it is fsync'd,
+//! renamed into its shard and the shard directory fsync'd. A crash leaves at
+//! most a stray temp file, which [`Store::clean_temps`] removes.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::error::{Error, Result};
+use crate::fsx::hash_stream;
+use crate::hash::Hash;
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// The blob store of one state directory.
+#[derive(Debug, Clone)]
+pub struct Store {
+    blobs: PathBuf,
+    tmp: PathBuf,
+}
+
+impl Store {
+    /// Opens (creating if needed, mode 0700) the store under `state_dir`.
+    pub fn open(state_dir: &Path) -> Result<Store> {
+        let blobs = state_dir.join("blobs");
+        let tmp = state_dir.join("tmp");
+        for d in [state_dir, &blobs, &tmp] {
+            mkdir_p(d)?;
+        }
+        Ok(Store { blobs, tmp })
+    }
+
+    /// Where blob `h` lives (whether or not it exists).
+    pub fn blob_path(&self, h: &Hash) -> PathBuf {
+        let hex = h.to_hex();
+        self.blobs.join(&hex[..2]).join(&hex[2..])
+    }
+
+    /// Whether blob `h` is present.
+    pub fn contains(&self, h: &Hash) -> bool {
+        self.blob_path(h).is_file()
+    }
+
+    /// Stores `bytes`, returning their hash.
+    pub fn put_bytes(&self, bytes: &[u8]) -> Result<Hash> {
+        let mut r = bytes;
+        Ok(self.put_reader(&mut r)?.0)
+    }
+
+    /// Streams `r` into the store, returning its hash and length.
+    pub fn put_reader(&self, r: &mut impl Read) -> Result<(Hash, u64)> {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let tmp = self
+            .tmp
+            .join(format!("{}.{}.{}", std::process::id(), n, nanos()));
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(|e| Error::io("create", &tmp, e))?;
+        let res = hash_stream(r, Some(&mut f));
+        let (hash, len) = match res {
+            Ok(v) => v,
+            Err(e) => {
+                let _ = fs::remove_file(&tmp);
+                return Err(Error::io("write blob", &tmp, e));
+            }
+        };
+        let dest = self.blob_path(&hash);
+        if dest.is_file() {
+            drop(f);
+            fs::remove_file(&tmp).map_err(|e| Error::io("remove", &tmp, e))?;
+            return Ok((hash, len));
+        }
+        f.sync_all().map_err(|e| Error::io("fsync", &tmp, e))?;
+        drop(f);
+        let shard = dest.parent().unwrap_or(&self.blobs).to_path_buf();
+        if !shard.is_dir() {
+            match fs::DirBuilder::new().mode(0o700).create(&shard) {
+                Ok(()) => fsync_dir(&self.blobs)?,
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(Error::io("mkdir", &shard, e)),
+            }
+        }
+        fs::rename(&tmp, &dest).map_err(|e| Error::io("rename", &dest, e))?;
+        fsync_dir(&shard)?;
+        Ok((hash, len))
+    }
+
+    /// Opens blob `h` for reading.
+    pub fn open_blob(&self, h: &Hash) -> Result<File> {
+        let p = self.blob_path(h);
+        File::open(&p).map_err(|e| {
+            if e.kind() == io::ErrorKind::NotFound {
+                Error::MissingBlob { hash: h.to_hex() }
+            } else {
+                Error::io("open blob", &p, e)
+            }
+        })
+    }
+
+    /// Reads blob `h` whole, verifying its hash.
+    pub fn read(&self, h: &Hash) -> Result<Vec<u8>> {
+        let p = self.blob_path(h);
+        let mut out = Vec::new();
+        self.open_blob(h)?
+            .read_to_end(&mut out)
+            .map_err(|e| Error::io("read blob", &p, e))?;
+        if Hash::of(&out) != *h {
+            return Err(Error::SourceChanged {
+                path: p.display().to_string(),
+                expected: h.to_hex(),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Removes temp files left by an interrupted put.
+    pub fn clean_temps(&self) -> Result<()> {
+        let rd = fs::read_dir(&self.tmp).map_err(|e| Error::io("read dir", &self.tmp, e))?;
+        for ent in rd {
+            let ent = ent.map_err(|e| Error::io("read dir", &self.tmp, e))?;
+            let p = ent.path();
+            fs::remove_file(&p).map_err(|e| Error::io("remove", &p, e))?;
+        }
+        Ok(())
+    }
+}
+
+/// Creates a directory (and parents) with mode 0700 if missing.
+pub(crate) fn mkdir_p(d: &Path) -> Result<()> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(d)
+        .map_err(|e| Error::io("mkdir", d, e))
+}
+
+/// fsyncs a directory by path (trusted state-dir paths only).
+pub(crate) fn fsync_dir(d: &Path) -> Result<()> {
+    File::open(d)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| Error::io("fsync", d, e))
+}
+
+/// Nanoseconds since the epoch (0 if the clock is before it).
+pub(crate) fn nanos() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
+}
