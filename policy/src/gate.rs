@@ -352,6 +352,15 @@ impl Decision {
         &self.reasons[0]
     }
 
+    /// Every reason's code, strictest first, joined by `+`.
+    pub fn codes(&self) -> String {
+        self.reasons
+            .iter()
+            .map(Reason::code)
+            .collect::<Vec<_>>()
+            .join(" + ")
+    }
+
     /// Make this decision a denial for `reason`, keeping the others.
     pub(crate) fn deny_first(&mut self, reason: Reason) {
         self.verdict = Verdict::Deny;
@@ -472,7 +481,7 @@ pub fn truth_table(rules: &GateRules) -> Vec<TruthRow> {
 /// Render a truth table as a Markdown table (what `docs/policy.md` holds).
 pub fn truth_table_markdown(rows: &[TruthRow]) -> String {
     let mut out = String::from(
-        "| tier | class | requires_approval | risk | trifecta | decision | reason |\n\
+        "| tier | class | requires_approval | risk | trifecta | decision | reasons (deciding one first) |\n\
          | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for row in rows {
@@ -485,7 +494,7 @@ pub fn truth_table_markdown(rows: &[TruthRow]) -> String {
             i.risk,
             if i.trifecta { "yes" } else { "no" },
             row.decision.verdict,
-            row.decision.reason().code(),
+            row.decision.codes(),
         ));
     }
     out
