@@ -1,0 +1,156 @@
+//! The helper process: how a multi-threaded program runs a sandbox.
+//!
+//! Namespaces cannot be created from a multi-threaded process, so such a
+//! caller spawns `retie __sandbox-helper` (any binary that calls
+//! [`serve`]) with the request as JSON in `RETIE_HELPER_REQUEST` and a
+//! reply pipe on fd 3. The helper is single-threaded, runs
+//! [`crate::supervisor::run`], and writes the [`Outcome`] (or the error)
+//! as one JSON object on fd 3. The command's stdio is the helper's stdio.
+
+use std::io::Read;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, RuntimeError};
+use crate::outcome::{Outcome, EXIT_SANDBOX_FAILED};
+use crate::profile::Profile;
+use crate::spec::{Sandbox, SandboxSpec, Stdio};
+
+const REQUEST_ENV: &str = "RETIE_HELPER_REQUEST";
+const REPLY_FD: i32 = 3;
+
+/// What a helper is asked to run: a [`SandboxSpec`] in transferable form.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Request {
+    pub argv: Vec<String>,
+    pub workspace: PathBuf,
+    pub profile: Profile,
+    pub timeout_ms: Option<u64>,
+    /// The final environment, `K=V`.
+    pub env: Vec<String>,
+    pub ro_binds: Vec<(PathBuf, PathBuf)>,
+}
+
+/// The helper's answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum Reply {
+    Ok { outcome: Outcome },
+    Err { message: String, exit_code: i32 },
+}
+
+impl Request {
+    /// Transferable form of a spec.
+    pub fn from_spec(spec: &SandboxSpec) -> Self {
+        Request {
+            argv: spec.argv(),
+            workspace: spec.workspace.clone(),
+            profile: spec.profile.clone(),
+            timeout_ms: spec.timeout.map(|t| t.as_millis() as u64),
+            env: spec.env(),
+            ro_binds: spec.ro_binds.iter().map(|b| (b.host.clone(), b.inside.clone())).collect(),
+        }
+    }
+
+    fn to_spec(&self) -> Result<SandboxSpec> {
+        let mut b = Sandbox::builder(&self.argv)
+            .workspace(&self.workspace)
+            .profile(self.profile.clone());
+        if let Some(ms) = self.timeout_ms {
+            b = b.timeout(Duration::from_millis(ms));
+        }
+        for (h, i) in &self.ro_binds {
+            b = b.ro_bind(h, i);
+        }
+        let mut spec = b.build()?;
+        spec.env = self
+            .env
+            .iter()
+            .map(|kv| {
+                std::ffi::CString::new(kv.as_bytes())
+                    .map_err(|_| RuntimeError::InvalidSpec(format!("environment entry {kv:?} holds NUL")))
+            })
+            .collect::<Result<_>>()?;
+        Ok(spec)
+    }
+}
+
+/// Run `spec` through a helper process (`helper_exe __sandbox-helper`).
+/// Safe to call from any thread of any process. The command's stdio is
+/// inherited from the caller.
+pub fn run_via_helper(helper_exe: &Path, spec: &SandboxSpec) -> Result<Outcome> {
+    let request = serde_json::to_string(&Request::from_spec(spec))
+        .map_err(|e| RuntimeError::Helper(format!("encoding the request: {e}")))?;
+    let (reply_r, reply_w) = crate::sys::pipe_cloexec().map_err(|e| RuntimeError::host("pipe", e))?;
+    let w = reply_w.as_raw_fd();
+    let mut cmd = Command::new(helper_exe);
+    cmd.arg("__sandbox-helper")
+        .arg("--request-fd")
+        .arg("-1")
+        .arg("--reply-fd")
+        .arg(REPLY_FD.to_string())
+        .env(REQUEST_ENV, request);
+    // SAFETY: the closure runs in the forked child before exec and only
+    // calls dup2, which is async-signal-safe; `w` stays open in the parent
+    // until spawn returns.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::dup2(w, REPLY_FD) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| RuntimeError::host(format!("spawning {}", helper_exe.display()), e))?;
+    drop(reply_w);
+    let mut reply = String::new();
+    std::fs::File::from(reply_r)
+        .read_to_string(&mut reply)
+        .map_err(|e| RuntimeError::host("reading the helper's reply", e))?;
+    let status = child.wait().map_err(|e| RuntimeError::host("waiting for the helper", e))?;
+    match serde_json::from_str::<Reply>(reply.trim()) {
+        Ok(Reply::Ok { outcome }) => Ok(outcome),
+        Ok(Reply::Err { message, .. }) => Err(RuntimeError::Helper(message)),
+        Err(e) => Err(RuntimeError::Helper(format!(
+            "no valid reply ({e}); helper exited with {status}"
+        ))),
+    }
+}
+
+/// The helper's side: read the request, run it, reply. Returns the exit
+/// code the helper process should end with.
+pub fn serve(_request_fd: i32, reply_fd: i32) -> i32 {
+    let reply = match std::env::var(REQUEST_ENV)
+        .map_err(|_| RuntimeError::Helper(format!("{REQUEST_ENV} is not set")))
+        .and_then(|s| {
+            serde_json::from_str::<Request>(&s).map_err(|e| RuntimeError::Helper(format!("bad request: {e}")))
+        })
+        .and_then(|req| req.to_spec())
+        .and_then(|spec| crate::supervisor::run(&spec, Stdio::Inherit))
+    {
+        Ok(outcome) => Reply::Ok { outcome },
+        Err(e) => Reply::Err {
+            exit_code: match &e {
+                RuntimeError::Exec { exit_code, .. } => *exit_code,
+                _ => EXIT_SANDBOX_FAILED,
+            },
+            message: e.to_string(),
+        },
+    };
+    let code = match &reply {
+        Reply::Ok { outcome } => outcome.exit_code,
+        Reply::Err { exit_code, .. } => *exit_code,
+    };
+    let text = serde_json::to_string(&reply).unwrap_or_default();
+    let _ = crate::sys::write_all(reply_fd, text.as_bytes());
+    // SAFETY: closing the fd we were handed, once.
+    let _ = unsafe { std::fs::File::from_raw_fd(reply_fd) };
+    code
+}

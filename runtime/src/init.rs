@@ -1,0 +1,221 @@
+//! The sandbox's init: PID 1 of the new pid namespace.
+//!
+//! [`main`] is the whole set-up as one recipe, top to bottom in the order
+//! the steps run. Then init forks the command, forwards signals to it,
+//! reaps everything, and exits with the command's status. When init exits
+//! the kernel kills whatever is left in the namespace: nothing outlives the
+//! command.
+
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+
+use crate::outcome::EXIT_SANDBOX_FAILED;
+use crate::protocol::Report;
+use crate::setup::{self, exec::StdioFds, SetupError, StepResult};
+use crate::spec::SandboxSpec;
+
+/// Signals the supervisor forwards and init passes on to the command.
+pub const FORWARDED: &[libc::c_int] = &[
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGWINCH,
+];
+
+/// Everything init inherits from the supervisor.
+pub struct InitArgs<'a> {
+    pub spec: &'a SandboxSpec,
+    pub kernel_abi: i32,
+    pub go: OwnedFd,
+    pub status: OwnedFd,
+    pub stdio: StdioFds,
+    pub idmapped: Option<OwnedFd>,
+    /// Detached trees for the extra read-only binds, opened by a root
+    /// supervisor (the sandbox user may not be able to walk to them).
+    pub ro_trees: Vec<OwnedFd>,
+}
+
+/// Run as PID 1 and never return.
+pub fn main(args: InitArgs<'_>) -> ! {
+    let status = args.status.as_raw_fd();
+    match setup_and_wait(&args) {
+        Ok(enforced) => {
+            let ready = Report::Ready {
+                landlock_abi: enforced.abi,
+                landlock_enforced: enforced.fully,
+                seccomp: true,
+            };
+            let _ = crate::sys::write_all(status, &ready.to_line());
+        }
+        Err(e) => {
+            let report = Report::SetupFailed {
+                step: e.step.to_string(),
+                message: e.message,
+                hint: e.hint,
+            };
+            let _ = crate::sys::write_all(status, &report.to_line());
+            exit(EXIT_SANDBOX_FAILED);
+        }
+    }
+    drop(args.idmapped);
+    drop(args.ro_trees);
+    drop(args.go);
+    // SAFETY: single-threaded; the child only execs or _exits.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        let report = Report::SetupFailed {
+            step: "spawn".into(),
+            message: format!("fork: {}", std::io::Error::last_os_error()),
+            hint: None,
+        };
+        let _ = crate::sys::write_all(status, &report.to_line());
+        exit(EXIT_SANDBOX_FAILED);
+    }
+    if pid == 0 {
+        setup::exec::exec_command(&args.spec.argv, &args.spec.env, args.stdio, status);
+    }
+    reap(pid, status)
+}
+
+/// The set-up recipe. Each line is one step, in the order it must run.
+fn setup_and_wait(args: &InitArgs<'_>) -> StepResult<setup::landlock::Enforced> {
+    let spec = args.spec;
+    // A dying supervisor takes the sandbox with it.
+    arm_parent_death()?;
+    // The supervisor writes our id maps (and idmaps the workspace) first.
+    wait_for_go(args.go.as_raw_fd())?;
+    // Become the sandbox user before touching the filesystem: files created
+    // from here on need a mapped owner, and a root-invoked sandbox must not
+    // act as host root even during set-up. The namespace capabilities stay
+    // (securebits) until the drop below. The uid change clears the
+    // parent-death signal, so arm it again and make sure the supervisor did
+    // not die in between.
+    setup::identity::become_user(&spec.identity)?;
+    arm_parent_death()?;
+    check_parent_alive(args.go.as_raw_fd())?;
+
+    // Filesystem: private tree, tmpfs root, host reachable at /oldroot.
+    setup::rootfs::pivot_into_tmpfs()?;
+    // Read-only system view and the synthesized /etc files.
+    setup::system::bind_system(spec, &args.ro_trees)?;
+    setup::system::synthesize_etc(spec)?;
+    // /proc needs the host's proc still attached (see procfs).
+    setup::procfs::mount_proc()?;
+    setup::dev::populate()?;
+    // Scratch tmpfs (home, /tmp) before the workspace, which may live
+    // under one of them.
+    setup::workspace::mount_scratch(spec)?;
+    setup::workspace::mount_workspace(spec, args.idmapped.as_ref())?;
+    // From here on the host's tree is unreachable.
+    setup::rootfs::detach_old_root()?;
+    setup::rootfs::seal_root()?;
+    std::env::set_current_dir(&spec.workspace)
+        .map_err(|e| SetupError::io("workspace", "chdir into the workspace", e))?;
+
+    setup::session::detach(&spec.hostname)?;
+    setup::net::loopback_up()?;
+    setup::rlimits::apply(&spec.limits)?;
+    // Compile the filter while allocation and failure are still cheap.
+    let filters = setup::seccomp::compile_all(spec.net)?;
+    setup::caps::drop_all()?;
+    let enforced = setup::landlock::restrict(spec, args.kernel_abi)?;
+    setup::fds::cloexec_all()?;
+    // Last: the seccomp filter (it also sets NO_NEW_PRIVS).
+    setup::seccomp::install(&filters)?;
+    Ok(enforced)
+}
+
+fn arm_parent_death() -> StepResult {
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) } < 0 {
+        return Err(SetupError::last_os("init", "PR_SET_PDEATHSIG"));
+    }
+    Ok(())
+}
+
+/// Block until the supervisor says go (one byte) or dies (EOF).
+fn wait_for_go(fd: RawFd) -> StepResult {
+    let mut b = [0u8; 1];
+    loop {
+        // SAFETY: reading one byte into a valid buffer.
+        let n = unsafe { libc::read(fd, b.as_mut_ptr().cast(), 1) };
+        if n == 1 {
+            return Ok(());
+        }
+        if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+            continue;
+        }
+        exit(EXIT_SANDBOX_FAILED);
+    }
+}
+
+/// The supervisor keeps its end of the go pipe open while it lives.
+fn check_parent_alive(fd: RawFd) -> StepResult {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, zero timeout.
+    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+    if n > 0 && pfd.revents & (libc::POLLHUP | libc::POLLERR) != 0 {
+        exit(EXIT_SANDBOX_FAILED);
+    }
+    Ok(())
+}
+
+/// Forward signals to the command's process group, reap every child, and
+/// exit with the command's status once it has ended.
+fn reap(cmd: libc::pid_t, status_fd: RawFd) -> ! {
+    // SAFETY: building a sigset from constants.
+    let set = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        for s in FORWARDED {
+            libc::sigaddset(&mut set, *s);
+        }
+        set
+    };
+    loop {
+        // SAFETY: `set` is valid; these signals are blocked (the
+        // supervisor blocked them before clone), so sigwaitinfo receives
+        // them instead of their default actions.
+        let sig = unsafe { libc::sigwaitinfo(&set, std::ptr::null_mut()) };
+        if sig < 0 {
+            continue;
+        }
+        if sig != libc::SIGCHLD {
+            // SAFETY: signalling our own child's process group.
+            unsafe { libc::kill(-cmd, sig) };
+            continue;
+        }
+        loop {
+            let mut wstatus = 0;
+            // SAFETY: valid out-pointer; WNOHANG never blocks.
+            let pid = unsafe { libc::waitpid(-1, &mut wstatus, libc::WNOHANG) };
+            if pid <= 0 {
+                break;
+            }
+            if pid == cmd {
+                let (report, code) = if libc::WIFSIGNALED(wstatus) {
+                    let s = libc::WTERMSIG(wstatus);
+                    (Report::Exited { code: None, signal: Some(s) }, 128 + s)
+                } else {
+                    let c = libc::WEXITSTATUS(wstatus);
+                    (Report::Exited { code: Some(c), signal: None }, c)
+                };
+                let _ = crate::sys::write_all(status_fd, &report.to_line());
+                exit(code);
+            }
+        }
+    }
+}
+
+fn exit(code: i32) -> ! {
+    // SAFETY: _exit ends the process without running the parent's atexit
+    // handlers or flushing its inherited stdio buffers.
+    unsafe { libc::_exit(code) }
+}

@@ -1,0 +1,32 @@
+//! # retie-runtime: the sandbox
+//!
+//! Runs one command with nothing but its workspace in reach: new user,
+//! mount, pid, ipc, uts, net and cgroup namespaces; a tmpfs root with a
+//! read-only system view from a [`Profile`]; no capabilities; Landlock;
+//! seccomp; a clean environment. No root and no daemon are needed.
+//!
+//! The principal type is [`SandboxSpec`], built by [`Sandbox::builder`] and
+//! run by [`run`] (from a single-threaded process, such as the `retie` CLI)
+//! or [`helper::run_via_helper`] (from anywhere, via a helper process).
+//!
+//! The set-up itself lives in [`init`] (the recipe, step by step) and
+//! [`setup`] (one module per step). This crate knows nothing of agents,
+//! ledgers or policies.
+
+pub mod error;
+pub mod helper;
+pub mod init;
+pub mod outcome;
+pub mod preflight;
+pub mod profile;
+pub mod protocol;
+pub mod setup;
+pub mod spec;
+pub mod supervisor;
+pub mod sys;
+
+pub use error::{Result, RuntimeError};
+pub use outcome::{Outcome, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_SANDBOX_FAILED, EXIT_TIMEOUT};
+pub use profile::Profile;
+pub use spec::{Identity, NetMode, Sandbox, SandboxBuilder, SandboxSpec, Stdio, WorkspaceMode};
+pub use supervisor::run;

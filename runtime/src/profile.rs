@@ -1,0 +1,201 @@
+//! Filesystem profiles: which parts of the host a sandbox sees, read-only,
+//! and the floor of kernel features it refuses to run below.
+//!
+//! Profiles are TOML files (see `rootfs/host.toml`, compiled in as the
+//! default). Unknown keys are errors, so a typo never silently weakens a
+//! sandbox.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, RuntimeError};
+
+/// The default profile, compiled in from `rootfs/host.toml`.
+pub const HOST_PROFILE_TOML: &str = include_str!("../../rootfs/host.toml");
+
+/// A parsed, validated filesystem profile.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    /// Short name, e.g. `host`.
+    pub name: String,
+    /// One line saying what the profile is for.
+    #[serde(default)]
+    pub description: String,
+    /// Landlock requirements.
+    pub landlock: LandlockReq,
+    /// What of the host filesystem is visible.
+    pub filesystem: Filesystem,
+    /// Resource limits for the command.
+    #[serde(default)]
+    pub limits: Limits,
+}
+
+/// The Landlock floor a profile demands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LandlockReq {
+    /// Minimum Landlock ABI; retie refuses to run below it.
+    pub min_abi: i32,
+}
+
+/// The filesystem view.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Filesystem {
+    /// Host paths bound read-only at the same path; must exist.
+    pub ro: Vec<PathBuf>,
+    /// Host paths bound read-only if they exist.
+    #[serde(default)]
+    pub ro_optional: Vec<PathBuf>,
+    /// Names under the host's /etc bound read-only if they exist.
+    #[serde(default)]
+    pub etc: Vec<String>,
+    /// Fresh writable tmpfs directories.
+    #[serde(default)]
+    pub tmpfs: Vec<PathBuf>,
+}
+
+/// `setrlimit` values (soft = hard) for the command; `None` = inherited.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// RLIMIT_AS, bytes.
+    pub address_space: Option<u64>,
+    /// RLIMIT_CORE, bytes.
+    pub core: Option<u64>,
+    /// RLIMIT_CPU, seconds.
+    pub cpu: Option<u64>,
+    /// RLIMIT_FSIZE, bytes.
+    pub fsize: Option<u64>,
+    /// RLIMIT_NOFILE.
+    pub nofile: Option<u64>,
+    /// RLIMIT_NPROC (counted per user namespace owner; use with care).
+    pub nproc: Option<u64>,
+}
+
+/// Names under /etc that are synthesized and must never come from the host.
+const SYNTHESIZED_ETC: &[&str] = &["passwd", "group", "hosts", "hostname", "resolv.conf"];
+
+/// Paths a profile may never expose, even read-only.
+const FORBIDDEN: &[&str] = &[
+    "/", "/home", "/root", "/mnt", "/media", "/run", "/run/user", "/var", "/proc", "/sys", "/dev",
+    "/etc", "/tmp",
+];
+
+impl Profile {
+    /// The built-in `host` profile.
+    pub fn host() -> Result<Profile> {
+        Self::parse(HOST_PROFILE_TOML, "rootfs/host.toml (built in)")
+    }
+
+    /// Load by name (`host`) or from a TOML file path.
+    pub fn load(name_or_path: &str) -> Result<Profile> {
+        if name_or_path == "host" {
+            return Self::host();
+        }
+        if !name_or_path.contains('/') && !name_or_path.ends_with(".toml") {
+            return Err(RuntimeError::Profile {
+                path: name_or_path.to_string(),
+                reason: "no built-in profile of that name (built in: host); give a path to a .toml file".into(),
+            });
+        }
+        let text = std::fs::read_to_string(name_or_path).map_err(|e| RuntimeError::Profile {
+            path: name_or_path.to_string(),
+            reason: e.to_string(),
+        })?;
+        Self::parse(&text, name_or_path)
+    }
+
+    /// Parse and validate profile text; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Profile> {
+        let profile: Profile = toml::from_str(text).map_err(|e| RuntimeError::Profile {
+            path: origin.to_string(),
+            reason: e.to_string().trim_end().to_string(),
+        })?;
+        profile.validate(origin)?;
+        Ok(profile)
+    }
+
+    fn validate(&self, origin: &str) -> Result<()> {
+        let bad = |reason: String| RuntimeError::Profile {
+            path: origin.to_string(),
+            reason,
+        };
+        if self.landlock.min_abi < 1 {
+            return Err(bad(format!(
+                "landlock.min_abi = {} but retie never runs without Landlock (minimum 1)",
+                self.landlock.min_abi
+            )));
+        }
+        let fs = &self.filesystem;
+        for p in fs.ro.iter().chain(&fs.ro_optional).chain(&fs.tmpfs) {
+            if !p.is_absolute() || p.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
+                return Err(bad(format!("{}: paths must be absolute and must not contain `..`", p.display())));
+            }
+        }
+        for p in fs.ro.iter().chain(&fs.ro_optional) {
+            if FORBIDDEN.iter().any(|f| Path::new(f) == p) || p.starts_with("/home") || p.starts_with("/root") || p.starts_with("/run/user") {
+                return Err(bad(format!(
+                    "{} may not be exposed to a sandbox (it holds people's files or the host's live state)",
+                    p.display()
+                )));
+            }
+        }
+        for name in &fs.etc {
+            if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+                return Err(bad(format!("etc entry `{name}` must be a single name under /etc")));
+            }
+            if SYNTHESIZED_ETC.contains(&name.as_str()) {
+                return Err(bad(format!(
+                    "etc entry `{name}` is synthesized by retie and cannot come from the host"
+                )));
+            }
+            if name == "shadow" || name == "gshadow" || name == "sudoers" {
+                return Err(bad(format!("etc entry `{name}` holds credentials and may not be exposed")));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_host_profile_parses() {
+        let p = Profile::host().expect("host profile");
+        assert_eq!(p.name, "host");
+        assert!(p.landlock.min_abi >= 1);
+        assert!(p.filesystem.ro.contains(&PathBuf::from("/usr")));
+    }
+
+    #[test]
+    fn unknown_key_is_an_error() {
+        let text = HOST_PROFILE_TOML.replace("[limits]", "[limits]\nnofiles = 3");
+        let err = Profile::parse(&text, "t").expect_err("typo must fail");
+        assert!(err.to_string().contains("nofiles"), "{err}");
+    }
+
+    #[test]
+    fn home_cannot_be_exposed() {
+        let text = HOST_PROFILE_TOML.replace("ro = [\"/usr\"]", "ro = [\"/usr\", \"/home/alice\"]");
+        let err = Profile::parse(&text, "t").expect_err("home must be refused");
+        assert!(err.to_string().contains("/home/alice"), "{err}");
+    }
+
+    #[test]
+    fn synthesized_etc_cannot_come_from_host() {
+        let text = HOST_PROFILE_TOML.replace("\"alternatives\",", "\"alternatives\", \"passwd\",");
+        let err = Profile::parse(&text, "t").expect_err("passwd must be refused");
+        assert!(err.to_string().contains("synthesized"), "{err}");
+    }
+
+    #[test]
+    fn zero_landlock_floor_refused() {
+        let text = HOST_PROFILE_TOML.replace("min_abi = 6", "min_abi = 0");
+        assert!(Profile::parse(&text, "t").is_err());
+    }
+}

@@ -1,0 +1,493 @@
+//! The sandbox description: built with [`SandboxBuilder`], validated once,
+//! then immutable. Everything the unsafe set-up needs is computed here,
+//! before any fork, so the set-up itself only follows instructions.
+
+use std::collections::BTreeMap;
+use std::ffi::{CString, OsStr, OsString};
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::error::{Result, RuntimeError};
+use crate::profile::{Limits, Profile};
+
+/// Host uid/gid a sandbox runs as when retie itself is invoked as root.
+/// The sandbox never runs as host root.
+pub const ROOT_INVOKED_HOST_ID: u32 = 65534;
+
+/// How the sandbox reaches the network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetMode {
+    /// A fresh network namespace with only `lo`; AF_INET, AF_INET6 and
+    /// AF_NETLINK sockets are refused by seccomp, TCP by Landlock.
+    None,
+}
+
+/// How the workspace is presented inside the sandbox. The mount step
+/// dispatches on this, so new modes (an overlay) slot in without touching
+/// the rest of the set-up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkspaceMode {
+    /// The real workspace, bound read-write at its own path.
+    Direct,
+}
+
+/// Where the command's standard streams come from.
+#[derive(Debug, Default)]
+pub enum Stdio {
+    /// Inherit the caller's fds 0, 1 and 2.
+    #[default]
+    Inherit,
+    /// Explicit fds for stdin, stdout and stderr (`None` = /dev/null).
+    Fds {
+        stdin: Option<OwnedFd>,
+        stdout: Option<OwnedFd>,
+        stderr: Option<OwnedFd>,
+    },
+}
+
+/// Who the sandboxed command is, inside and outside.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// Host uid the command's credentials map to. Never 0.
+    pub host_uid: u32,
+    /// Host gid.
+    pub host_gid: u32,
+    /// uid the command sees for itself inside the sandbox.
+    pub inner_uid: u32,
+    /// gid inside.
+    pub inner_gid: u32,
+    /// Login name inside (synthesized passwd).
+    pub user: String,
+    /// Home directory inside (a fresh tmpfs).
+    pub home: PathBuf,
+    /// True when the workspace is presented through an idmapped mount
+    /// (retie invoked as root: on-disk owner <-> sandbox user).
+    pub idmap_workspace: bool,
+}
+
+/// An extra read-only bind (`host` appears at `inside`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoBind {
+    pub host: PathBuf,
+    pub inside: PathBuf,
+}
+
+/// A validated, immutable sandbox description.
+#[derive(Debug, Clone)]
+pub struct SandboxSpec {
+    pub(crate) argv: Vec<CString>,
+    pub(crate) env: Vec<CString>,
+    pub(crate) workspace: PathBuf,
+    pub(crate) workspace_mode: WorkspaceMode,
+    pub(crate) net: NetMode,
+    pub(crate) profile: Profile,
+    pub(crate) limits: Limits,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) ro_binds: Vec<RoBind>,
+    pub(crate) identity: Identity,
+    pub(crate) hostname: CString,
+}
+
+impl SandboxSpec {
+    /// The command line.
+    pub fn argv(&self) -> Vec<String> {
+        self.argv.iter().map(|a| a.to_string_lossy().into_owned()).collect()
+    }
+    /// The canonical workspace path.
+    pub fn workspace(&self) -> &Path {
+        &self.workspace
+    }
+    /// The environment, as `K=V` strings.
+    pub fn env(&self) -> Vec<String> {
+        self.env.iter().map(|a| a.to_string_lossy().into_owned()).collect()
+    }
+    /// Who the command runs as.
+    pub fn identity(&self) -> &Identity {
+        &self.identity
+    }
+    /// The profile in force.
+    pub fn profile(&self) -> &Profile {
+        &self.profile
+    }
+    /// The time limit, if any.
+    pub fn timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+}
+
+/// Builds a [`SandboxSpec`].
+///
+/// ```no_run
+/// use retie_runtime::{Sandbox, Stdio};
+/// let spec = Sandbox::builder(["sh", "-c", "echo hi > out.txt"])
+///     .workspace("/tmp/project")
+///     .timeout(std::time::Duration::from_secs(10))
+///     .build()?;
+/// let outcome = retie_runtime::run(&spec, Stdio::Inherit)?;
+/// assert_eq!(outcome.exit_code, 0);
+/// # Ok::<(), retie_runtime::RuntimeError>(())
+/// ```
+#[derive(Debug)]
+pub struct SandboxBuilder {
+    argv: Vec<OsString>,
+    workspace: Option<PathBuf>,
+    workspace_mode: WorkspaceMode,
+    net: NetMode,
+    profile: Option<Profile>,
+    limits: Option<Limits>,
+    timeout: Option<Duration>,
+    env_set: BTreeMap<String, OsString>,
+    env_pass: Vec<String>,
+    ro_binds: Vec<RoBind>,
+}
+
+/// Entry point of the builder API.
+pub struct Sandbox;
+
+impl Sandbox {
+    /// Start describing a sandbox that runs `argv`.
+    pub fn builder<I, S>(argv: I) -> SandboxBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        SandboxBuilder {
+            argv: argv.into_iter().map(|a| a.as_ref().to_os_string()).collect(),
+            workspace: None,
+            workspace_mode: WorkspaceMode::Direct,
+            net: NetMode::None,
+            profile: None,
+            limits: None,
+            timeout: None,
+            env_set: BTreeMap::new(),
+            env_pass: Vec::new(),
+            ro_binds: Vec::new(),
+        }
+    }
+}
+
+const ENV_BASE: &[&str] = &["PATH", "HOME", "TERM", "LANG", "USER"];
+const DEFAULT_PATH: &str = "/usr/local/bin:/usr/local/sbin:/usr/bin:/usr/sbin:/bin:/sbin";
+
+impl SandboxBuilder {
+    /// The workspace directory (default: the current directory).
+    pub fn workspace(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.workspace = Some(dir.into());
+        self
+    }
+    /// How the workspace is mounted.
+    pub fn workspace_mode(mut self, mode: WorkspaceMode) -> Self {
+        self.workspace_mode = mode;
+        self
+    }
+    /// The network mode.
+    pub fn network(mut self, net: NetMode) -> Self {
+        self.net = net;
+        self
+    }
+    /// The filesystem profile (default: the built-in `host`).
+    pub fn profile(mut self, profile: Profile) -> Self {
+        self.profile = Some(profile);
+        self
+    }
+    /// Resource limits (default: the profile's).
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = Some(limits);
+        self
+    }
+    /// Kill the whole sandbox after this long.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+    /// Set one environment variable inside.
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<OsString>) -> Self {
+        self.env_set.insert(key.into(), value.into());
+        self
+    }
+    /// Pass one variable through from the caller's environment (if set).
+    pub fn env_pass(mut self, name: impl Into<String>) -> Self {
+        self.env_pass.push(name.into());
+        self
+    }
+    /// Bind a host file or directory read-only at `inside`.
+    pub fn ro_bind(mut self, host: impl Into<PathBuf>, inside: impl Into<PathBuf>) -> Self {
+        self.ro_binds.push(RoBind {
+            host: host.into(),
+            inside: inside.into(),
+        });
+        self
+    }
+
+    /// Validate and freeze the description. Nothing is started.
+    pub fn build(self) -> Result<SandboxSpec> {
+        let invalid = |m: String| RuntimeError::InvalidSpec(m);
+        if self.argv.is_empty() {
+            return Err(invalid("no command given".into()));
+        }
+        let argv = self
+            .argv
+            .iter()
+            .map(|a| cstring(a.as_bytes(), "command argument"))
+            .collect::<Result<Vec<_>>>()?;
+        if argv[0].as_bytes().is_empty() {
+            return Err(invalid("the command name is empty".into()));
+        }
+
+        let ws_given = match self.workspace {
+            Some(w) => w,
+            None => std::env::current_dir()
+                .map_err(|e| RuntimeError::host("reading the current directory", e))?,
+        };
+        let workspace = canonical_workspace(&ws_given)?;
+        let meta = std::fs::metadata(&workspace).map_err(|e| RuntimeError::Workspace {
+            path: workspace.clone(),
+            reason: e.to_string(),
+        })?;
+
+        let profile = match self.profile {
+            Some(p) => p,
+            None => Profile::host()?,
+        };
+        let limits = self.limits.unwrap_or_else(|| profile.limits.clone());
+
+        let identity = identity_for(meta.uid(), meta.gid());
+
+        for b in &self.ro_binds {
+            if !b.inside.is_absolute() || !b.host.is_absolute() {
+                return Err(invalid(format!(
+                    "read-only bind {} -> {}: both paths must be absolute",
+                    b.host.display(),
+                    b.inside.display()
+                )));
+            }
+        }
+
+        // The environment: the five base variables and nothing else unless
+        // asked for by name.
+        let mut env: BTreeMap<String, OsString> = BTreeMap::new();
+        env.insert("PATH".into(), DEFAULT_PATH.into());
+        env.insert("HOME".into(), identity.home.clone().into_os_string());
+        env.insert("USER".into(), identity.user.clone().into());
+        env.insert(
+            "TERM".into(),
+            std::env::var_os("TERM").unwrap_or_else(|| "dumb".into()),
+        );
+        env.insert(
+            "LANG".into(),
+            std::env::var_os("LANG").unwrap_or_else(|| "C.UTF-8".into()),
+        );
+        for name in &self.env_pass {
+            check_env_name(name)?;
+            if let Some(v) = std::env::var_os(name) {
+                env.insert(name.clone(), v);
+            }
+        }
+        for (k, v) in self.env_set {
+            check_env_name(&k)?;
+            env.insert(k, v);
+        }
+        let env = env
+            .into_iter()
+            .map(|(k, v)| {
+                let mut kv = k.into_bytes();
+                kv.push(b'=');
+                kv.extend_from_slice(v.as_bytes());
+                cstring(&kv, "environment variable")
+            })
+            .collect::<Result<Vec<_>>>()?;
+
+        Ok(SandboxSpec {
+            argv,
+            env,
+            workspace,
+            workspace_mode: self.workspace_mode,
+            net: self.net,
+            profile,
+            limits,
+            timeout: self.timeout,
+            ro_binds: self.ro_binds,
+            identity,
+            hostname: c"retie".to_owned(),
+        })
+    }
+}
+
+/// Names of the variables a sandbox always gets.
+pub fn base_env_names() -> &'static [&'static str] {
+    ENV_BASE
+}
+
+fn cstring(bytes: &[u8], what: &str) -> Result<CString> {
+    CString::new(bytes).map_err(|_| {
+        RuntimeError::InvalidSpec(format!("{what} contains a NUL byte: {:?}", String::from_utf8_lossy(bytes)))
+    })
+}
+
+fn check_env_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && !name.as_bytes()[0].is_ascii_digit()
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    if ok {
+        Ok(())
+    } else {
+        Err(RuntimeError::InvalidSpec(format!(
+            "`{name}` is not a valid environment variable name"
+        )))
+    }
+}
+
+fn canonical_workspace(given: &Path) -> Result<PathBuf> {
+    let path = std::fs::canonicalize(given).map_err(|e| RuntimeError::Workspace {
+        path: given.to_path_buf(),
+        reason: match e.kind() {
+            std::io::ErrorKind::NotFound => "does not exist".to_string(),
+            _ => e.to_string(),
+        },
+    })?;
+    if !path.is_dir() {
+        return Err(RuntimeError::Workspace {
+            path,
+            reason: "is not a directory".into(),
+        });
+    }
+    if path == Path::new("/") {
+        return Err(RuntimeError::Workspace {
+            path,
+            reason: "the root directory cannot be a workspace".into(),
+        });
+    }
+    for forbidden in ["/proc", "/sys", "/dev"] {
+        if path.starts_with(forbidden) {
+            return Err(RuntimeError::Workspace {
+                path,
+                reason: format!("a workspace cannot live under {forbidden}"),
+            });
+        }
+    }
+    Ok(path)
+}
+
+/// Decide who the command runs as.
+///
+/// Ordinary user: the user's own uid/gid, mapped 1:1.
+/// Root: the sandbox runs as an unprivileged host uid
+/// ([`ROOT_INVOKED_HOST_ID`]) and sees itself as the workspace's owner; an
+/// idmapped mount makes the workspace's files its own, so what it writes
+/// lands on disk owned by the workspace's owner.
+fn identity_for(ws_uid: u32, ws_gid: u32) -> Identity {
+    // SAFETY: geteuid/getegid cannot fail and touch no memory.
+    let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let (host_uid, host_gid, inner_uid, inner_gid, idmap) = if euid == 0 {
+        (ROOT_INVOKED_HOST_ID, ROOT_INVOKED_HOST_ID, ws_uid, ws_gid, true)
+    } else {
+        (euid, egid, euid, egid, false)
+    };
+    let user = user_name(inner_uid).unwrap_or_else(|| {
+        if inner_uid == 0 {
+            "root".into()
+        } else {
+            "user".into()
+        }
+    });
+    let home = if inner_uid == 0 {
+        PathBuf::from("/root")
+    } else {
+        PathBuf::from("/home").join(&user)
+    };
+    Identity {
+        host_uid,
+        host_gid,
+        inner_uid,
+        inner_gid,
+        user,
+        home,
+        idmap_workspace: idmap,
+    }
+}
+
+/// Look a uid up in the host's /etc/passwd (names only; nothing else of the
+/// host's account database reaches the sandbox).
+fn user_name(uid: u32) -> Option<String> {
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|line| {
+        let mut f = line.split(':');
+        let name = f.next()?;
+        let _pw = f.next()?;
+        let id: u32 = f.next()?.parse().ok()?;
+        let safe = !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.');
+        (id == uid && safe).then(|| name.to_string())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_is_clean_by_default() {
+        std::env::set_var("RETIE_TEST_SECRET_KEY", "sk-should-not-leak");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let spec = Sandbox::builder(["true"]).workspace(dir.path()).build().expect("spec");
+        let names: Vec<String> = spec
+            .env()
+            .iter()
+            .map(|kv| kv.split('=').next().unwrap_or_default().to_string())
+            .collect();
+        assert_eq!(names, vec!["HOME", "LANG", "PATH", "TERM", "USER"]);
+    }
+
+    #[test]
+    fn env_pass_and_set() {
+        std::env::set_var("RETIE_TEST_PASSED", "yes");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let spec = Sandbox::builder(["true"])
+            .workspace(dir.path())
+            .env_pass("RETIE_TEST_PASSED")
+            .env("FOO", "bar")
+            .build()
+            .expect("spec");
+        assert!(spec.env().contains(&"RETIE_TEST_PASSED=yes".to_string()));
+        assert!(spec.env().contains(&"FOO=bar".to_string()));
+    }
+
+    #[test]
+    fn bad_env_name_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let err = Sandbox::builder(["true"])
+            .workspace(dir.path())
+            .env("A=B", "x")
+            .build()
+            .expect_err("bad name");
+        assert!(err.to_string().contains("not a valid environment variable name"));
+    }
+
+    #[test]
+    fn missing_workspace_is_clear() {
+        let err = Sandbox::builder(["true"])
+            .workspace("/nonexistent/retie-ws")
+            .build()
+            .expect_err("missing");
+        assert!(err.to_string().contains("does not exist"), "{err}");
+    }
+
+    #[test]
+    fn empty_command_refused() {
+        let none: [&str; 0] = [];
+        assert!(Sandbox::builder(none).build().is_err());
+    }
+
+    #[test]
+    fn never_host_root() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let spec = Sandbox::builder(["true"]).workspace(dir.path()).build().expect("spec");
+        assert_ne!(spec.identity().host_uid, 0);
+        assert_ne!(spec.identity().host_gid, 0);
+    }
+}

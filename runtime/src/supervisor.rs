@@ -1,0 +1,311 @@
+//! The supervisor: the host-side half of a sandbox run.
+//!
+//! [`run`] is one linear function: check, prepare, clone, map, release,
+//! watch, report. It must be called from a single-threaded process (the
+//! CLI is one; a multi-threaded program uses [`crate::helper`]).
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::time::Instant;
+
+use crate::error::{Result, RuntimeError};
+use crate::init::{self, InitArgs, FORWARDED};
+use crate::outcome::{Outcome, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_TIMEOUT};
+use crate::protocol::Report;
+use crate::setup::exec::StdioFds;
+use crate::setup::{userns, workspace};
+use crate::spec::{SandboxSpec, Stdio};
+use crate::sys::{self, Forked};
+
+const NAMESPACES: libc::c_int = libc::CLONE_NEWUSER
+    | libc::CLONE_NEWNS
+    | libc::CLONE_NEWPID
+    | libc::CLONE_NEWUTS
+    | libc::CLONE_NEWIPC
+    | libc::CLONE_NEWNET
+    | libc::CLONE_NEWCGROUP;
+
+/// Run the sandboxed command to completion.
+pub fn run(spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
+    let threads = sys::thread_count().map_err(|e| RuntimeError::host("counting threads", e))?;
+    if threads > 1 {
+        return Err(RuntimeError::NotSingleThreaded { threads });
+    }
+    let kernel_abi = crate::preflight::check(&spec.profile)?;
+
+    // Everything the child needs exists before the clone.
+    let idmapped = workspace::prepare_idmap(spec)?;
+    let ro_trees = if spec.identity.idmap_workspace {
+        spec.ro_binds
+            .iter()
+            .map(|b| {
+                sys::open_tree_clone(&crate::setup::cpath(&b.host))
+                    .map_err(|e| RuntimeError::host(format!("open_tree {}", b.host.display()), e))
+            })
+            .collect::<Result<Vec<_>>>()?
+    } else {
+        Vec::new()
+    };
+    let (go_r, go_w) = sys::pipe_cloexec().map_err(|e| RuntimeError::host("pipe", e))?;
+    let (status_r, status_w) = sys::pipe_cloexec().map_err(|e| RuntimeError::host("pipe", e))?;
+    let (stdio_fds, _stdio_keep) = stdio_fds(stdio);
+    if spec.identity.idmap_workspace {
+        // Root: the child must not carry root's supplementary groups
+        // (setgroups is denied inside, so it could not drop them itself).
+        // SAFETY: setgroups(0, NULL) only changes this process's groups.
+        if unsafe { libc::setgroups(0, std::ptr::null()) } < 0 {
+            return Err(RuntimeError::last_os("dropping supplementary groups"));
+        }
+    }
+    let signals = SignalGuard::block()?;
+
+    let started = Instant::now();
+    // SAFETY: single-threaded (checked above); the child only runs the set-up
+    // recipe and then execs or _exits.
+    let forked = unsafe { sys::clone_namespaces(NAMESPACES) }.map_err(clone_error)?;
+    let (pid, pidfd) = match forked {
+        Forked::Child => {
+            drop(go_w);
+            drop(status_r);
+            init::main(InitArgs {
+                spec,
+                kernel_abi,
+                go: go_r,
+                status: status_w,
+                stdio: stdio_fds,
+                idmapped,
+                ro_trees,
+            })
+        }
+        Forked::Parent { pid, pidfd } => (pid, pidfd),
+    };
+    drop(go_r);
+    drop(status_w);
+
+    // Id maps, then the idmapped workspace, then release the child.
+    let prepared = userns::write_maps(pid, &spec.identity).and_then(|()| match &idmapped {
+        Some(tree) => workspace::apply_idmap(tree, pid),
+        None => Ok(()),
+    });
+    drop(idmapped);
+    drop(ro_trees);
+    if let Err(e) = prepared {
+        let _ = sys::pidfd_send_signal(&pidfd, libc::SIGKILL);
+        wait(pid);
+        return Err(e);
+    }
+    sys::write_all(go_w.as_raw_fd(), b"G").map_err(|e| RuntimeError::host("releasing the sandbox", e))?;
+
+    // Watch: the child's exit, forwarded signals, the deadline.
+    let deadline = spec.timeout.map(|t| started + t);
+    let mut timed_out = false;
+    loop {
+        let timeout_ms = match deadline {
+            None => -1,
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    timed_out = true;
+                    let _ = sys::pidfd_send_signal(&pidfd, libc::SIGKILL);
+                    break;
+                }
+                left.as_millis().min(i32::MAX as u128) as i32 + 1
+            }
+        };
+        let mut fds = [
+            libc::pollfd { fd: pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: signals.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+        ];
+        // SAFETY: two valid pollfds.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
+        if n < 0 {
+            continue; // EINTR
+        }
+        if fds[1].revents & libc::POLLIN != 0 {
+            if let Some(sig) = signals.read() {
+                let _ = sys::pidfd_send_signal(&pidfd, sig);
+            }
+        }
+        if fds[0].revents & libc::POLLIN != 0 {
+            break;
+        }
+    }
+    let init_status = wait(pid);
+    let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
+    drop(go_w);
+    drop(signals);
+
+    let mut buf = Vec::new();
+    let _ = sys::read_to_end(status_r.as_raw_fd(), &mut buf);
+    let reports = Report::parse_all(&buf);
+    let mut ready = None;
+    let mut ended = None;
+    for r in reports {
+        match r {
+            Report::SetupFailed { step, message, hint } => {
+                return Err(RuntimeError::Setup { step, message, hint })
+            }
+            Report::ExecFailed { program, errno } => {
+                let exit_code = if errno == libc::ENOENT || errno == libc::ENOTDIR {
+                    EXIT_NOT_FOUND
+                } else {
+                    EXIT_NOT_EXECUTABLE
+                };
+                let reason = match errno {
+                    libc::ENOENT | libc::ENOTDIR => {
+                        "not found (the sandbox sees the profile's system paths and the workspace only)".to_string()
+                    }
+                    e => std::io::Error::from_raw_os_error(e).to_string(),
+                };
+                return Err(RuntimeError::Exec { program, reason, exit_code });
+            }
+            Report::Ready { landlock_abi, landlock_enforced, seccomp } => {
+                ready = Some((landlock_abi, landlock_enforced, seccomp))
+            }
+            Report::Exited { code, signal } => ended = Some((code, signal)),
+        }
+    }
+    let (landlock_abi, landlock_enforced, seccomp) = match ready {
+        Some(r) => r,
+        None if timed_out => (0, false, false),
+        None => {
+            return Err(RuntimeError::Helper(format!(
+                "the sandbox ended before finishing its set-up (init status {init_status:#x})"
+            )))
+        }
+    };
+    let (exit_code, signal) = if timed_out {
+        (EXIT_TIMEOUT, Some(libc::SIGKILL))
+    } else {
+        match ended {
+            Some((_, Some(s))) => (128 + s, Some(s)),
+            Some((Some(c), None)) => (c, None),
+            _ if libc::WIFSIGNALED(init_status) => {
+                let s = libc::WTERMSIG(init_status);
+                (128 + s, Some(s))
+            }
+            _ => (libc::WEXITSTATUS(init_status), None),
+        }
+    };
+    Ok(Outcome {
+        exit_code,
+        signal,
+        timed_out,
+        duration_ms,
+        landlock_abi,
+        landlock_enforced,
+        seccomp,
+        helper_max_rss_kib: max_rss_kib(),
+    })
+}
+
+fn clone_error(e: std::io::Error) -> RuntimeError {
+    let fix = crate::preflight::userns_fix()
+        .unwrap_or_else(|| "check that unprivileged user namespaces are enabled (sysctl user.max_user_namespaces > 0)".into());
+    RuntimeError::Unsupported {
+        problem: format!("cannot create the sandbox's namespaces: {e}"),
+        fix,
+    }
+}
+
+/// Reap `pid`, returning its raw wait status.
+fn wait(pid: libc::pid_t) -> libc::c_int {
+    let mut status = 0;
+    loop {
+        // SAFETY: valid out-pointer; `pid` is our child.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::__WALL) };
+        if r == pid {
+            return status;
+        }
+        if r < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return status;
+        }
+    }
+}
+
+fn stdio_fds(stdio: Stdio) -> (StdioFds, Vec<OwnedFd>) {
+    match stdio {
+        Stdio::Inherit => (StdioFds { stdin: -1, stdout: -1, stderr: -1 }, Vec::new()),
+        Stdio::Fds { stdin, stdout, stderr } => {
+            let mut keep = Vec::new();
+            let mut fd = |o: Option<OwnedFd>, write: bool| -> i32 {
+                let owned = o.or_else(|| {
+                    std::fs::OpenOptions::new()
+                        .read(!write)
+                        .write(write)
+                        .open("/dev/null")
+                        .ok()
+                        .map(OwnedFd::from)
+                });
+                match owned {
+                    Some(f) => {
+                        let raw = f.as_raw_fd();
+                        keep.push(f);
+                        raw
+                    }
+                    None => -1,
+                }
+            };
+            let s = StdioFds { stdin: fd(stdin, false), stdout: fd(stdout, true), stderr: fd(stderr, true) };
+            (s, keep)
+        }
+    }
+}
+
+fn max_rss_kib() -> i64 {
+    // SAFETY: rusage is plain data; getrusage fills it.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid out-pointer.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    ru.ru_maxrss
+}
+
+/// Blocks the forwarded signals (and SIGCHLD) for the duration of a run,
+/// delivering them through a signalfd; restores the old mask on drop. The
+/// child inherits the blocked mask, which its init relies on.
+struct SignalGuard {
+    fd: OwnedFd,
+    old: libc::sigset_t,
+}
+
+impl SignalGuard {
+    fn block() -> Result<Self> {
+        // SAFETY: building sigsets from constants and swapping the mask of
+        // this (single) thread.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for s in FORWARDED {
+                libc::sigaddset(&mut set, *s);
+            }
+            let mut fdset = set;
+            libc::sigaddset(&mut set, libc::SIGCHLD);
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            if libc::sigprocmask(libc::SIG_BLOCK, &set, &mut old) < 0 {
+                return Err(RuntimeError::last_os("blocking signals"));
+            }
+            let fd = libc::signalfd(-1, &mut fdset, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK);
+            if fd < 0 {
+                let e = RuntimeError::last_os("signalfd");
+                libc::sigprocmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+                return Err(e);
+            }
+            Ok(SignalGuard { fd: OwnedFd::from_raw_fd(fd), old })
+        }
+    }
+
+    fn read(&self) -> Option<libc::c_int> {
+        // SAFETY: signalfd_siginfo is plain data.
+        let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+        let size = std::mem::size_of::<libc::signalfd_siginfo>();
+        // SAFETY: reading exactly one siginfo into a valid buffer.
+        let n = unsafe { libc::read(self.fd.as_raw_fd(), (&mut info as *mut libc::signalfd_siginfo).cast(), size) };
+        (n as usize == size).then_some(info.ssi_signo as libc::c_int)
+    }
+}
+
+impl Drop for SignalGuard {
+    fn drop(&mut self) {
+        // SAFETY: restoring the mask saved in `block`.
+        unsafe { libc::sigprocmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut()) };
+    }
+}

@@ -1,0 +1,6 @@
+//! One module per subcommand.
+
+pub mod helper;
+pub mod probe;
+pub mod sandbox;
+pub mod selftest;

@@ -1,0 +1,262 @@
+//! `retie selftest`: prove the sandbox on this very machine.
+//!
+//! The host side plants what must stay out of reach (a canary in the real
+//! home, TCP listeners on loopback and on the host's own interface
+//! address, an abstract unix socket, its own pid), then runs the probe
+//! battery (`retie __probe`) inside a real sandbox and prints what each
+//! probe expected and observed. Exit 0 only if every probe passes.
+
+use std::io::Read;
+use std::net::{IpAddr, Ipv4Addr, TcpListener};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixListener};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use clap::Args;
+use retie_runtime::{Profile, Sandbox, Stdio};
+use serde_json::json;
+
+use super::probe::ProbeResult;
+use crate::error::CliError;
+
+#[derive(Args)]
+pub struct SelftestArgs {
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Filesystem profile to test (default: host).
+    #[arg(long, default_value = "host")]
+    pub profile: String,
+}
+
+const PROBE_PATH: &str = "/.retie/retie";
+
+struct Canary(PathBuf);
+impl Drop for Canary {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+pub fn run(args: SelftestArgs) -> i32 {
+    let started = Instant::now();
+    match selftest(&args) {
+        Ok((rows, abi)) => {
+            let pass = rows.iter().all(|r| r.pass);
+            let ms = started.elapsed().as_secs_f64() * 1000.0;
+            if args.json {
+                println!(
+                    "{}",
+                    json!({ "pass": pass, "landlock_abi": abi, "duration_ms": ms.round(), "probes": rows })
+                );
+            } else {
+                let table: Vec<Vec<String>> = rows
+                    .iter()
+                    .map(|r| {
+                        vec![
+                            r.probe.clone(),
+                            r.expected.clone(),
+                            r.observed.clone(),
+                            if r.pass { "PASS".into() } else { "FAIL".into() },
+                        ]
+                    })
+                    .collect();
+                print!("{}", crate::ui::table(&["probe", "expected", "observed", "result"], &table));
+                let failed = rows.iter().filter(|r| !r.pass).count();
+                println!(
+                    "\n{} probes, {} failed, Landlock ABI {abi}, {:.0} ms: {}",
+                    rows.len(),
+                    failed,
+                    ms,
+                    if pass { "the sandbox holds on this machine" } else { "THE SANDBOX DOES NOT HOLD: see FAIL rows" }
+                );
+            }
+            if pass {
+                0
+            } else {
+                1
+            }
+        }
+        Err(e) => {
+            if args.json {
+                println!("{}", json!({ "pass": false, "error": e.to_string() }));
+            }
+            eprintln!("retie selftest: {e}");
+            1
+        }
+    }
+}
+
+fn selftest(args: &SelftestArgs) -> Result<(Vec<ProbeResult>, i32), CliError> {
+    let profile = Profile::load(&args.profile)?;
+    let mut rows = Vec::new();
+
+    // Preflight, reported as rows.
+    let userns = retie_runtime::preflight::userns_problem();
+    rows.push(ProbeResult {
+        probe: "preflight: user namespaces".into(),
+        expected: "available".into(),
+        observed: userns.as_ref().map_or("available".into(), |f| format!("{} (fix: {})", f.problem, f.fix)),
+        pass: userns.is_none(),
+    });
+    let abi = retie_runtime::preflight::landlock_abi();
+    rows.push(ProbeResult {
+        probe: "preflight: Landlock ABI".into(),
+        expected: format!(">= {}", profile.landlock.min_abi),
+        observed: match &abi {
+            Ok(v) => v.to_string(),
+            Err(f) => format!("{} (fix: {})", f.problem, f.fix),
+        },
+        pass: matches!(abi, Ok(v) if v >= profile.landlock.min_abi),
+    });
+    if rows.iter().any(|r| !r.pass) {
+        return Ok((rows, abi.unwrap_or(0)));
+    }
+
+    // What must stay out of reach.
+    let ws = tempfile::Builder::new()
+        .prefix("retie-selftest-")
+        .tempdir()
+        .map_err(|e| CliError::io("creating the self-test workspace", e))?;
+    let canary = plant_canary()?;
+    let lo = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(|e| CliError::io("listening on loopback", e))?;
+    let mut tcp = vec![lo.local_addr().map_err(|e| CliError::io("listener address", e))?.to_string()];
+    let host_ip = host_interface_ipv4();
+    let _ext = match host_ip {
+        Some(ip) => {
+            let l = TcpListener::bind((ip, 0)).map_err(|e| CliError::io(format!("listening on {ip}"), e))?;
+            tcp.push(l.local_addr().map_err(|e| CliError::io("listener address", e))?.to_string());
+            Some(l)
+        }
+        None => None,
+    };
+    // SAFETY: getpid cannot fail.
+    let my_pid = unsafe { libc::getpid() };
+    let abstract_name = format!("retie-selftest-{my_pid}");
+    let addr = SocketAddr::from_abstract_name(abstract_name.as_bytes())
+        .map_err(|e| CliError::io("abstract socket name", e))?;
+    let _abstract = UnixListener::bind_addr(&addr).map_err(|e| CliError::io("listening on an abstract socket", e))?;
+
+    let exe = std::env::current_exe().map_err(|e| CliError::io("locating the retie binary", e))?;
+    let mut argv: Vec<String> = vec![PROBE_PATH.into(), "__probe".into()];
+    argv.extend(["--canary".into(), canary.0.display().to_string()]);
+    for t in &tcp {
+        argv.extend(["--tcp".into(), t.clone()]);
+    }
+    argv.extend(["--abstract-socket".into(), abstract_name, "--host-pid".into(), my_pid.to_string()]);
+
+    let spec = Sandbox::builder(&argv)
+        .workspace(ws.path())
+        .profile(profile)
+        .ro_bind(&exe, PROBE_PATH)
+        .timeout(std::time::Duration::from_secs(20))
+        .build()?;
+    let (out_r, out_w) = pipe()?;
+    let stderr = dup_stderr()?;
+    let outcome = retie_runtime::run(
+        &spec,
+        Stdio::Fds { stdin: None, stdout: Some(out_w), stderr: Some(stderr) },
+    )?;
+    let mut text = String::new();
+    std::fs::File::from(out_r)
+        .read_to_string(&mut text)
+        .map_err(|e| CliError::io("reading the probe output", e))?;
+    let results: Vec<ProbeResult> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+
+    rows.push(ProbeResult {
+        probe: "Landlock enforced inside".into(),
+        expected: format!("fully, ABI >= {}", spec.profile().landlock.min_abi),
+        observed: format!(
+            "{}, ABI {}",
+            if outcome.landlock_enforced { "fully" } else { "NOT fully" },
+            outcome.landlock_abi
+        ),
+        pass: outcome.landlock_enforced && outcome.landlock_abi >= spec.profile().landlock.min_abi,
+    });
+    rows.push(ProbeResult {
+        probe: "probe battery ran to completion".into(),
+        expected: "exit 0 or 1, >= 40 results".into(),
+        observed: format!("exit {}, {} results", outcome.exit_code, results.len()),
+        pass: (outcome.exit_code == 0 || outcome.exit_code == 1) && results.len() >= 40,
+    });
+    if host_ip.is_none() {
+        rows.push(ProbeResult {
+            probe: "host interface listener".into(),
+            expected: "a non-loopback IPv4 address to test".into(),
+            observed: "this host has none (loopback listener tested)".into(),
+            pass: true,
+        });
+    }
+    rows.extend(results);
+    Ok((rows, outcome.landlock_abi))
+}
+
+/// A canary in the invoking user's real home directory.
+fn plant_canary() -> Result<Canary, CliError> {
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .ok_or_else(|| CliError::Usage("HOME is not set: the self-test plants a canary in your home directory".into()))?;
+    // SAFETY: getpid cannot fail.
+    let path = home.join(format!(".retie-selftest-canary-{}", unsafe { libc::getpid() }));
+    std::fs::write(&path, b"retie canary: if a sandbox can read this, it is broken\n")
+        .map_err(|e| CliError::io(format!("planting the canary {}", path.display()), e))?;
+    Ok(Canary(path))
+}
+
+/// The first non-loopback IPv4 address of an interface that is up.
+pub fn host_interface_ipv4() -> Option<Ipv4Addr> {
+    let mut addrs: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills a list we free below.
+    if unsafe { libc::getifaddrs(&mut addrs) } != 0 {
+        return None;
+    }
+    let mut found = None;
+    let mut cur = addrs;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs returned.
+        let ifa = unsafe { &*cur };
+        if !ifa.ifa_addr.is_null() && ifa.ifa_flags & libc::IFF_UP as u32 != 0 && ifa.ifa_flags & libc::IFF_LOOPBACK as u32 == 0 {
+            // SAFETY: ifa_addr is non-null and points at a sockaddr.
+            let family = unsafe { (*ifa.ifa_addr).sa_family };
+            if family == libc::AF_INET as libc::sa_family_t {
+                // SAFETY: for AF_INET the address is a sockaddr_in.
+                let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+                let ip = Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
+                if !IpAddr::V4(ip).is_loopback() {
+                    found = Some(ip);
+                    break;
+                }
+            }
+        }
+        cur = ifa.ifa_next;
+    }
+    // SAFETY: freeing the list getifaddrs allocated, once.
+    unsafe { libc::freeifaddrs(addrs) };
+    found
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd), CliError> {
+    let mut fds = [0; 2];
+    // SAFETY: a valid two-element array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Err(CliError::io("pipe", std::io::Error::last_os_error()));
+    }
+    // SAFETY: fresh fds we own; a larger buffer so the probe never blocks.
+    unsafe {
+        libc::fcntl(fds[0], libc::F_SETPIPE_SZ, 1 << 20);
+        Ok((OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])))
+    }
+}
+
+fn dup_stderr() -> Result<OwnedFd, CliError> {
+    // SAFETY: duplicating fd 2 into a new fd we own.
+    let fd = unsafe { libc::fcntl(std::io::stderr().as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) };
+    if fd < 0 {
+        return Err(CliError::io("dup stderr", std::io::Error::last_os_error()));
+    }
+    // SAFETY: fresh fd we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}

@@ -1,0 +1,26 @@
+//! The CLI's error type.
+
+/// Errors of the `retie` binary itself (the runtime and policy crates have
+/// their own).
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The sandbox runtime failed.
+    #[error(transparent)]
+    Runtime(#[from] retie_runtime::RuntimeError),
+    /// A user-supplied argument is malformed.
+    #[error("{0}")]
+    Usage(String),
+    /// Host-side I/O of the CLI (temp dirs, canaries, listeners).
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl CliError {
+    pub fn io(what: impl Into<String>, source: std::io::Error) -> Self {
+        CliError::Io { what: what.into(), source }
+    }
+}

@@ -1,0 +1,49 @@
+//! `retie`: the command-line front of the sandbox runtime (and, as it
+//! grows, of the agent built on it).
+//!
+//! `main` owns the exit codes. Everything that runs a sandbox does so from
+//! this single-threaded process; nothing here starts a thread before a
+//! sandbox is spawned.
+
+mod commands;
+mod error;
+mod ui;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// retie: run what an AI agent proposes with nothing but the workspace in reach.
+#[derive(Parser)]
+#[command(name = "retie", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run commands inside a fresh sandbox.
+    #[command(subcommand)]
+    Sandbox(commands::sandbox::SandboxCmd),
+    /// Prove, on this machine, that the sandbox holds: seccomp, Landlock,
+    /// namespaces and the network lock, probed from inside a real sandbox.
+    Selftest(commands::selftest::SelftestArgs),
+    /// Internal: the probe battery run inside the self-test's sandbox.
+    #[command(name = "__probe", hide = true)]
+    Probe(commands::probe::ProbeArgs),
+    /// Internal: the sandbox helper for multi-threaded callers.
+    #[command(name = "__sandbox-helper", hide = true)]
+    Helper(commands::helper::HelperArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let code = match cli.command {
+        Command::Sandbox(cmd) => commands::sandbox::run(cmd),
+        Command::Selftest(args) => commands::selftest::run(args),
+        Command::Probe(args) => commands::probe::run(args),
+        Command::Helper(args) => commands::helper::run(args),
+    };
+    ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1))
+}
