@@ -288,6 +288,10 @@ fn battery(args: &ProbeArgs) -> Vec<ProbeResult> {
     let _ = std::fs::remove_file("retie-probe-file");
     b.record("workspace is writable", "write succeeds", if wrote { "written".into() } else { "refused".into() }, wrote);
     for knob in ["/proc/sys/kernel/hostname", "/proc/sysrq-trigger"] {
+        if !Path::new(knob).exists() && knob == "/proc/sysrq-trigger" {
+            b.record(&format!("{knob} read-only"), "EROFS or EACCES", "absent (kernel built without magic sysrq)".into(), true);
+            continue;
+        }
         let p = c(knob);
         // SAFETY: open for writing; expected refused.
         let fd = unsafe { libc::open(p.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
