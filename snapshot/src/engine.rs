@@ -406,10 +406,12 @@ fn preflight(ws: &Workspace, steps: &[Step]) -> Result<()> {
                     None => match parent_ok.get(&parent) {
                         Some(ok) => *ok,
                         None => {
-                            let ok = matches!(
-                                fsx::read_path(&ws.root, &parent, None)?,
-                                Some(Node::Dir { .. })
-                            );
+                            let ok = match ws.root.open_dir(Some(&parent)) {
+                                Ok(_) => true,
+                                Err(Errno::NOENT) | Err(Errno::NOTDIR) => false,
+                                // A symlinked ancestor: a boundary refusal.
+                                Err(e) => return Err(Error::at("open parent of", &s.path, e)),
+                            };
                             parent_ok.insert(parent.clone(), ok);
                             ok
                         }
@@ -502,7 +504,9 @@ fn transition(
     for (path, target) in targets.iter().rev() {
         let dir = match root.open_parent(path) {
             Ok(d) => d,
-            Err(Errno::NOENT) | Err(Errno::NOTDIR) => continue,
+            // Nothing beneath a missing, non-directory or symlinked
+            // ancestor is in the workspace: nothing to remove.
+            Err(Errno::NOENT) | Err(Errno::NOTDIR) | Err(Errno::LOOP) => continue,
             Err(e) => return Err((path.to_string(), Error::at("open parent of", path, e))),
         };
         let name = path.file_name();
@@ -611,7 +615,7 @@ fn transition(
         let shown = d.as_ref().map_or_else(|| ".".to_owned(), |p| p.to_string());
         let fd = match root.open_dir(d.as_ref()) {
             Ok(fd) => fd,
-            Err(Errno::NOENT) | Err(Errno::NOTDIR) => continue,
+            Err(Errno::NOENT) | Err(Errno::NOTDIR) | Err(Errno::LOOP) => continue,
             Err(e) => return Err((shown.clone(), Error::io("open", shown, e.into()))),
         };
         rustix::fs::fsync(&fd)

