@@ -124,9 +124,8 @@ impl FromStr for Digest {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self, Error> {
         let mut out = [0u8; 32];
-        hex::decode_to_slice(s.trim(), &mut out).map_err(|_| Error::DigestSyntax {
-            got: s.to_owned(),
-        })?;
+        hex::decode_to_slice(s.trim(), &mut out)
+            .map_err(|_| Error::DigestSyntax { got: s.to_owned() })?;
         Ok(Digest(out))
     }
 }

@@ -126,7 +126,10 @@ impl fmt::Display for Class {
                 f.write_str("irreversible (the tool acts outside what retie can roll back)")
             }
             Class::Irreversible(Irreversibility::Effect(e)) => {
-                write!(f, "irreversible (declares {e}, which retie cannot roll back)")
+                write!(
+                    f,
+                    "irreversible (declares {e}, which retie cannot roll back)"
+                )
             }
             Class::Unknown(Unknownness::Unclassified) => {
                 f.write_str("unknown (the policy has no entry for this tool)")

@@ -132,6 +132,16 @@ pub enum UnknownTools {
     Gate,
 }
 
+impl UnknownTools {
+    /// Stable name.
+    pub fn name(self) -> &'static str {
+        match self {
+            UnknownTools::Deny => "deny",
+            UnknownTools::Gate => "gate",
+        }
+    }
+}
+
 /// What the lethal-trifecta check does when it fires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -140,6 +150,16 @@ pub enum TrifectaMode {
     Flag,
     /// Deny.
     Deny,
+}
+
+impl TrifectaMode {
+    /// Stable name.
+    pub fn name(self) -> &'static str {
+        match self {
+            TrifectaMode::Flag => "flag",
+            TrifectaMode::Deny => "deny",
+        }
+    }
 }
 
 /// A condition a tier can be told to ask for.
@@ -364,6 +384,8 @@ impl Decision {
     /// Make this decision a denial for `reason`, keeping the others.
     pub(crate) fn deny_first(&mut self, reason: Reason) {
         self.verdict = Verdict::Deny;
+        self.reasons
+            .retain(|r| !matches!(r, Reason::Allowed { .. } | Reason::RiskRecorded));
         self.reasons.insert(0, reason);
     }
 }

@@ -81,6 +81,16 @@ pub enum FiresOn {
     Decrease,
 }
 
+impl FiresOn {
+    /// Stable name.
+    pub fn name(self) -> &'static str {
+        match self {
+            FiresOn::Increase => "increase",
+            FiresOn::Decrease => "decrease",
+        }
+    }
+}
+
 /// A compiled inspection rule.
 #[derive(Debug, Clone)]
 pub struct Rule {

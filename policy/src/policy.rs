@@ -225,13 +225,12 @@ impl Policy {
         let mut tools = BTreeMap::new();
         for (name, spanned) in &file.tools {
             let at = line(spanned.span());
-            let spec = check_tool(name, spanned.get_ref()).map_err(|problem| {
-                Error::PolicyInvalid {
+            let spec =
+                check_tool(name, spanned.get_ref()).map_err(|problem| Error::PolicyInvalid {
                     line: at,
                     what: format!("tool {name:?}"),
                     problem,
-                }
-            })?;
+                })?;
             tools.insert(name.clone(), spec);
         }
 
@@ -426,10 +425,7 @@ fn digest_of(file: &PolicyFile) -> Result<Digest, Error> {
 }
 
 fn syntax_error(text: &str, e: &toml::de::Error) -> Error {
-    let (line, column) = e
-        .span()
-        .map(|s| line_col(text, s.start))
-        .unwrap_or((0, 0));
+    let (line, column) = e.span().map(|s| line_col(text, s.start)).unwrap_or((0, 0));
     Error::PolicySyntax {
         line,
         column,
@@ -442,12 +438,9 @@ pub(crate) fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let offset = offset.min(text.len());
     let before = text.get(..offset).unwrap_or(text);
     let line = before.matches('\n').count() + 1;
-    let column = before
-        .rfind('\n')
-        .map_or(before.chars().count(), |nl| {
-            before.get(nl + 1..).map_or(0, |s| s.chars().count())
-        })
-        + 1;
+    let column = before.rfind('\n').map_or(before.chars().count(), |nl| {
+        before.get(nl + 1..).map_or(0, |s| s.chars().count())
+    }) + 1;
     (line, column)
 }
 

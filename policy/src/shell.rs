@@ -76,7 +76,13 @@ pub struct Redirect {
 impl Redirect {
     /// Duplicates a descriptor (`2>&1`) or targets `/dev/null`: writes no file.
     pub fn is_harmless(&self) -> bool {
-        self.op.ends_with('&') && !self.target.dynamic && self.target.text.chars().all(|c| c.is_ascii_digit() || c == '-')
+        self.op.ends_with('&')
+            && !self.target.dynamic
+            && self
+                .target
+                .text
+                .chars()
+                .all(|c| c.is_ascii_digit() || c == '-')
             || (self.target.text == "/dev/null" && !self.target.dynamic)
     }
 }
@@ -130,9 +136,8 @@ impl fmt::Display for SimpleCommand {
 /// Quote a word for display if it needs it.
 fn quote(s: &str) -> String {
     let plain = !s.is_empty()
-        && s.chars().all(|c| {
-            c.is_ascii_alphanumeric() || "-_./=:,+@%^$*?[]{}~".contains(c)
-        });
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%^$*?[]{}~".contains(c));
     if plain {
         s.to_owned()
     } else {
@@ -598,7 +603,10 @@ impl Parser<'_> {
             Some(c) if c.is_ascii_alphabetic() || c == '_' => {
                 text.push('$');
                 self.pos += 1;
-                while let Some(c) = self.peek().filter(|c| c.is_ascii_alphanumeric() || *c == '_') {
+                while let Some(c) = self
+                    .peek()
+                    .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+                {
                     text.push(c);
                     self.pos += 1;
                 }

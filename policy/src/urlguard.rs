@@ -191,9 +191,11 @@ pub fn check_redirect(
         });
     }
     let base = parse(from)?;
-    let next = base.join(location.trim()).map_err(|e| Refusal::Unparseable {
-        problem: e.to_string(),
-    })?;
+    let next = base
+        .join(location.trim())
+        .map_err(|e| Refusal::Unparseable {
+            problem: e.to_string(),
+        })?;
     // Re-parse the joined URL so every rule of `check` applies to it too.
     let next = parse(next.as_str())?;
     check_parsed(&next, resolved)
@@ -202,9 +204,11 @@ pub fn check_redirect(
 /// What the redirect target of `location` from `from` needs resolved.
 pub fn redirect_target(from: &str, location: &str) -> Result<Target, Refusal> {
     let base = parse(from)?;
-    let next = base.join(location.trim()).map_err(|e| Refusal::Unparseable {
-        problem: e.to_string(),
-    })?;
+    let next = base
+        .join(location.trim())
+        .map_err(|e| Refusal::Unparseable {
+            problem: e.to_string(),
+        })?;
     target(next.as_str())
 }
 
@@ -217,7 +221,11 @@ pub fn non_public(addr: IpAddr) -> Option<&'static str> {
 }
 
 fn in_v4(a: Ipv4Addr, net: [u8; 4], bits: u32) -> bool {
-    let mask = if bits == 0 { 0 } else { u32::MAX << (32 - bits) };
+    let mask = if bits == 0 {
+        0
+    } else {
+        u32::MAX << (32 - bits)
+    };
     (u32::from(a) & mask) == (u32::from(Ipv4Addr::from(net)) & mask)
 }
 
@@ -227,7 +235,11 @@ fn non_public_v4(a: Ipv4Addr) -> Option<&'static str> {
         ([10, 0, 0, 0], 8, "private"),
         ([100, 64, 0, 0], 10, "carrier-grade NAT"),
         ([127, 0, 0, 0], 8, "loopback"),
-        ([169, 254, 0, 0], 16, "link-local (cloud metadata lives here)"),
+        (
+            [169, 254, 0, 0],
+            16,
+            "link-local (cloud metadata lives here)",
+        ),
         ([172, 16, 0, 0], 12, "private"),
         ([192, 0, 0, 0], 24, "IETF protocol assignment"),
         ([192, 0, 2, 0], 24, "documentation"),
@@ -246,7 +258,11 @@ fn non_public_v4(a: Ipv4Addr) -> Option<&'static str> {
 }
 
 fn in_v6(a: Ipv6Addr, net: [u16; 8], bits: u32) -> bool {
-    let mask = if bits == 0 { 0 } else { u128::MAX << (128 - bits) };
+    let mask = if bits == 0 {
+        0
+    } else {
+        u128::MAX << (128 - bits)
+    };
     (u128::from(a) & mask) == (u128::from(Ipv6Addr::from(net)) & mask)
 }
 

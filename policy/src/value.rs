@@ -68,7 +68,10 @@ impl Value {
             }
             serde_json::Value::String(s) => Value::Str(s.clone()),
             serde_json::Value::Array(items) => Value::Array(Frozen(
-                items.iter().map(Value::from_json).collect::<Option<Vec<_>>>()?,
+                items
+                    .iter()
+                    .map(Value::from_json)
+                    .collect::<Option<Vec<_>>>()?,
             )),
             serde_json::Value::Object(map) => {
                 let mut out = BTreeMap::new();

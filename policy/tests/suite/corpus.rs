@@ -68,7 +68,11 @@ fn measure() -> (usize, Counts, BTreeMap<Category, Counts>, Vec<String>) {
     let mut per: BTreeMap<Category, Counts> = BTreeMap::new();
     let mut misses = Vec::new();
     for c in &cases {
-        assert!(names.insert(c.name.clone()), "duplicate case name {}", c.name);
+        assert!(
+            names.insert(c.name.clone()),
+            "duplicate case name {}",
+            c.name
+        );
         let got: BTreeSet<Category> = inspect(policy.rules(), &c.old, &c.new)
             .findings
             .iter()
@@ -100,7 +104,8 @@ fn measure() -> (usize, Counts, BTreeMap<Category, Counts>, Vec<String>) {
 }
 
 fn published() -> (f64, f64, usize) {
-    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/policy.md")).unwrap();
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/policy.md")).unwrap();
     let line = doc
         .lines()
         .find(|l| l.starts_with("<!-- corpus:"))
@@ -111,7 +116,11 @@ fn published() -> (f64, f64, usize) {
             .unwrap_or_else(|| panic!("{k} missing in {line}"))
             .to_owned()
     };
-    (field("precision").parse().unwrap(), field("recall").parse().unwrap(), field("cases").parse().unwrap())
+    (
+        field("precision").parse().unwrap(),
+        field("recall").parse().unwrap(),
+        field("cases").parse().unwrap(),
+    )
 }
 
 #[test]
@@ -120,10 +129,19 @@ fn corpus_has_at_least_100_cases_with_positives_negatives_and_in_place_edits() {
     assert!(cases.len() >= 100, "{}", cases.len());
     let positives = cases.iter().filter(|c| !c.expect.is_empty()).count();
     let negatives = cases.len() - positives;
-    let in_place = cases.iter().filter(|c| !c.old.is_empty() && c.expect.is_empty()).count();
-    assert!(positives >= 40 && negatives >= 40 && in_place >= 20, "{positives} {negatives} {in_place}");
+    let in_place = cases
+        .iter()
+        .filter(|c| !c.old.is_empty() && c.expect.is_empty())
+        .count();
+    assert!(
+        positives >= 40 && negatives >= 40 && in_place >= 20,
+        "{positives} {negatives} {in_place}"
+    );
     for cat in Category::ALL {
-        assert!(cases.iter().filter(|c| c.expect.contains(&cat)).count() >= 4, "few positives for {cat}");
+        assert!(
+            cases.iter().filter(|c| c.expect.contains(&cat)).count() >= 4,
+            "few positives for {cat}"
+        );
     }
 }
 
@@ -131,18 +149,37 @@ fn corpus_has_at_least_100_cases_with_positives_negatives_and_in_place_edits() {
 fn precision_and_recall_stay_at_or_above_the_published_figures() {
     let (n, total, per, misses) = measure();
     println!("cases={n} tp={} fp={} fn={}", total.tp, total.fp, total.fn_);
-    println!("precision={:.3} recall={:.3}", total.precision(), total.recall());
+    println!(
+        "precision={:.3} recall={:.3}",
+        total.precision(),
+        total.recall()
+    );
     for (cat, c) in &per {
         println!(
             "| {cat} | {} | {} | {} | {:.2} | {:.2} |",
-            c.tp, c.fp, c.fn_, c.precision(), c.recall()
+            c.tp,
+            c.fp,
+            c.fn_,
+            c.precision(),
+            c.recall()
         );
     }
     for m in &misses {
         println!("{m}");
     }
     let (p, r, cases) = published();
-    assert_eq!(n, cases, "docs/policy.md reports {cases} cases, the corpus has {n}");
-    assert!(total.precision() + 1e-9 >= p, "precision {:.3} < published {p}", total.precision());
-    assert!(total.recall() + 1e-9 >= r, "recall {:.3} < published {r}", total.recall());
+    assert_eq!(
+        n, cases,
+        "docs/policy.md reports {cases} cases, the corpus has {n}"
+    );
+    assert!(
+        total.precision() + 1e-9 >= p,
+        "precision {:.3} < published {p}",
+        total.precision()
+    );
+    assert!(
+        total.recall() + 1e-9 >= r,
+        "recall {:.3} < published {r}",
+        total.recall()
+    );
 }

@@ -12,7 +12,9 @@ use std::collections::BTreeSet;
 const DOC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/policy.md");
 
 /// The variants published in the doc: marker name, rules, row filter.
-fn variants() -> Vec<(&'static str, GateRules, fn(&GateInput) -> bool)> {
+type Variant = (&'static str, GateRules, fn(&GateInput) -> bool);
+
+fn variants() -> Vec<Variant> {
     let shipped = shipped().gate_rules().clone();
     let mut unknown_gate = shipped.clone();
     unknown_gate.unknown_tools = UnknownTools::Gate;
@@ -20,7 +22,9 @@ fn variants() -> Vec<(&'static str, GateRules, fn(&GateInput) -> bool)> {
     trifecta_deny.trifecta_mode = TrifectaMode::Deny;
     vec![
         ("shipped", shipped, |_| true),
-        ("unknown-gate", unknown_gate, |i| i.class == ClassKind::Unknown),
+        ("unknown-gate", unknown_gate, |i| {
+            i.class == ClassKind::Unknown
+        }),
         ("trifecta-deny", trifecta_deny, |i| i.trifecta),
     ]
 }
@@ -28,21 +32,35 @@ fn variants() -> Vec<(&'static str, GateRules, fn(&GateInput) -> bool)> {
 fn block(doc: &str, name: &str) -> (usize, usize) {
     let open = format!("<!-- truth-table:{name} -->\n");
     let close = "<!-- /truth-table -->";
-    let start = doc.find(&open).unwrap_or_else(|| panic!("marker {open:?} missing in docs/policy.md")) + open.len();
+    let start = doc
+        .find(&open)
+        .unwrap_or_else(|| panic!("marker {open:?} missing in docs/policy.md"))
+        + open.len();
     let end = start + doc[start..].find(close).expect("closing marker");
     (start, end)
 }
 
 fn parse_row(line: &str) -> (GateInput, Verdict, String) {
-    let cells: Vec<&str> = line.trim().trim_matches('|').split('|').map(str::trim).collect();
+    let cells: Vec<&str> = line
+        .trim()
+        .trim_matches('|')
+        .split('|')
+        .map(str::trim)
+        .collect();
     assert_eq!(cells.len(), 7, "row {line:?}");
     let yes = |s: &str| match s {
         "yes" => true,
         "no" => false,
         _ => panic!("yes/no expected in {line:?}"),
     };
-    let class = *ClassKind::ALL.iter().find(|c| c.name() == cells[1]).expect("class");
-    let risk = *RiskLevel::ALL.iter().find(|r| r.name() == cells[3]).expect("risk");
+    let class = *ClassKind::ALL
+        .iter()
+        .find(|c| c.name() == cells[1])
+        .expect("class");
+    let risk = *RiskLevel::ALL
+        .iter()
+        .find(|r| r.name() == cells[3])
+        .expect("risk");
     let verdict = match cells[5] {
         "run" => Verdict::Run,
         "ask" => Verdict::Ask,
@@ -64,7 +82,10 @@ fn every_row_of_the_published_truth_tables_holds() {
     let mut doc = std::fs::read_to_string(DOC).expect("docs/policy.md");
     if std::env::var_os("RETIE_BLESS").is_some() {
         for (name, rules, keep) in variants() {
-            let rows: Vec<_> = truth_table(&rules).into_iter().filter(|r| keep(&r.input)).collect();
+            let rows: Vec<_> = truth_table(&rules)
+                .into_iter()
+                .filter(|r| keep(&r.input))
+                .collect();
             let (s, e) = block(&doc, name);
             doc.replace_range(s..e, &truth_table_markdown(&rows));
         }
@@ -77,13 +98,26 @@ fn every_row_of_the_published_truth_tables_holds() {
         for line in doc[s..e].lines().skip(2).filter(|l| l.starts_with('|')) {
             let (input, verdict, reason) = parse_row(line);
             let d = gate(&rules, &input);
-            assert_eq!(d.verdict, verdict, "table {name}, row {line:?}: gate says {d}");
-            assert_eq!(d.codes(), reason, "table {name}, row {line:?}: gate says {d}");
+            assert_eq!(
+                d.verdict, verdict,
+                "table {name}, row {line:?}: gate says {d}"
+            );
+            assert_eq!(
+                d.codes(),
+                reason,
+                "table {name}, row {line:?}: gate says {d}"
+            );
             assert!(seen.insert(format!("{input:?}")), "duplicate row {line:?}");
             checked += 1;
         }
-        let expected = truth_table(&rules).into_iter().filter(|r| keep(&r.input)).count();
-        assert_eq!(checked, expected, "table {name} must list every combination");
+        let expected = truth_table(&rules)
+            .into_iter()
+            .filter(|r| keep(&r.input))
+            .count();
+        assert_eq!(
+            checked, expected,
+            "table {name} must list every combination"
+        );
     }
 }
 
@@ -96,7 +130,10 @@ fn the_full_table_has_144_rows() {
 // independently of the gate's code.
 
 fn all_inputs() -> Vec<GateInput> {
-    truth_table(&GateRules::shipped()).into_iter().map(|r| r.input).collect()
+    truth_table(&GateRules::shipped())
+        .into_iter()
+        .map(|r| r.input)
+        .collect()
 }
 
 #[test]
@@ -133,7 +170,10 @@ fn unknown_is_denied_by_default_and_asks_when_gated() {
     let rules = shipped().gate_rules().clone();
     let mut open = rules.clone();
     open.unknown_tools = UnknownTools::Gate;
-    for i in all_inputs().into_iter().filter(|i| i.class == ClassKind::Unknown) {
+    for i in all_inputs()
+        .into_iter()
+        .filter(|i| i.class == ClassKind::Unknown)
+    {
         assert_eq!(gate(&rules, &i).verdict, Verdict::Deny, "{i:?}");
         assert_ne!(gate(&open, &i).verdict, Verdict::Run, "{i:?}");
     }
@@ -187,7 +227,10 @@ fn every_reason_reads_as_a_sentence() {
     for row in truth_table(&rules) {
         for r in &row.decision.reasons {
             let s = r.to_string();
-            assert!(s.len() > 15 && !s.contains("Tier") && !s.contains("ClassKind"), "{s}");
+            assert!(
+                s.len() > 15 && !s.contains("Tier") && !s.contains("ClassKind"),
+                "{s}"
+            );
         }
     }
 }

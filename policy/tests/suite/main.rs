@@ -15,5 +15,8 @@ use retie_policy::Policy;
 
 /// The shipped policy; every test that needs one starts here.
 pub fn shipped() -> Policy {
-    Policy::shipped().expect("the shipped policy loads")
+    static SHIPPED: std::sync::OnceLock<Policy> = std::sync::OnceLock::new();
+    SHIPPED
+        .get_or_init(|| Policy::shipped().expect("the shipped policy loads"))
+        .clone()
 }

@@ -5,7 +5,9 @@ use retie_policy::{ClassKind, Error, Tier, DEFAULT_POLICY};
 fn shipped_policy_loads_and_has_the_core_tools() {
     let p = shipped();
     assert_eq!(p.default_tier(), Tier::Gated);
-    for t in ["read", "glob", "grep", "recall", "write", "edit", "bash", "fetch", "lab"] {
+    for t in [
+        "read", "glob", "grep", "recall", "write", "edit", "bash", "fetch", "lab",
+    ] {
         assert!(p.tool(t).is_some(), "tool {t} missing");
     }
     assert_eq!(p.tool("bash").unwrap().class, ClassKind::Reversible);
@@ -22,8 +24,10 @@ fn digest_ignores_comments_formatting_and_table_order() {
         .collect();
     let b = Policy::parse(&reformatted).unwrap();
     assert_eq!(a.digest(), b.digest());
-    let small1 = "version = 1\n[tools.a]\nclass = \"no_effect\"\n[tools.b]\nclass = \"irreversible\"\n";
-    let small2 = "version = 1\n[tools.b]\nclass = \"irreversible\"\n[tools.a]\nclass = \"no_effect\"\n";
+    let small1 =
+        "version = 1\n[tools.a]\nclass = \"no_effect\"\n[tools.b]\nclass = \"irreversible\"\n";
+    let small2 =
+        "version = 1\n[tools.b]\nclass = \"irreversible\"\n[tools.a]\nclass = \"no_effect\"\n";
     assert_eq!(
         Policy::parse(small1).unwrap().digest(),
         Policy::parse(small2).unwrap().digest()
@@ -86,10 +90,15 @@ fn wrong_version_is_refused() {
 
 #[test]
 fn reversible_without_inverse_is_refused_at_its_line() {
-    let text = "version = 1\n\n[tools.write]\nclass = \"reversible\"\neffects = [\"writes_workspace\"]\n";
+    let text =
+        "version = 1\n\n[tools.write]\nclass = \"reversible\"\neffects = [\"writes_workspace\"]\n";
     let e = Policy::parse(text).unwrap_err();
     match &e {
-        Error::PolicyInvalid { line, what, problem } => {
+        Error::PolicyInvalid {
+            line,
+            what,
+            problem,
+        } => {
             assert_eq!(*line, 3, "{e}");
             assert!(what.contains("write"));
             assert!(problem.contains("inverse"));
@@ -117,7 +126,10 @@ fn inconsistent_tools_are_refused() {
         let e = Policy::parse(&text);
         assert!(e.is_err(), "accepted:\n{c}");
         let msg = e.unwrap_err().to_string();
-        assert!(msg.contains("line 2") || msg.contains("line 3") || msg.contains("line 4"), "{msg}");
+        assert!(
+            msg.contains("line 2") || msg.contains("line 3") || msg.contains("line 4"),
+            "{msg}"
+        );
     }
 }
 

