@@ -153,14 +153,13 @@ pub fn evaluate(policy: &Policy, action: &Action, ctx: &Context) -> Evaluation {
         .and_then(|t| t.shell_arg.as_deref())
         .and_then(|arg| action.args().get(arg))
         .and_then(Value::as_str)
-        .map(|line| read_shell(policy, line));
-    if let Some(reading) = &shell {
-        if let Ok(parsed) = split(&reading.line) {
-            if let Some((command, prefix)) = policy.shell_rules().denied(&parsed) {
+        .map(|line| {
+            let (reading, parsed) = read_shell(policy, line);
+            if let Some((command, prefix)) = parsed.and_then(|p| policy.shell_rules().denied(&p)) {
                 decision.deny_first(Reason::ShellDenied { command, prefix });
             }
-        }
-    }
+            reading
+        });
     for effect in forbidden_effects.into_iter().rev() {
         decision.deny_first(Reason::EffectNotPermitted {
             tool: action.tool().to_owned(),
@@ -176,30 +175,36 @@ pub fn evaluate(policy: &Policy, action: &Action, ctx: &Context) -> Evaluation {
     }
 }
 
-fn read_shell(policy: &Policy, line: &str) -> ShellReading {
+fn read_shell(policy: &Policy, line: &str) -> (ShellReading, Option<ShellLine>) {
     match split(line) {
-        Ok(parsed) => ShellReading {
-            line: line.to_owned(),
-            parts: parsed
-                .commands
-                .iter()
-                .map(|c| {
-                    let sym = c.connector.symbol();
-                    if sym.is_empty() {
-                        c.to_string()
-                    } else {
-                        format!("{sym} {c}")
-                    }
-                })
-                .collect(),
-            error: None,
-            coverage: Some(policy.shell_rules().coverage(&parsed)),
-        },
-        Err(e) => ShellReading {
-            line: line.to_owned(),
-            parts: Vec::new(),
-            error: Some(e.to_string()),
-            coverage: None,
-        },
+        Ok(parsed) => (
+            ShellReading {
+                line: line.to_owned(),
+                parts: parsed
+                    .commands
+                    .iter()
+                    .map(|c| {
+                        let sym = c.connector.symbol();
+                        if sym.is_empty() {
+                            c.to_string()
+                        } else {
+                            format!("{sym} {c}")
+                        }
+                    })
+                    .collect(),
+                error: None,
+                coverage: Some(policy.shell_rules().coverage(&parsed)),
+            },
+            Some(parsed),
+        ),
+        Err(e) => (
+            ShellReading {
+                line: line.to_owned(),
+                parts: Vec::new(),
+                error: Some(e.to_string()),
+                coverage: None,
+            },
+            None,
+        ),
     }
 }

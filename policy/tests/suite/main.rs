@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod action_digest;
+mod classify;
 mod corpus;
 mod gate_table;
 mod inspect_rules;
