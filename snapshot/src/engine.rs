@@ -239,10 +239,7 @@ pub fn recover(ws: &Workspace, store: &Store, journal: &Journal) -> Result<Recov
     journal.clean_temps()?;
     store.clean_temps()?;
     let mut report = RecoveryReport::default();
-    for mut e in journal.entries()? {
-        if e.state != EntryState::Pending {
-            continue;
-        }
+    for mut e in journal.pending()? {
         if e.workspace != ws.path() {
             report.other_workspaces.push(e.id);
             continue;
@@ -302,9 +299,9 @@ fn run(
 ) -> Result<Entry> {
     let _lock = journal.lock()?;
     let pending: Vec<String> = journal
-        .entries()?
+        .pending()?
         .into_iter()
-        .filter(|e| e.state == EntryState::Pending && e.workspace == ws.path())
+        .filter(|e| e.workspace == ws.path())
         .map(|e| e.id)
         .collect();
     if !pending.is_empty() {

@@ -1,11 +1,15 @@
 //! The journal: one JSON file per apply, undo or file-tool write.
 //!
-//! Layout under the state dir: `journal/<id>.json` and `journal/lock`. An
-//! entry is written (temp + fsync + rename + fsync of the directory) in state
-//! `pending` before the workspace is touched, and rewritten the same way as
-//! `complete` (or `rolled_back`) afterwards. Every operation that changes the
+//! Layout under the state dir: `journal/<id>.pending.json` while an entry is
+//! pending, `journal/<id>.json` once it is complete or rolled back,
+//! `journal/seq` (last sequence number) and `journal/lock`. An entry is
+//! written (temp + fsync + rename + fsync of the directory) as pending before
+//! the workspace is touched, then written the same way as `complete` (or
+//! `rolled_back`) and its pending file removed. Finding pending entries reads
+//! directory names only, so it does not grow with the journal's content. Every operation that changes the
 //! workspace holds an exclusive `flock` on `journal/lock`.
 
+use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::os::fd::AsFd;
@@ -168,41 +172,76 @@ impl Journal {
         Ok(JournalLock { _file: f })
     }
 
-    fn entry_path(&self, id: &str) -> PathBuf {
+    fn final_path(&self, id: &str) -> PathBuf {
         self.dir.join(format!("{id}.json"))
     }
 
-    /// Every entry, in `seq` order.
-    pub fn entries(&self) -> Result<Vec<Entry>> {
-        let mut out = Vec::new();
+    fn pending_path(&self, id: &str) -> PathBuf {
+        self.dir.join(format!("{id}.pending.json"))
+    }
+
+    /// The ids in the journal directory: (id, has final file, has pending file).
+    fn scan(&self) -> Result<BTreeMap<String, (bool, bool)>> {
+        let mut ids: BTreeMap<String, (bool, bool)> = BTreeMap::new();
         let rd = fs::read_dir(&self.dir).map_err(|e| Error::io("read dir", &self.dir, e))?;
         for ent in rd {
             let ent = ent.map_err(|e| Error::io("read dir", &self.dir, e))?;
             let name = ent.file_name();
             let Some(name) = name.to_str() else { continue };
-            if let Some(id) = name.strip_suffix(".json") {
+            if let Some(id) = name.strip_suffix(".pending.json") {
                 if check_id(id).is_ok() {
-                    out.push(self.read_path(&ent.path())?);
+                    ids.entry(id.to_owned()).or_default().1 = true;
+                }
+            } else if let Some(id) = name.strip_suffix(".json") {
+                if check_id(id).is_ok() {
+                    ids.entry(id.to_owned()).or_default().0 = true;
                 }
             }
         }
-        out.sort_by_key(|e| e.seq);
+        Ok(ids)
+    }
+
+    /// Every entry, in `seq` order.
+    pub fn entries(&self) -> Result<Vec<Entry>> {
+        let mut out = Vec::new();
+        for (id, (fin, _)) in self.scan()? {
+            let p = if fin {
+                self.final_path(&id)
+            } else {
+                self.pending_path(&id)
+            };
+            out.push(self.read_path(&p)?);
+        }
+        out.sort_by_key(|e| (e.seq, e.created_unix_ms));
+        Ok(out)
+    }
+
+    /// The pending entries (cheap: only pending files are read).
+    pub fn pending(&self) -> Result<Vec<Entry>> {
+        let mut out = Vec::new();
+        for (id, (fin, pend)) in self.scan()? {
+            if pend && !fin {
+                out.push(self.read_path(&self.pending_path(&id))?);
+            }
+        }
+        out.sort_by_key(|e| (e.seq, e.created_unix_ms));
         Ok(out)
     }
 
     /// The entry `id`.
     pub fn get(&self, id: &str) -> Result<Entry> {
         check_id(id)?;
-        let p = self.entry_path(id);
-        if !p.exists() {
-            return Err(Error::UnknownEntry { id: id.to_owned() });
+        for p in [self.final_path(id), self.pending_path(id)] {
+            if p.exists() {
+                return self.read_path(&p);
+            }
         }
-        self.read_path(&p)
+        Err(Error::UnknownEntry { id: id.to_owned() })
     }
 
     /// Whether an entry `id` exists.
     pub fn exists(&self, id: &str) -> bool {
-        check_id(id).is_ok() && self.entry_path(id).exists()
+        check_id(id).is_ok() && (self.final_path(id).exists() || self.pending_path(id).exists())
     }
 
     fn read_path(&self, p: &Path) -> Result<Entry> {
@@ -213,15 +252,36 @@ impl Journal {
         })
     }
 
-    /// The next sequence number (call with the lock held).
+    /// The next sequence number (call with the lock held). Kept in
+    /// `journal/seq`; rebuilt from the entries if that file is missing.
     pub(crate) fn next_seq(&self) -> Result<u64> {
-        Ok(self.entries()?.iter().map(|e| e.seq).max().unwrap_or(0) + 1)
+        let p = self.dir.join("seq");
+        let last = match fs::read_to_string(&p)
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+        {
+            Some(n) => n,
+            None => self.entries()?.iter().map(|e| e.seq).max().unwrap_or(0),
+        };
+        let next = last + 1;
+        let tmp = self.dir.join(".seq.tmp");
+        fs::write(&tmp, next.to_string()).map_err(|e| Error::io("write", &tmp, e))?;
+        fs::rename(&tmp, &p).map_err(|e| Error::io("rename", &p, e))?;
+        Ok(next)
     }
 
-    /// Writes `entry` durably and atomically (temp, fsync, rename, fsync dir).
+    /// Writes `entry` durably and atomically (temp, fsync, rename, fsync
+    /// dir). A pending entry lives in `<id>.pending.json`; a finished one in
+    /// `<id>.json`, after which the pending file is removed (if both exist
+    /// after a crash, the finished one wins).
     pub(crate) fn write(&self, entry: &Entry) -> Result<()> {
         check_id(&entry.id)?;
-        let dest = self.entry_path(&entry.id);
+        let pending = entry.state == EntryState::Pending;
+        let dest = if pending {
+            self.pending_path(&entry.id)
+        } else {
+            self.final_path(&entry.id)
+        };
         let tmp = self.dir.join(format!(".{}.json.tmp", entry.id));
         let bytes = serde_json::to_vec_pretty(entry).map_err(|e| Error::Journal {
             path: dest.clone(),
@@ -239,11 +299,26 @@ impl Journal {
             .map_err(|e| Error::io("write", &tmp, e))?;
         drop(f);
         fs::rename(&tmp, &dest).map_err(|e| Error::io("rename", &dest, e))?;
+        if !pending {
+            let pp = self.pending_path(&entry.id);
+            match fs::remove_file(&pp) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io("remove", &pp, e)),
+            }
+        }
         fsync_dir(&self.dir)
     }
 
-    /// Removes temp files left by an interrupted [`Journal::write`].
+    /// Removes temp files left by an interrupted [`Journal::write`], and
+    /// pending files superseded by a finished entry.
     pub(crate) fn clean_temps(&self) -> Result<()> {
+        for (id, (fin, pend)) in self.scan()? {
+            if fin && pend {
+                let p = self.pending_path(&id);
+                fs::remove_file(&p).map_err(|e| Error::io("remove", &p, e))?;
+            }
+        }
         let rd = fs::read_dir(&self.dir).map_err(|e| Error::io("read dir", &self.dir, e))?;
         for ent in rd {
             let ent = ent.map_err(|e| Error::io("read dir", &self.dir, e))?;

@@ -24,27 +24,37 @@ fn crash_child() {
         return;
     };
     let mut lines = spec.lines();
-    let (cs, ws, state) = (
+    let (mode, cs, ws, state) = (
+        lines.next().expect("mode"),
         lines.next().expect("cs path"),
         lines.next().expect("ws path"),
         lines.next().expect("state path"),
     );
-    let cs: Changeset = serde_json::from_slice(&fs::read(cs).expect("read cs")).expect("parse cs");
     let ws = Workspace::open(Path::new(ws)).expect("ws");
     let state = Path::new(state);
     let (store, journal) = (
         Store::open(state).expect("store"),
         Journal::open(state).expect("journal"),
     );
+    if mode == "recover" {
+        recover(&ws, &store, &journal).expect("child recover");
+        return;
+    }
+    let cs: Changeset = serde_json::from_slice(&fs::read(cs).expect("read cs")).expect("parse cs");
     apply(&cs, &ws, &store, &journal, &ApplyOptions::default()).expect("child apply");
 }
 
-fn spawn_child(cs: &Path, ws: &Path, state: &Path) -> std::process::Child {
+fn spawn_child(mode: &str, cs: &Path, ws: &Path, state: &Path) -> std::process::Child {
     Command::new(std::env::current_exe().expect("current_exe"))
         .args(["--exact", "crash::crash_child", "--test-threads=1", "-q"])
         .env(
             CHILD_ENV,
-            format!("{}\n{}\n{}", cs.display(), ws.display(), state.display()),
+            format!(
+                "{mode}\n{}\n{}\n{}",
+                cs.display(),
+                ws.display(),
+                state.display()
+            ),
         )
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -108,7 +118,9 @@ fn kill_9_during_apply_then_recover_gives_before_or_after() {
     };
     let (dir, ws, state) = run(0);
     let t0 = Instant::now();
-    let st = spawn_child(&cs_path, &ws, &state).wait().expect("wait");
+    let st = spawn_child("apply", &cs_path, &ws, &state)
+        .wait()
+        .expect("wait");
     let full = t0.elapsed();
     assert!(st.success(), "uninterrupted child apply failed");
     assert_tree("uninterrupted apply", &after, &tree(&ws));
@@ -125,12 +137,16 @@ fn kill_9_during_apply_then_recover_gives_before_or_after() {
         | 1;
     eprintln!("crash loop: full apply {full:?}, seed {seed}");
     let mut rng = Rng(seed);
-    let (mut got_before, mut got_after, mut rolled_back, mut reapplied) = (0, 0, 0, 0);
+    let (mut got_before, mut got_after, mut reapplied) = (0, 0, 0);
+    let (mut recoveries_killed, mut mid_apply) = (0, 0);
     let iterations = 30;
     for i in 1..=iterations {
         let (dir, ws_path, state) = run(i);
-        let delay = Duration::from_micros(rng.next() % (full.as_micros() as u64 + 1));
-        let mut child = spawn_child(&cs_path, &ws_path, &state);
+        // Capturing pre-images takes the first part of an apply; spread the
+        // kills over [full/4, full] so most land after the journal entry.
+        let span = full.as_micros() as u64;
+        let delay = Duration::from_micros(span / 4 + rng.next() % (span * 3 / 4 + 1));
+        let mut child = spawn_child("apply", &cs_path, &ws_path, &state);
         std::thread::sleep(delay);
         let _ = child.kill(); // SIGKILL
         let _ = child.wait();
@@ -140,14 +156,35 @@ fn kill_9_during_apply_then_recover_gives_before_or_after() {
             Store::open(&state).expect("store"),
             Journal::open(&state).expect("journal"),
         );
-        let report = recover(&ws, &store, &journal).expect("recover");
-        rolled_back += report.rolled_back.len();
+        // Every other interrupted apply also gets its recovery killed
+        // part-way: recovery must itself be recoverable.
+        let interrupted = !journal.pending().expect("pending").is_empty();
+        if interrupted {
+            mid_apply += 1;
+        }
+        if interrupted && rng.next() & 1 == 0 {
+            let delay = Duration::from_micros(rng.next() % (full.as_micros() as u64 / 2 + 1));
+            let mut rchild = spawn_child("recover", &cs_path, &ws_path, &state);
+            std::thread::sleep(delay);
+            let _ = rchild.kill();
+            let _ = rchild.wait();
+            recoveries_killed += 1;
+        }
+        recover(&ws, &store, &journal).expect("recover");
         let entries = journal.entries().expect("entries");
         assert!(
             entries.iter().all(|e| e.state != EntryState::Pending),
             "iteration {i} (seed {seed}, delay {delay:?}): pending entry after recovery"
         );
         let t = tree(&ws_path);
+        if interrupted {
+            // The roll-back rule: an interrupted entry ends as "before".
+            assert_tree(
+                &format!("iteration {i} (seed {seed}): rolled back"),
+                &before,
+                &t,
+            );
+        }
         if t == before {
             got_before += 1;
             assert!(entries.iter().all(|e| e.state != EntryState::Complete));
@@ -170,10 +207,11 @@ fn kill_9_during_apply_then_recover_gives_before_or_after() {
         fs::remove_dir_all(&dir).expect("cleanup");
     }
     eprintln!(
-        "crash loop: {iterations} kills: {got_before} before ({rolled_back} rolled back mid-apply), {got_after} after"
+        "crash loop: {iterations} kills: {got_before} before ({mid_apply} interrupted mid-apply and rolled back, \
+         {recoveries_killed} of whose recoveries were killed too), {got_after} after"
     );
     assert!(
-        rolled_back >= 1,
+        mid_apply >= 1,
         "no kill landed mid-apply (seed {seed}); the loop proved nothing"
     );
 }
