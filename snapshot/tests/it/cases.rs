@@ -365,3 +365,23 @@ fn walkdir_count(d: &std::path::Path) -> usize {
     }
     n
 }
+
+#[test]
+fn journal_ids_are_not_paths_and_unknown_ids_are_reported() {
+    let env = Env::new();
+    base_tree(&env.ws);
+    let (ws, store, journal) = env.open();
+    for bad in ["../../etc/passwd", "a/b", "", ".hidden"] {
+        let err = undo(bad, &ws, &store, &journal, &UndoOptions::default()).expect_err("refused");
+        assert!(matches!(err, Error::InvalidPath { .. }), "{bad:?}: {err}");
+    }
+    let err = undo(
+        "0123456789abcdef",
+        &ws,
+        &store,
+        &journal,
+        &UndoOptions::default(),
+    )
+    .expect_err("unknown");
+    assert!(matches!(err, Error::UnknownEntry { .. }), "{err}");
+}
