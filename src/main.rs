@@ -13,6 +13,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use retie_runtime::EXIT_SANDBOX_FAILED;
+
 /// retie: run what an AI agent proposes with nothing but the workspace in reach.
 #[derive(Parser)]
 #[command(name = "retie", version, about, propagate_version = true)]
@@ -38,7 +40,15 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // Usage errors exit 125 like every other failure of retie itself, so
+    // they cannot be mistaken for the sandboxed command's own exit code.
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { EXIT_SANDBOX_FAILED as u8 } else { 0 });
+        }
+    };
     let code = match cli.command {
         Command::Sandbox(cmd) => commands::sandbox::run(cmd),
         Command::Selftest(args) => commands::selftest::run(args),

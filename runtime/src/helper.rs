@@ -90,8 +90,6 @@ pub fn run_via_helper(helper_exe: &Path, spec: &SandboxSpec) -> Result<Outcome> 
     let w = reply_w.as_raw_fd();
     let mut cmd = Command::new(helper_exe);
     cmd.arg("__sandbox-helper")
-        .arg("--request-fd")
-        .arg("-1")
         .arg("--reply-fd")
         .arg(REPLY_FD.to_string())
         .env(REQUEST_ENV, request);
@@ -126,7 +124,7 @@ pub fn run_via_helper(helper_exe: &Path, spec: &SandboxSpec) -> Result<Outcome> 
 
 /// The helper's side: read the request, run it, reply. Returns the exit
 /// code the helper process should end with.
-pub fn serve(_request_fd: i32, reply_fd: i32) -> i32 {
+pub fn serve(reply_fd: i32) -> i32 {
     let reply = match std::env::var(REQUEST_ENV)
         .map_err(|_| RuntimeError::Helper(format!("{REQUEST_ENV} is not set")))
         .and_then(|s| {

@@ -1,0 +1,197 @@
+//! `retie sandbox exec`: exit codes, signals, stdio, workspace handling,
+//! clear errors.
+
+use std::io::Write;
+use std::process::Stdio;
+
+use crate::harness::*;
+
+#[test]
+fn exit_code_passes_through() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        for code in [0, 1, 7, 42, 255] {
+            let o = s.sh(&format!("exit {code}"));
+            assert_code(&o, code, &format!("{leg:?} exit {code}"));
+        }
+    }
+}
+
+#[test]
+fn killed_by_signal_is_128_plus_signal() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let o = s.exec(&["--json"], &["sh", "-c", "kill -TERM $$"]);
+        assert_code(&o, 143, &format!("{leg:?} SIGTERM"));
+        let st = json_status(&o);
+        assert_eq!(st["signal"], 15, "{st}");
+        assert_eq!(st["timed_out"], false, "{st}");
+        let o = s.sh("kill -KILL $$");
+        assert_code(&o, 137, &format!("{leg:?} SIGKILL"));
+    }
+}
+
+#[test]
+fn json_status_has_the_documented_shape() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let o = s.exec(&["--json"], &["true"]);
+        assert_code(&o, 0, "true");
+        let st = json_status(&o);
+        for key in ["exit_code", "signal", "timed_out", "duration_ms", "landlock_abi", "seccomp"] {
+            assert!(st.get(key).is_some(), "missing {key} in {st}");
+        }
+        assert_eq!(st["seccomp"], true);
+        assert!(st["landlock_abi"].as_i64().unwrap_or(0) >= 1, "{st}");
+    }
+}
+
+#[test]
+fn large_stdout_passes_through_intact() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let o = s.exec(&[], &["head", "-c", "50000000", "/dev/zero"]);
+        assert_code(&o, 0, "head");
+        assert_eq!(o.stdout.len(), 50_000_000, "{leg:?}");
+        assert!(o.stdout.iter().all(|b| *b == 0));
+    }
+}
+
+#[test]
+fn stdin_is_piped_in() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let mut cmd = s.retie();
+        cmd.args(["sandbox", "exec", "--", "sh", "-c", "wc -c; echo done"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn");
+        let data = vec![b'a'; 1 << 20];
+        let mut stdin = child.stdin.take().expect("stdin");
+        let writer = std::thread::spawn(move || {
+            stdin.write_all(&data).expect("write stdin");
+        });
+        let o = child.wait_with_output().expect("wait");
+        writer.join().expect("writer");
+        assert_code(&o, 0, "wc");
+        assert_eq!(stdout(&o).split_whitespace().collect::<Vec<_>>(), ["1048576", "done"]);
+    }
+}
+
+#[test]
+fn workspace_path_with_spaces() {
+    for leg in legs() {
+        let s = Scratch::with_ws_name(leg, "my project dir");
+        let o = s.sh("pwd; echo written > 'a file'");
+        assert_code(&o, 0, "pwd");
+        assert_eq!(stdout(&o).trim(), path_str(&s.ws));
+        assert_eq!(std::fs::read_to_string(s.ws.join("a file")).expect("file").trim(), "written");
+    }
+}
+
+#[test]
+fn missing_workspace_is_a_clear_error() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let mut cmd = s.retie();
+        let o = cmd
+            .args(["sandbox", "exec", "-w", "/nonexistent/retie/ws", "--", "true"])
+            .output()
+            .expect("run");
+        assert_code(&o, 125, "missing workspace");
+        assert!(stderr(&o).contains("/nonexistent/retie/ws") && stderr(&o).contains("does not exist"), "{}", stderr(&o));
+    }
+}
+
+#[test]
+fn command_not_found_is_127_with_a_clear_error() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let o = s.exec(&[], &["retie-no-such-command"]);
+        assert_code(&o, 127, "not found");
+        let e = stderr(&o);
+        assert!(e.contains("retie-no-such-command") && e.contains("not found"), "{e}");
+        let o = s.exec(&[], &["/usr/bin/retie-no-such-command"]);
+        assert_code(&o, 127, "absolute not found");
+    }
+}
+
+#[test]
+fn command_not_executable_is_126() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let o = s.sh("printf 'echo hi\\n' > script; chmod 644 script");
+        assert_code(&o, 0, "prepare");
+        let o = s.exec(&[], &["./script"]);
+        assert_code(&o, 126, "not executable");
+        assert!(stderr(&o).contains("./script"), "{}", stderr(&o));
+        // A script without a shebang but with x runs through /bin/sh, as execvp does.
+        let o = s.sh("chmod 755 script; ./script");
+        assert_code(&o, 0, "shebang-less script");
+        assert_eq!(stdout(&o).trim(), "hi");
+    }
+}
+
+#[test]
+fn environment_is_clean_and_explicit() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let mut cmd = s.retie();
+        let o = cmd
+            .env("OPENAI_API_KEY", "sk-retie-test-must-not-leak")
+            .env("RETIE_PASSED", "passed-value")
+            .args(["sandbox", "exec", "--env", "FOO=bar=baz", "--env-pass", "RETIE_PASSED", "--", "env"])
+            .output()
+            .expect("run");
+        assert_code(&o, 0, "env");
+        let out = stdout(&o);
+        assert!(!out.contains("sk-retie-test-must-not-leak"), "API key leaked:\n{out}");
+        let mut names: Vec<&str> = out.lines().filter_map(|l| l.split('=').next()).collect();
+        names.sort();
+        assert_eq!(names, ["FOO", "HOME", "LANG", "PATH", "RETIE_PASSED", "TERM", "USER"], "{out}");
+        assert!(out.contains("FOO=bar=baz") && out.contains("RETIE_PASSED=passed-value"), "{out}");
+    }
+}
+
+#[test]
+fn bad_arguments_are_clear_errors() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let o = s.exec(&["--env", "NOEQUALS"], &["true"]);
+        assert_code(&o, 125, "--env without =");
+        assert!(stderr(&o).contains("expected K=V"), "{}", stderr(&o));
+        let o = s.exec(&["--timeout", "-3"], &["true"]);
+        assert_code(&o, 125, "negative timeout");
+        let o = s.exec(&["--profile", "nosuchprofile"], &["true"]);
+        assert_code(&o, 125, "unknown profile");
+        assert!(stderr(&o).contains("no built-in profile"), "{}", stderr(&o));
+    }
+}
+
+#[test]
+fn only_stdio_fds_reach_the_command() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        // The caller leaks fds 7 and 9 (no CLOEXEC) into retie; the command
+        // must not see them.
+        let bin = bin(leg);
+        let script = format!(
+            "exec 7</etc/hostname 9>/dev/null; exec {} sandbox exec -- sh -c 'ls /proc/$$/fd'",
+            bin.display()
+        );
+        // Run the wrapper shell as the leg's user too.
+        let o = match leg {
+            Leg::Invoker => std::process::Command::new("sh").arg("-c").arg(&script).current_dir(&s.ws).output(),
+            Leg::Nobody => std::process::Command::new("setpriv")
+                .args(["--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", &script])
+                .env("HOME", &s.home)
+                .current_dir(&s.ws)
+                .output(),
+        }
+        .expect("run");
+        assert_code(&o, 0, "ls fds");
+        let fds: Vec<String> = stdout(&o).split_whitespace().map(String::from).collect();
+        assert_eq!(fds, ["0", "1", "2"], "{leg:?}: unexpected fds {fds:?}");
+    }
+}

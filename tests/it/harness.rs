@@ -1,0 +1,199 @@
+//! The test harness: legs, workspaces and the binary.
+
+#![allow(dead_code)]
+
+use std::os::unix::fs::{chown, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+pub const NOBODY: u32 = 65534;
+
+/// Who runs retie.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Leg {
+    /// The user running the tests (root in CI).
+    Invoker,
+    /// uid/gid 65534 with a cleared group list.
+    Nobody,
+}
+
+pub fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// The legs this machine can run.
+pub fn legs() -> Vec<Leg> {
+    if is_root() {
+        vec![Leg::Invoker, Leg::Nobody]
+    } else {
+        eprintln!("note: not root, so the uid-65534 leg cannot be run; testing as the invoking user only");
+        vec![Leg::Invoker]
+    }
+}
+
+struct Shared {
+    /// World-readable directory holding a copy of the binary.
+    _dir: tempfile::TempDir,
+    bin: PathBuf,
+}
+
+fn shared() -> &'static Shared {
+    static S: OnceLock<Shared> = OnceLock::new();
+    S.get_or_init(|| {
+        let dir = tempfile::Builder::new().prefix("retie-it-bin-").tempdir().expect("tempdir");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let bin = dir.path().join("retie");
+        std::fs::copy(env!("CARGO_BIN_EXE_retie"), &bin).expect("copy retie");
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        Shared { _dir: dir, bin }
+    })
+}
+
+/// The binary a leg runs.
+pub fn bin(leg: Leg) -> PathBuf {
+    match leg {
+        Leg::Invoker => PathBuf::from(env!("CARGO_BIN_EXE_retie")),
+        Leg::Nobody => shared().bin.clone(),
+    }
+}
+
+/// A scratch area for one test and leg: a workspace and a home, owned by
+/// the leg's user, under a world-traversable directory.
+pub struct Scratch {
+    pub root: tempfile::TempDir,
+    pub ws: PathBuf,
+    pub home: PathBuf,
+    pub leg: Leg,
+}
+
+impl Scratch {
+    pub fn new(leg: Leg) -> Scratch {
+        Self::with_ws_name(leg, "ws")
+    }
+
+    pub fn with_ws_name(leg: Leg, name: &str) -> Scratch {
+        let root = tempfile::Builder::new().prefix("retie-it-").tempdir().expect("tempdir");
+        std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let ws = root.path().join(name);
+        let home = root.path().join("home");
+        std::fs::create_dir_all(&ws).expect("mkdir ws");
+        std::fs::create_dir_all(&home).expect("mkdir home");
+        if leg == Leg::Nobody {
+            for p in [&ws, &home] {
+                chown(p, Some(NOBODY), Some(NOBODY)).expect("chown");
+            }
+        }
+        Scratch { root, ws, home, leg }
+    }
+
+    /// A `retie` command for this leg, cwd = the workspace.
+    pub fn retie(&self) -> Command {
+        let mut cmd = match self.leg {
+            Leg::Invoker => Command::new(bin(Leg::Invoker)),
+            Leg::Nobody => {
+                let mut c = Command::new("setpriv");
+                c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+                    .arg(bin(Leg::Nobody));
+                c.env("HOME", &self.home)
+                    .env("XDG_STATE_HOME", self.home.join(".local/state"))
+                    .env("XDG_CONFIG_HOME", self.home.join(".config"))
+                    .env("XDG_RUNTIME_DIR", &self.home);
+                c
+            }
+        };
+        cmd.current_dir(&self.ws);
+        cmd
+    }
+
+    /// `retie sandbox exec -w WS [extra] -- argv`, collected.
+    pub fn exec(&self, extra: &[&str], argv: &[&str]) -> Output {
+        let mut cmd = self.retie();
+        cmd.args(["sandbox", "exec", "-w"]).arg(&self.ws).args(extra).arg("--").args(argv);
+        cmd.stdin(Stdio::null());
+        cmd.output().expect("run retie")
+    }
+
+    /// `sh -c script` in the sandbox.
+    pub fn sh(&self, script: &str) -> Output {
+        self.exec(&[], &["sh", "-c", script])
+    }
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Assert an exit code, printing both streams as blocks on failure.
+#[track_caller]
+pub fn assert_code(o: &Output, want: i32, ctx: &str) {
+    let got = o.status.code().unwrap_or(-1);
+    assert_eq!(
+        got, want,
+        "{ctx}: expected exit {want}, got {got}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        stdout(o),
+        stderr(o)
+    );
+}
+
+/// The last JSON object printed on stderr (`--json`).
+pub fn json_status(o: &Output) -> serde_json::Value {
+    stderr(o)
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("no JSON status on stderr:\n{}", stderr(o)))
+}
+
+/// Pids of host processes whose command line contains `marker`.
+pub fn pids_with(marker: &str) -> Vec<i32> {
+    let me = std::process::id() as i32;
+    std::fs::read_dir("/proc")
+        .expect("read /proc")
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
+        .filter(|pid| *pid != me)
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).contains(marker))
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+/// A marker unique to this test process and call.
+pub fn marker() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(1);
+    format!("9{}.{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst))
+}
+
+/// Wait until `f` holds, up to `secs`.
+pub fn wait_until(secs: f64, mut f: impl FnMut() -> bool) -> bool {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs_f64(secs);
+    while std::time::Instant::now() < end {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    f()
+}
+
+/// Host uid of a pid (real uid from /proc/PID/status).
+pub fn host_uid(pid: i32) -> Option<u32> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+}
+
+pub fn path_str(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}

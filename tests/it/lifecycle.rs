@@ -1,0 +1,65 @@
+//! Timeouts, parent death and signals: nothing outlives the sandbox.
+
+use std::process::Stdio;
+
+use crate::harness::*;
+
+#[test]
+fn timeout_kills_the_whole_sandbox_even_stubborn_forkers() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let m = marker();
+        // A child that ignores SIGTERM, a grandchild that daemonizes with
+        // setsid, and a shell that ignores SIGTERM too.
+        let script = format!(
+            "trap '' TERM; (trap '' TERM; exec sleep {m}) & setsid sh -c 'exec sleep {m}' & sleep {m}"
+        );
+        let started = std::time::Instant::now();
+        let o = s.exec(&["--timeout", "0.5", "--json"], &["sh", "-c", &script]);
+        assert_code(&o, 124, "timeout");
+        let st = json_status(&o);
+        assert_eq!(st["timed_out"], true, "{st}");
+        assert!(started.elapsed().as_secs() < 30, "timeout did not fire");
+        assert!(wait_until(2.0, || pids_with(&m).is_empty()), "{leg:?}: survivors: {:?}", pids_with(&m));
+    }
+}
+
+#[test]
+fn killing_retie_kills_the_sandbox() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let m = marker();
+        let mut child = s
+            .retie()
+            .args(["sandbox", "exec", "--", "sh", "-c", &format!("sleep {m} & sleep {m}")])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn");
+        assert!(wait_until(5.0, || pids_with(&m).len() >= 3), "{leg:?}: sandbox did not start");
+        // SIGKILL the supervisor (for the Nobody leg, setpriv execs into it,
+        // so the child's pid is retie itself).
+        child.kill().expect("kill");
+        let _ = child.wait();
+        assert!(wait_until(3.0, || pids_with(&m).is_empty()), "{leg:?}: orphans: {:?}", pids_with(&m));
+    }
+}
+
+#[test]
+fn signals_to_retie_are_forwarded_to_the_command() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let m = marker();
+        let child = s
+            .retie()
+            .args(["sandbox", "exec", "--", "sh", "-c", &format!("trap 'exit 42' TERM; sleep {m} & wait")])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn");
+        assert!(wait_until(5.0, || pids_with(&m).len() >= 3), "{leg:?}: sandbox did not start");
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let o = child.wait_with_output().expect("wait");
+        assert_code(&o, 42, "forwarded SIGTERM");
+        assert!(wait_until(2.0, || pids_with(&m).is_empty()), "{leg:?}: survivors");
+    }
+}

@@ -1,0 +1,14 @@
+//! Integration tests: every test drives the real `retie` binary.
+//!
+//! Each test runs once per leg: as the invoking user and, when the
+//! invoking user is root, again as uid 65534 (via setpriv, from a
+//! world-readable copy of the binary, with a home it owns). A test that
+//! cannot run a leg says so on stderr; none passes silently.
+
+mod harness;
+
+mod escapes;
+mod exec;
+mod identity;
+mod lifecycle;
+mod library;
