@@ -221,3 +221,37 @@ fn overlay_over_a_symlinked_directory_writes_only_inside() {
     assert_tree("as the command saw it", &tree(&merged), &tree(&env.ws));
     assert_tree("outside untouched", &outside_before, &tree(&env.out));
 }
+
+#[test]
+fn invalid_names_in_an_upper_are_refused() {
+    // A real overlay cannot produce these, but an upper is untrusted input.
+    use std::os::unix::ffi::OsStrExt;
+    let env = Env::new();
+    base_tree(&env.ws);
+    let upper = env.tmp.path().join("crafted-upper");
+    fs::create_dir_all(&upper).expect("mkdir");
+    fs::write(
+        upper.join(std::ffi::OsStr::from_bytes(b"bad\xffname")),
+        b"x",
+    )
+    .expect("write");
+    put(&upper, "good.txt", b"ok\n", 0o644);
+    let cs = Changeset::compute(&env.ws, &upper).expect("compute");
+    assert_eq!(cs.refused.len(), 1, "{:?}", cs.refused);
+    assert!(matches!(
+        cs.refused[0].reason,
+        RefuseReason::InvalidName { .. }
+    ));
+    assert_eq!(cs.changes.len(), 1);
+    let (ws, store, journal) = env.open();
+    apply(&cs, &ws, &store, &journal, &ApplyOptions::default()).expect("apply");
+    assert!(env.ws.join("good.txt").exists());
+    let non_utf8 = fs::read_dir(&env.ws)
+        .expect("ls")
+        .filter(|e| {
+            e.as_ref()
+                .map_or(true, |e| e.file_name().to_str().is_none())
+        })
+        .count();
+    assert_eq!(non_utf8, 0, "the refused name reached the workspace");
+}
