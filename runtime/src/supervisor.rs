@@ -251,12 +251,18 @@ fn stdio_fds(stdio: Stdio) -> (StdioFds, Vec<OwnedFd>) {
     }
 }
 
+/// Peak RSS of this process's current image (VmHWM). getrusage's
+/// ru_maxrss would also count the image this process replaced with exec
+/// (a vfork-spawning parent's), which is not ours.
 fn max_rss_kib() -> i64 {
-    // SAFETY: rusage is plain data; getrusage fills it.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: valid out-pointer.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    ru.ru_maxrss
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(-1)
 }
 
 /// Blocks the forwarded signals (and SIGCHLD) for the duration of a run,

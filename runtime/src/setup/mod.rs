@@ -116,36 +116,48 @@ pub(crate) fn make_readonly(step: &'static str, target: &Path) -> StepResult {
     .map_err(|e| SetupError::io(step, format!("making {} read-only", target.display()), e))
 }
 
-/// Create a mount point for `source` at `target`: a directory for a
-/// directory, an empty file otherwise. Parents are created as needed.
-pub(crate) fn mountpoint_like(step: &'static str, source: &Path, target: &Path) -> StepResult {
-    let is_dir = std::fs::metadata(source)
-        .map_err(|e| SetupError::io(step, format!("stat {}", source.display()), e))?
-        .is_dir();
-    mountpoint(step, target, is_dir)
-}
-
-/// Create a directory or empty-file mount point (and its parents).
+/// Create a directory or empty-file mount point, creating parents only
+/// when needed. The new root is a fresh tmpfs, so the common case is one
+/// syscall; an existing mount point is fine.
 pub(crate) fn mountpoint(step: &'static str, target: &Path, dir: bool) -> StepResult {
-    if dir {
-        if target.is_dir() {
-            return Ok(());
+    let c = cpath(target);
+    let attempt = || -> i32 {
+        // SAFETY: `c` is a valid C string; a created file's fd is closed.
+        unsafe {
+            if dir {
+                libc::mkdir(c.as_ptr(), 0o755)
+            } else {
+                let fd = libc::open(c.as_ptr(), libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC, 0o644);
+                if fd >= 0 {
+                    libc::close(fd);
+                    0
+                } else {
+                    fd
+                }
+            }
         }
-        return std::fs::create_dir_all(target)
-            .map_err(|e| SetupError::io(step, format!("mkdir {}", target.display()), e));
+    };
+    if attempt() == 0 {
+        return Ok(());
     }
-    if let Some(parent) = target.parent() {
-        if !parent.is_dir() {
+    let mut err = io::Error::last_os_error();
+    if err.raw_os_error() == Some(libc::ENOENT) {
+        if let Some(parent) = target.parent() {
             std::fs::create_dir_all(parent)
                 .map_err(|e| SetupError::io(step, format!("mkdir {}", parent.display()), e))?;
         }
+        if attempt() == 0 {
+            return Ok(());
+        }
+        err = io::Error::last_os_error();
     }
-    if target.exists() {
-        return Ok(());
+    match err.raw_os_error() {
+        Some(libc::EEXIST) => Ok(()),
+        // A read-only bind already holds the path (e.g. a workspace under
+        // /usr): mounting over an existing directory is still possible.
+        Some(libc::EROFS) if target.exists() => Ok(()),
+        _ => Err(SetupError::io(step, format!("creating mount point {}", target.display()), err)),
     }
-    std::fs::File::create(target)
-        .map(drop)
-        .map_err(|e| SetupError::io(step, format!("creating {}", target.display()), e))
 }
 
 /// Bind `source` at `target` (recursively).

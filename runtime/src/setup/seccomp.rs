@@ -1,14 +1,13 @@
 //! Step 14, the last before exec: the seccomp filters.
 //!
 //! The policy is data: each entry names the syscall, the condition, and why
-//! it is denied. Three filters are stacked (the kernel runs all of them and
-//! the strictest answer wins):
-//! 1. an x32 guard (seccompiler checks the architecture but not the x32
-//!    bit, `nr | 0x40000000`, which would reach syscalls by another number);
-//! 2. the deny list, answering EPERM;
-//! 3. `clone3` answered with ENOSYS: its flags live in memory a filter
-//!    cannot read, and ENOSYS makes libc fall back to `clone`, whose flags
-//!    filter 2 checks.
+//! it is denied. One program is installed:
+//! 1. a hand-written prefix: the x32 guard (seccompiler checks the
+//!    architecture but not the x32 bit, `nr | 0x40000000`, which would
+//!    reach syscalls by another number) and `clone3` answered with ENOSYS
+//!    (its flags live in memory a filter cannot read; ENOSYS makes libc
+//!    fall back to `clone`, whose flags the deny list checks);
+//! 2. seccompiler's program for the deny list, answering EPERM.
 //!
 //! Arguments of type int (ioctl's request, socket's domain) are compared as
 //! 32-bit Dwords: the kernel truncates them, so a 64-bit compare could be
@@ -190,6 +189,7 @@ fn compile(list: &[&[Deny]], on_match: SeccompAction) -> StepResult<BpfProgram> 
 }
 
 const BPF_LD_W_ABS: u16 = 0x20;
+const BPF_JMP_JEQ_K: u16 = 0x15;
 const BPF_JMP_JGE_K: u16 = 0x35;
 const BPF_RET_K: u16 = 0x06;
 const X32_SYSCALL_BIT: u32 = 0x4000_0000;
@@ -201,45 +201,48 @@ fn jump(code: u16, k: u32, jt: u8, jf: u8) -> sock_filter {
     sock_filter { code, jt, jf, k }
 }
 
-/// Refuse every syscall number with the x32 bit set (x86_64 only).
-fn x32_guard() -> BpfProgram {
-    vec![
+/// Instructions placed before seccompiler's program (its jumps are
+/// relative, so a prefix does not disturb them):
+/// - any syscall number with the x32 bit set answers EPERM (seccompiler
+///   checks the architecture but not the x32 ABI, which shares it);
+/// - `clone3` answers ENOSYS.
+///
+/// A foreign architecture's call falls through to seccompiler's
+/// architecture check, which kills it.
+fn prefix() -> Vec<sock_filter> {
+    let mut p = vec![
         // A = seccomp_data.nr (offset 0)
         stmt(BPF_LD_W_ABS, 0),
-        jump(BPF_JMP_JGE_K, X32_SYSCALL_BIT, 0, 1),
-        stmt(BPF_RET_K, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32),
-        stmt(BPF_RET_K, libc::SECCOMP_RET_ALLOW),
-    ]
+    ];
+    if cfg!(target_arch = "x86_64") {
+        p.push(jump(BPF_JMP_JGE_K, X32_SYSCALL_BIT, 0, 1));
+        p.push(stmt(BPF_RET_K, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32));
+    }
+    p.push(jump(BPF_JMP_JEQ_K, libc::SYS_clone3 as u32, 0, 1));
+    p.push(stmt(BPF_RET_K, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32));
+    p
 }
 
-/// The compiled filters, in installation order.
-pub struct Filters(Vec<BpfProgram>);
+/// The compiled filter: one program, so the kernel JITs and runs one.
+pub struct Filters(BpfProgram);
 
-/// Compile every filter (before any is installed, so a compile error
-/// leaves the process untouched).
+/// Compile the filter (before it is installed, so a compile error leaves
+/// the process untouched).
 pub fn compile_all(net: NetMode) -> StepResult<Filters> {
     let mut lists: Vec<&[Deny]> = vec![DENY_ALWAYS];
     match net {
         NetMode::None => lists.push(DENY_NO_NETWORK),
     }
-    let mut out = Vec::new();
-    if cfg!(target_arch = "x86_64") {
-        out.push(x32_guard());
-    }
-    out.push(compile(&lists, SeccompAction::Errno(libc::EPERM as u32))?);
-    let clone3 = Deny { name: "clone3", nr: libc::SYS_clone3, when: &[], why: "flags in memory; ENOSYS makes libc fall back to clone" };
-    out.push(compile(&[std::slice::from_ref(&clone3)], SeccompAction::Errno(libc::ENOSYS as u32))?);
-    Ok(Filters(out))
+    let mut program = prefix();
+    program.extend(compile(&lists, SeccompAction::Errno(libc::EPERM as u32))?);
+    Ok(Filters(program))
 }
 
 /// Install the filters (sets NO_NEW_PRIVS).
 pub fn install(filters: &Filters) -> StepResult {
-    for f in &filters.0 {
-        seccompiler::apply_filter(f).map_err(|e| SetupError {
-            step: STEP,
-            message: format!("installing the filter: {e}"),
-            hint: Some("the kernel must be built with CONFIG_SECCOMP_FILTER".into()),
-        })?;
-    }
-    Ok(())
+    seccompiler::apply_filter(&filters.0).map_err(|e| SetupError {
+        step: STEP,
+        message: format!("installing the filter: {e}"),
+        hint: Some("the kernel must be built with CONFIG_SECCOMP_FILTER".into()),
+    })
 }

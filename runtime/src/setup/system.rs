@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use super::rootfs::host;
 use std::os::fd::{AsRawFd, OwnedFd};
 
-use super::{bind, make_readonly, mountpoint, mountpoint_like, SetupError, StepResult};
+use super::{bind, make_readonly, mountpoint, SetupError, StepResult};
 use crate::spec::SandboxSpec;
 
 const STEP: &str = "system";
@@ -38,8 +38,14 @@ pub fn bind_system(spec: &SandboxSpec, ro_trees: &[OwnedFd]) -> StepResult {
     Ok(())
 }
 
+/// Regular files up to this size are copied onto the (read-only) root
+/// instead of bound: a copy costs a few syscalls, a bind costs a mount that
+/// must also be torn down.
+const COPY_MAX: u64 = 256 * 1024;
+
 /// Expose host path `src` at `dst`: a symlink is recreated as the same
-/// symlink, anything else is bound read-only.
+/// symlink, a small regular file is copied, anything else is bound
+/// read-only.
 fn expose(src: &Path, dst: &Path, required: bool) -> StepResult {
     let h = host(src);
     let meta = match std::fs::symlink_metadata(&h) {
@@ -49,20 +55,28 @@ fn expose(src: &Path, dst: &Path, required: bool) -> StepResult {
             return Err(SetupError::io(STEP, format!("{} (required by the profile)", src.display()), e))
         }
     };
-    if dst.symlink_metadata().is_ok() {
-        return Ok(()); // already provided (e.g. /lib64 -> usr/lib64 twice)
-    }
-    if meta.file_type().is_symlink() {
+    let ft = meta.file_type();
+    if ft.is_symlink() {
         let target = std::fs::read_link(&h)
             .map_err(|e| SetupError::io(STEP, format!("readlink {}", src.display()), e))?;
-        if let Some(parent) = dst.parent() {
-            std::fs::create_dir_all(parent)
-                .map_err(|e| SetupError::io(STEP, format!("mkdir {}", parent.display()), e))?;
-        }
-        return symlink(&target, dst)
-            .map_err(|e| SetupError::io(STEP, format!("symlink {}", dst.display()), e));
+        return match symlink(&target, dst) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if let Some(parent) = dst.parent() {
+                    std::fs::create_dir_all(parent)
+                        .map_err(|e| SetupError::io(STEP, format!("mkdir {}", parent.display()), e))?;
+                }
+                symlink(&target, dst).map_err(|e| SetupError::io(STEP, format!("symlink {}", dst.display()), e))
+            }
+            Err(e) => Err(SetupError::io(STEP, format!("symlink {}", dst.display()), e)),
+        };
     }
-    mountpoint_like(STEP, &h, dst)?;
+    if ft.is_file() && meta.len() <= COPY_MAX && dst.starts_with("/etc") {
+        let data = std::fs::read(&h).map_err(|e| SetupError::io(STEP, format!("reading {}", src.display()), e))?;
+        return std::fs::write(dst, data).map_err(|e| SetupError::io(STEP, format!("writing {}", dst.display()), e));
+    }
+    mountpoint(STEP, dst, ft.is_dir())?;
     bind(STEP, &h, dst)?;
     make_readonly(STEP, dst)
 }

@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Side-by-side start-up benchmark: `true` under retie and under bubblewrap.
+
+Both run in the same loop, interleaved and alternating which goes first, so
+machine noise hits them alike. Prints medians, p90s and the ratio, plus the
+peak RSS of retie's supervising helper process. Nothing here asserts a time:
+machines are noisy; the figures are for README and humans.
+
+usage: tests/bench/startup.py [--retie PATH] [--runs N] [--json]
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def spawn_time(argv, cwd):
+    """Wall time of one fork+exec+wait of argv, in ms; checks it succeeded."""
+    t0 = time.perf_counter_ns()
+    pid = os.posix_spawn(argv[0], argv, os.environ, file_actions=[
+        (os.POSIX_SPAWN_OPEN, 1, "/dev/null", os.O_WRONLY, 0),
+        (os.POSIX_SPAWN_OPEN, 2, "/dev/null", os.O_WRONLY, 0),
+    ]) if cwd is None else None
+    if pid is None:
+        raise RuntimeError("cwd unsupported")
+    _, status = os.waitpid(pid, 0)
+    dt = (time.perf_counter_ns() - t0) / 1e6
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"benchmark command failed: {' '.join(argv)}")
+    return dt
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(len(xs) * p))]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--retie", default=os.path.join(os.path.dirname(__file__), "../../target/release/retie"))
+    ap.add_argument("--runs", type=int, default=300)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+
+    retie = os.path.abspath(args.retie)
+    bwrap = shutil.which("bwrap")
+    if not os.access(retie, os.X_OK):
+        sys.exit(f"no retie binary at {retie}: run `cargo build --release` first")
+    if not bwrap:
+        sys.exit("bubblewrap is not installed (apt-get install bubblewrap): the comparison needs it")
+    true = shutil.which("true")
+
+    ws = tempfile.mkdtemp(prefix="retie-bench-")
+    try:
+        cmds = {
+            "retie": [retie, "sandbox", "exec", "-w", ws, "--", "true"],
+            # bubblewrap with comparable isolation: every namespace, a new
+            # session, parent-death kill, read-only /usr (and the merged-/usr
+            # links), proc, dev, tmpfs /tmp, the workspace bound read-write.
+            "bwrap": [bwrap, "--unshare-all", "--die-with-parent", "--new-session",
+                      "--ro-bind", "/usr", "/usr",
+                      "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
+                      "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/sbin", "/sbin",
+                      "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+                      "--bind", ws, ws, "--chdir", ws, "true"],
+            "true": [true],
+        }
+        for name, argv in cmds.items():  # warm up, and fail early
+            for _ in range(5):
+                spawn_time(argv, None)
+        times = {k: [] for k in cmds}
+        order = list(cmds)
+        for i in range(args.runs):
+            for name in (order if i % 2 == 0 else reversed(order)):
+                times[name].append(spawn_time(cmds[name], None))
+
+        rss = []
+        for _ in range(20):
+            out = subprocess.run([retie, "sandbox", "exec", "-w", ws, "--json", "--", "true"],
+                                 capture_output=True, text=True, check=True)
+            rss.append(json.loads(out.stderr.strip().splitlines()[-1])["helper_max_rss_kib"])
+    finally:
+        shutil.rmtree(ws, ignore_errors=True)
+
+    med = {k: statistics.median(v) for k, v in times.items()}
+    summary = {
+        "runs": args.runs,
+        "uid": os.geteuid(),
+        "median_ms": {k: round(v, 3) for k, v in med.items()},
+        "p90_ms": {k: round(pct(v, 0.9), 3) for k, v in times.items()},
+        "ratio_retie_over_bwrap": round(med["retie"] / med["bwrap"], 3),
+        "helper_peak_rss_kib": max(rss),
+    }
+    if args.json:
+        print(json.dumps(summary))
+        return
+    print(f"start-up of `true`, {args.runs} interleaved runs each, uid {os.geteuid()}")
+    print(f"{'':8}{'median ms':>12}{'p90 ms':>10}")
+    for k in cmds:
+        print(f"{k:8}{med[k]:>12.3f}{pct(times[k], 0.9):>10.3f}")
+    print(f"ratio retie/bwrap (median): {summary['ratio_retie_over_bwrap']:.3f}  (target <= 0.8)")
+    print(f"retie helper peak RSS: {max(rss)} KiB ({max(rss) / 1024:.1f} MiB; target < 8 MiB)")
+
+
+if __name__ == "__main__":
+    main()
