@@ -21,6 +21,9 @@ pub enum CliError {
 
 impl CliError {
     pub fn io(what: impl Into<String>, source: std::io::Error) -> Self {
-        CliError::Io { what: what.into(), source }
+        CliError::Io {
+            what: what.into(),
+            source,
+        }
     }
 }

@@ -46,7 +46,11 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { EXIT_SANDBOX_FAILED as u8 } else { 0 });
+            return ExitCode::from(if e.use_stderr() {
+                EXIT_SANDBOX_FAILED as u8
+            } else {
+                0
+            });
         }
     };
     let code = match cli.command {

@@ -53,7 +53,11 @@ impl Request {
             profile: spec.profile.clone(),
             timeout_ms: spec.timeout.map(|t| t.as_millis() as u64),
             env: spec.env(),
-            ro_binds: spec.ro_binds.iter().map(|b| (b.host.clone(), b.inside.clone())).collect(),
+            ro_binds: spec
+                .ro_binds
+                .iter()
+                .map(|b| (b.host.clone(), b.inside.clone()))
+                .collect(),
         }
     }
 
@@ -72,8 +76,9 @@ impl Request {
             .env
             .iter()
             .map(|kv| {
-                std::ffi::CString::new(kv.as_bytes())
-                    .map_err(|_| RuntimeError::InvalidSpec(format!("environment entry {kv:?} holds NUL")))
+                std::ffi::CString::new(kv.as_bytes()).map_err(|_| {
+                    RuntimeError::InvalidSpec(format!("environment entry {kv:?} holds NUL"))
+                })
             })
             .collect::<Result<_>>()?;
         Ok(spec)
@@ -86,7 +91,8 @@ impl Request {
 pub fn run_via_helper(helper_exe: &Path, spec: &SandboxSpec) -> Result<Outcome> {
     let request = serde_json::to_string(&Request::from_spec(spec))
         .map_err(|e| RuntimeError::Helper(format!("encoding the request: {e}")))?;
-    let (reply_r, reply_w) = crate::sys::pipe_cloexec().map_err(|e| RuntimeError::host("pipe", e))?;
+    let (reply_r, reply_w) =
+        crate::sys::pipe_cloexec().map_err(|e| RuntimeError::host("pipe", e))?;
     let w = reply_w.as_raw_fd();
     let mut cmd = Command::new(helper_exe);
     cmd.arg("__sandbox-helper")
@@ -112,7 +118,9 @@ pub fn run_via_helper(helper_exe: &Path, spec: &SandboxSpec) -> Result<Outcome> 
     std::fs::File::from(reply_r)
         .read_to_string(&mut reply)
         .map_err(|e| RuntimeError::host("reading the helper's reply", e))?;
-    let status = child.wait().map_err(|e| RuntimeError::host("waiting for the helper", e))?;
+    let status = child
+        .wait()
+        .map_err(|e| RuntimeError::host("waiting for the helper", e))?;
     match serde_json::from_str::<Reply>(reply.trim()) {
         Ok(Reply::Ok { outcome }) => Ok(outcome),
         Ok(Reply::Err { message, .. }) => Err(RuntimeError::Helper(message)),
@@ -128,7 +136,8 @@ pub fn serve(reply_fd: i32) -> i32 {
     let reply = match std::env::var(REQUEST_ENV)
         .map_err(|_| RuntimeError::Helper(format!("{REQUEST_ENV} is not set")))
         .and_then(|s| {
-            serde_json::from_str::<Request>(&s).map_err(|e| RuntimeError::Helper(format!("bad request: {e}")))
+            serde_json::from_str::<Request>(&s)
+                .map_err(|e| RuntimeError::Helper(format!("bad request: {e}")))
         })
         .and_then(|req| req.to_spec())
         .and_then(|spec| crate::supervisor::run(&spec, Stdio::Inherit))

@@ -115,7 +115,9 @@ fn setup_and_wait(args: &InitArgs<'_>) -> StepResult<setup::landlock::Enforced> 
         .map_err(|e| SetupError::io("workspace", "chdir into the workspace", e))?;
 
     setup::session::detach(&spec.hostname)?;
-    setup::net::loopback_up()?;
+    // Network: with NetMode::None the namespace's `lo` stays down, since
+    // seccomp refuses every non-unix socket anyway. (A networked mode brings
+    // its links up here, while CAP_NET_ADMIN is still held: setup::net.)
     setup::rlimits::apply(&spec.limits)?;
     // Compile the filter while allocation and failure are still cheap.
     let filters = setup::seccomp::compile_all(spec.net)?;
@@ -129,7 +131,16 @@ fn setup_and_wait(args: &InitArgs<'_>) -> StepResult<setup::landlock::Enforced> 
 
 fn arm_parent_death() -> StepResult {
     // SAFETY: prctl with integer arguments only.
-    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) } < 0 {
+    if unsafe {
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    } < 0
+    {
         return Err(SetupError::last_os("init", "PR_SET_PDEATHSIG"));
     }
     Ok(())
@@ -202,10 +213,22 @@ fn reap(cmd: libc::pid_t, status_fd: RawFd) -> ! {
             if pid == cmd {
                 let (report, code) = if libc::WIFSIGNALED(wstatus) {
                     let s = libc::WTERMSIG(wstatus);
-                    (Report::Exited { code: None, signal: Some(s) }, 128 + s)
+                    (
+                        Report::Exited {
+                            code: None,
+                            signal: Some(s),
+                        },
+                        128 + s,
+                    )
                 } else {
                     let c = libc::WEXITSTATUS(wstatus);
-                    (Report::Exited { code: Some(c), signal: None }, c)
+                    (
+                        Report::Exited {
+                            code: Some(c),
+                            signal: None,
+                        },
+                        c,
+                    )
                 };
                 let _ = crate::sys::write_all(status_fd, &report.to_line());
                 exit(code);

@@ -26,7 +26,9 @@ pub mod supervisor;
 pub mod sys;
 
 pub use error::{Result, RuntimeError};
-pub use outcome::{Outcome, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_SANDBOX_FAILED, EXIT_TIMEOUT};
+pub use outcome::{
+    Outcome, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_SANDBOX_FAILED, EXIT_TIMEOUT,
+};
 pub use profile::Profile;
 pub use spec::{Identity, NetMode, Sandbox, SandboxBuilder, SandboxSpec, Stdio, WorkspaceMode};
 pub use supervisor::run;

@@ -26,7 +26,8 @@ pub fn userns_problem() -> Option<Finding> {
     if read_num("/proc/sys/user/max_user_namespaces") == Some(0) {
         return Some(Finding {
             problem: "user namespaces are disabled (user.max_user_namespaces = 0)".into(),
-            fix: "sudo sysctl -w user.max_user_namespaces=15000 (persist it in /etc/sysctl.d/)".into(),
+            fix: "sudo sysctl -w user.max_user_namespaces=15000 (persist it in /etc/sysctl.d/)"
+                .into(),
         });
     }
     if is_root() {
@@ -34,8 +35,11 @@ pub fn userns_problem() -> Option<Finding> {
     }
     if read_num("/proc/sys/kernel/unprivileged_userns_clone") == Some(0) {
         return Some(Finding {
-            problem: "unprivileged user namespaces are disabled (kernel.unprivileged_userns_clone = 0)".into(),
-            fix: "sudo sysctl -w kernel.unprivileged_userns_clone=1 (persist it in /etc/sysctl.d/)".into(),
+            problem:
+                "unprivileged user namespaces are disabled (kernel.unprivileged_userns_clone = 0)"
+                    .into(),
+            fix: "sudo sysctl -w kernel.unprivileged_userns_clone=1 (persist it in /etc/sysctl.d/)"
+                .into(),
         });
     }
     if read_num("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == Some(1) {
@@ -71,9 +75,15 @@ pub fn landlock_abi() -> std::result::Result<i32, Finding> {
 /// kernel's Landlock ABI.
 pub fn check(profile: &Profile) -> Result<i32> {
     if let Some(f) = userns_problem() {
-        return Err(RuntimeError::Unsupported { problem: f.problem, fix: f.fix });
+        return Err(RuntimeError::Unsupported {
+            problem: f.problem,
+            fix: f.fix,
+        });
     }
-    let abi = landlock_abi().map_err(|f| RuntimeError::Unsupported { problem: f.problem, fix: f.fix })?;
+    let abi = landlock_abi().map_err(|f| RuntimeError::Unsupported {
+        problem: f.problem,
+        fix: f.fix,
+    })?;
     if abi < profile.landlock.min_abi {
         return Err(RuntimeError::Unsupported {
             problem: format!(

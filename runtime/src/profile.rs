@@ -80,8 +80,19 @@ const SYNTHESIZED_ETC: &[&str] = &["passwd", "group", "hosts", "hostname", "reso
 
 /// Paths a profile may never expose, even read-only.
 const FORBIDDEN: &[&str] = &[
-    "/", "/home", "/root", "/mnt", "/media", "/run", "/run/user", "/var", "/proc", "/sys", "/dev",
-    "/etc", "/tmp",
+    "/",
+    "/home",
+    "/root",
+    "/mnt",
+    "/media",
+    "/run",
+    "/run/user",
+    "/var",
+    "/proc",
+    "/sys",
+    "/dev",
+    "/etc",
+    "/tmp",
 ];
 
 impl Profile {
@@ -98,7 +109,9 @@ impl Profile {
         if !name_or_path.contains('/') && !name_or_path.ends_with(".toml") {
             return Err(RuntimeError::Profile {
                 path: name_or_path.to_string(),
-                reason: "no built-in profile of that name (built in: host); give a path to a .toml file".into(),
+                reason:
+                    "no built-in profile of that name (built in: host); give a path to a .toml file"
+                        .into(),
             });
         }
         let text = std::fs::read_to_string(name_or_path).map_err(|e| RuntimeError::Profile {
@@ -131,12 +144,22 @@ impl Profile {
         }
         let fs = &self.filesystem;
         for p in fs.ro.iter().chain(&fs.ro_optional).chain(&fs.tmpfs) {
-            if !p.is_absolute() || p.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
-                return Err(bad(format!("{}: paths must be absolute and must not contain `..`", p.display())));
+            if !p.is_absolute()
+                || p.components()
+                    .any(|c| matches!(c, std::path::Component::ParentDir))
+            {
+                return Err(bad(format!(
+                    "{}: paths must be absolute and must not contain `..`",
+                    p.display()
+                )));
             }
         }
         for p in fs.ro.iter().chain(&fs.ro_optional) {
-            if FORBIDDEN.iter().any(|f| Path::new(f) == p) || p.starts_with("/home") || p.starts_with("/root") || p.starts_with("/run/user") {
+            if FORBIDDEN.iter().any(|f| Path::new(f) == p)
+                || p.starts_with("/home")
+                || p.starts_with("/root")
+                || p.starts_with("/run/user")
+            {
                 return Err(bad(format!(
                     "{} may not be exposed to a sandbox (it holds people's files or the host's live state)",
                     p.display()
@@ -145,7 +168,9 @@ impl Profile {
         }
         for name in &fs.etc {
             if name.is_empty() || name.contains('/') || name == "." || name == ".." {
-                return Err(bad(format!("etc entry `{name}` must be a single name under /etc")));
+                return Err(bad(format!(
+                    "etc entry `{name}` must be a single name under /etc"
+                )));
             }
             if SYNTHESIZED_ETC.contains(&name.as_str()) {
                 return Err(bad(format!(
@@ -153,7 +178,9 @@ impl Profile {
                 )));
             }
             if name == "shadow" || name == "gshadow" || name == "sudoers" {
-                return Err(bad(format!("etc entry `{name}` holds credentials and may not be exposed")));
+                return Err(bad(format!(
+                    "etc entry `{name}` holds credentials and may not be exposed"
+                )));
             }
         }
         Ok(())

@@ -24,7 +24,10 @@ pub enum Report {
     /// execve of the command failed.
     ExecFailed { program: String, errno: i32 },
     /// The command ended (reported by init after reaping it).
-    Exited { code: Option<i32>, signal: Option<i32> },
+    Exited {
+        code: Option<i32>,
+        signal: Option<i32>,
+    },
 }
 
 impl Report {

@@ -94,7 +94,10 @@ pub struct SandboxSpec {
 impl SandboxSpec {
     /// The command line.
     pub fn argv(&self) -> Vec<String> {
-        self.argv.iter().map(|a| a.to_string_lossy().into_owned()).collect()
+        self.argv
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
     }
     /// The canonical workspace path.
     pub fn workspace(&self) -> &Path {
@@ -102,7 +105,10 @@ impl SandboxSpec {
     }
     /// The environment, as `K=V` strings.
     pub fn env(&self) -> Vec<String> {
-        self.env.iter().map(|a| a.to_string_lossy().into_owned()).collect()
+        self.env
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
     }
     /// Who the command runs as.
     pub fn identity(&self) -> &Identity {
@@ -155,7 +161,10 @@ impl Sandbox {
         S: AsRef<OsStr>,
     {
         SandboxBuilder {
-            argv: argv.into_iter().map(|a| a.as_ref().to_os_string()).collect(),
+            argv: argv
+                .into_iter()
+                .map(|a| a.as_ref().to_os_string())
+                .collect(),
             workspace: None,
             workspace_mode: WorkspaceMode::Direct,
             net: NetMode::None,
@@ -323,7 +332,10 @@ pub fn base_env_names() -> &'static [&'static str] {
 
 fn cstring(bytes: &[u8], what: &str) -> Result<CString> {
     CString::new(bytes).map_err(|_| {
-        RuntimeError::InvalidSpec(format!("{what} contains a NUL byte: {:?}", String::from_utf8_lossy(bytes)))
+        RuntimeError::InvalidSpec(format!(
+            "{what} contains a NUL byte: {:?}",
+            String::from_utf8_lossy(bytes)
+        ))
     })
 }
 
@@ -382,7 +394,13 @@ fn identity_for(ws_uid: u32, ws_gid: u32) -> Identity {
     // SAFETY: geteuid/getegid cannot fail and touch no memory.
     let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
     let (host_uid, host_gid, inner_uid, inner_gid, idmap) = if euid == 0 {
-        (ROOT_INVOKED_HOST_ID, ROOT_INVOKED_HOST_ID, ws_uid, ws_gid, true)
+        (
+            ROOT_INVOKED_HOST_ID,
+            ROOT_INVOKED_HOST_ID,
+            ws_uid,
+            ws_gid,
+            true,
+        )
     } else {
         (euid, egid, euid, egid, false)
     };
@@ -434,7 +452,10 @@ mod tests {
     fn env_is_clean_by_default() {
         std::env::set_var("RETIE_TEST_SECRET_KEY", "sk-should-not-leak");
         let dir = tempfile::tempdir().expect("tempdir");
-        let spec = Sandbox::builder(["true"]).workspace(dir.path()).build().expect("spec");
+        let spec = Sandbox::builder(["true"])
+            .workspace(dir.path())
+            .build()
+            .expect("spec");
         let names: Vec<String> = spec
             .env()
             .iter()
@@ -465,7 +486,9 @@ mod tests {
             .env("A=B", "x")
             .build()
             .expect_err("bad name");
-        assert!(err.to_string().contains("not a valid environment variable name"));
+        assert!(err
+            .to_string()
+            .contains("not a valid environment variable name"));
     }
 
     #[test]
@@ -486,7 +509,10 @@ mod tests {
     #[test]
     fn never_host_root() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let spec = Sandbox::builder(["true"]).workspace(dir.path()).build().expect("spec");
+        let spec = Sandbox::builder(["true"])
+            .workspace(dir.path())
+            .build()
+            .expect("spec");
         assert_ne!(spec.identity().host_uid, 0);
         assert_ne!(spec.identity().host_gid, 0);
     }

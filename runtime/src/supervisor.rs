@@ -93,7 +93,8 @@ pub fn run(spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
         wait(pid);
         return Err(e);
     }
-    sys::write_all(go_w.as_raw_fd(), b"G").map_err(|e| RuntimeError::host("releasing the sandbox", e))?;
+    sys::write_all(go_w.as_raw_fd(), b"G")
+        .map_err(|e| RuntimeError::host("releasing the sandbox", e))?;
 
     // Watch: the child's exit, forwarded signals, the deadline.
     let deadline = spec.timeout.map(|t| started + t);
@@ -112,8 +113,16 @@ pub fn run(spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
             }
         };
         let mut fds = [
-            libc::pollfd { fd: pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 },
-            libc::pollfd { fd: signals.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd {
+                fd: pidfd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: signals.fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
         ];
         // SAFETY: two valid pollfds.
         let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
@@ -141,8 +150,16 @@ pub fn run(spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
     let mut ended = None;
     for r in reports {
         match r {
-            Report::SetupFailed { step, message, hint } => {
-                return Err(RuntimeError::Setup { step, message, hint })
+            Report::SetupFailed {
+                step,
+                message,
+                hint,
+            } => {
+                return Err(RuntimeError::Setup {
+                    step,
+                    message,
+                    hint,
+                })
             }
             Report::ExecFailed { program, errno } => {
                 let exit_code = if errno == libc::ENOENT || errno == libc::ENOTDIR {
@@ -156,11 +173,17 @@ pub fn run(spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
                     }
                     e => std::io::Error::from_raw_os_error(e).to_string(),
                 };
-                return Err(RuntimeError::Exec { program, reason, exit_code });
+                return Err(RuntimeError::Exec {
+                    program,
+                    reason,
+                    exit_code,
+                });
             }
-            Report::Ready { landlock_abi, landlock_enforced, seccomp } => {
-                ready = Some((landlock_abi, landlock_enforced, seccomp))
-            }
+            Report::Ready {
+                landlock_abi,
+                landlock_enforced,
+                seccomp,
+            } => ready = Some((landlock_abi, landlock_enforced, seccomp)),
             Report::Exited { code, signal } => ended = Some((code, signal)),
         }
     }
@@ -224,8 +247,19 @@ fn wait(pid: libc::pid_t) -> libc::c_int {
 
 fn stdio_fds(stdio: Stdio) -> (StdioFds, Vec<OwnedFd>) {
     match stdio {
-        Stdio::Inherit => (StdioFds { stdin: -1, stdout: -1, stderr: -1 }, Vec::new()),
-        Stdio::Fds { stdin, stdout, stderr } => {
+        Stdio::Inherit => (
+            StdioFds {
+                stdin: -1,
+                stdout: -1,
+                stderr: -1,
+            },
+            Vec::new(),
+        ),
+        Stdio::Fds {
+            stdin,
+            stdout,
+            stderr,
+        } => {
             let mut keep = Vec::new();
             let mut fd = |o: Option<OwnedFd>, write: bool| -> i32 {
                 let owned = o.or_else(|| {
@@ -245,7 +279,11 @@ fn stdio_fds(stdio: Stdio) -> (StdioFds, Vec<OwnedFd>) {
                     None => -1,
                 }
             };
-            let s = StdioFds { stdin: fd(stdin, false), stdout: fd(stdout, true), stderr: fd(stderr, true) };
+            let s = StdioFds {
+                stdin: fd(stdin, false),
+                stdout: fd(stdout, true),
+                stderr: fd(stderr, true),
+            };
             (s, keep)
         }
     }
@@ -283,19 +321,22 @@ impl SignalGuard {
             for s in FORWARDED {
                 libc::sigaddset(&mut set, *s);
             }
-            let mut fdset = set;
+            let fdset = set;
             libc::sigaddset(&mut set, libc::SIGCHLD);
             let mut old: libc::sigset_t = std::mem::zeroed();
             if libc::sigprocmask(libc::SIG_BLOCK, &set, &mut old) < 0 {
                 return Err(RuntimeError::last_os("blocking signals"));
             }
-            let fd = libc::signalfd(-1, &mut fdset, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK);
+            let fd = libc::signalfd(-1, &fdset, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK);
             if fd < 0 {
                 let e = RuntimeError::last_os("signalfd");
                 libc::sigprocmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
                 return Err(e);
             }
-            Ok(SignalGuard { fd: OwnedFd::from_raw_fd(fd), old })
+            Ok(SignalGuard {
+                fd: OwnedFd::from_raw_fd(fd),
+                old,
+            })
         }
     }
 
@@ -304,7 +345,13 @@ impl SignalGuard {
         let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
         let size = std::mem::size_of::<libc::signalfd_siginfo>();
         // SAFETY: reading exactly one siginfo into a valid buffer.
-        let n = unsafe { libc::read(self.fd.as_raw_fd(), (&mut info as *mut libc::signalfd_siginfo).cast(), size) };
+        let n = unsafe {
+            libc::read(
+                self.fd.as_raw_fd(),
+                (&mut info as *mut libc::signalfd_siginfo).cast(),
+                size,
+            )
+        };
         (n as usize == size).then_some(info.ssi_signo as libc::c_int)
     }
 }

@@ -68,21 +68,38 @@ struct Battery {
 
 impl Battery {
     fn record(&mut self, probe: &str, expected: &str, observed: String, pass: bool) {
-        self.out.push(ProbeResult { probe: probe.into(), expected: expected.into(), observed, pass });
+        self.out.push(ProbeResult {
+            probe: probe.into(),
+            expected: expected.into(),
+            observed,
+            pass,
+        });
     }
 
     /// A syscall result that must fail with exactly `want`.
     fn expect_errno(&mut self, probe: &str, ret: i64, want: i32) {
         let got = if ret < 0 { errno() } else { 0 };
-        let observed = if ret < 0 { ename(got) } else { format!("succeeded ({ret})") };
+        let observed = if ret < 0 {
+            ename(got)
+        } else {
+            format!("succeeded ({ret})")
+        };
         self.record(probe, &ename(want), observed, ret < 0 && got == want);
     }
 
     /// A syscall result that must fail with one of `wants`.
     fn expect_one_of(&mut self, probe: &str, ret: i64, wants: &[i32]) {
         let got = if ret < 0 { errno() } else { 0 };
-        let observed = if ret < 0 { ename(got) } else { format!("succeeded ({ret})") };
-        let expected = wants.iter().map(|w| ename(*w)).collect::<Vec<_>>().join(" or ");
+        let observed = if ret < 0 {
+            ename(got)
+        } else {
+            format!("succeeded ({ret})")
+        };
+        let expected = wants
+            .iter()
+            .map(|w| ename(*w))
+            .collect::<Vec<_>>()
+            .join(" or ");
         self.record(probe, &expected, observed, ret < 0 && wants.contains(&got));
     }
 }
@@ -91,8 +108,10 @@ fn status_field(name: &str) -> String {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix(&format!("{name}:")).map(|v| v.trim().to_string()))
+            s.lines().find_map(|l| {
+                l.strip_prefix(&format!("{name}:"))
+                    .map(|v| v.trim().to_string())
+            })
         })
         .unwrap_or_else(|| "missing".into())
 }
@@ -121,23 +140,47 @@ fn battery(args: &ProbeArgs) -> Vec<ProbeResult> {
 
     // --- process state ---------------------------------------------------
     let sc = status_field("Seccomp");
-    b.record("seccomp filter active", "Seccomp: 2", format!("Seccomp: {sc}"), sc == "2");
+    b.record(
+        "seccomp filter active",
+        "Seccomp: 2",
+        format!("Seccomp: {sc}"),
+        sc == "2",
+    );
     let nnp = status_field("NoNewPrivs");
-    b.record("no_new_privs", "NoNewPrivs: 1", format!("NoNewPrivs: {nnp}"), nnp == "1");
+    b.record(
+        "no_new_privs",
+        "NoNewPrivs: 1",
+        format!("NoNewPrivs: {nnp}"),
+        nnp == "1",
+    );
     let caps: Vec<(String, String)> = ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"]
         .iter()
         .map(|n| (n.to_string(), status_field(n)))
         .collect();
-    let all_zero = caps.iter().all(|(_, v)| v.chars().all(|ch| ch == '0') && !v.is_empty());
+    let all_zero = caps
+        .iter()
+        .all(|(_, v)| v.chars().all(|ch| ch == '0') && !v.is_empty());
     b.record(
         "no capabilities (inh/prm/eff/bnd/amb)",
         "all 0",
-        caps.iter().map(|(n, v)| format!("{n}={}", v.trim_start_matches('0').is_empty().then_some("0").unwrap_or(v))).collect::<Vec<_>>().join(" "),
+        caps.iter()
+            .map(|(n, v)| {
+                let shown = if v.trim_start_matches('0').is_empty() {
+                    "0"
+                } else {
+                    v
+                };
+                format!("{n}={shown}")
+            })
+            .collect::<Vec<_>>()
+            .join(" "),
         all_zero,
     );
     // SAFETY: getuid cannot fail.
     let uid = unsafe { libc::getuid() };
-    let env_names: Vec<String> = std::env::vars_os().map(|(k, _)| k.to_string_lossy().into_owned()).collect();
+    let env_names: Vec<String> = std::env::vars_os()
+        .map(|(k, _)| k.to_string_lossy().into_owned())
+        .collect();
     let mut sorted = env_names.clone();
     sorted.sort();
     b.record(
@@ -149,7 +192,12 @@ fn battery(args: &ProbeArgs) -> Vec<ProbeResult> {
 
     // --- terminal injection ---------------------------------------------
     // SAFETY: opening /dev/ptmx gives us a pty master we own.
-    let ptmx = unsafe { libc::open(c"/dev/ptmx".as_ptr(), libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC) };
+    let ptmx = unsafe {
+        libc::open(
+            c"/dev/ptmx".as_ptr(),
+            libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+        )
+    };
     let tty_fd = if ptmx >= 0 { ptmx } else { 0 };
     let ch: libc::c_char = b'x' as libc::c_char;
     // SAFETY: TIOCSTI with a pointer to one valid byte; expected to be refused.
@@ -157,10 +205,17 @@ fn battery(args: &ProbeArgs) -> Vec<ProbeResult> {
     b.expect_errno("TIOCSTI refused", r as i64, libc::EPERM);
     // SAFETY: raw ioctl with the request's high bits set (the Flatpak bypass
     // class): the kernel truncates to 32 bits, so the filter must too.
-    let r = unsafe { libc::syscall(libc::SYS_ioctl, tty_fd, (libc::TIOCSTI as u64) | (1u64 << 32), &ch) };
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_ioctl,
+            tty_fd,
+            u64::from(libc::TIOCSTI as u32) | (1u64 << 32),
+            &ch,
+        )
+    };
     b.expect_errno("TIOCSTI with high bits refused", r, libc::EPERM);
-    // SAFETY: TIOCLINUX subcode pointer to a valid byte; expected refused.
     let sub: libc::c_char = 2;
+    // SAFETY: TIOCLINUX subcode pointer to a valid byte; expected refused.
     let r = unsafe { libc::ioctl(tty_fd, 0x541C, &sub) };
     b.expect_errno("TIOCLINUX refused", r as i64, libc::EPERM);
     if ptmx >= 0 {
@@ -171,11 +226,22 @@ fn battery(args: &ProbeArgs) -> Vec<ProbeResult> {
     // --- namespaces and privilege ------------------------------------------
     // SAFETY: unshare with a flag; expected to be refused.
     let r = unsafe { libc::unshare(libc::CLONE_NEWUSER) };
-    b.expect_errno("nested user namespace (unshare) refused", r as i64, libc::EPERM);
+    b.expect_errno(
+        "nested user namespace (unshare) refused",
+        r as i64,
+        libc::EPERM,
+    );
     // SAFETY: raw clone asking for a new user namespace; if it unexpectedly
     // succeeds the child exits at once.
     let r = unsafe {
-        libc::syscall(libc::SYS_clone, (libc::CLONE_NEWUSER | libc::SIGCHLD) as libc::c_ulong, 0, 0, 0, 0)
+        libc::syscall(
+            libc::SYS_clone,
+            (libc::CLONE_NEWUSER | libc::SIGCHLD) as libc::c_ulong,
+            0,
+            0,
+            0,
+            0,
+        )
     };
     if r == 0 {
         // SAFETY: in the unexpected child: leave immediately.
@@ -186,7 +252,15 @@ fn battery(args: &ProbeArgs) -> Vec<ProbeResult> {
     let r = unsafe { libc::syscall(libc::SYS_clone3, 0usize, 0usize) };
     b.expect_errno("clone3 answered ENOSYS", r, libc::ENOSYS);
     // SAFETY: mount with valid strings; expected refused.
-    let r = unsafe { libc::mount(c"tmpfs".as_ptr(), c"/tmp".as_ptr(), c"tmpfs".as_ptr(), 0, std::ptr::null()) };
+    let r = unsafe {
+        libc::mount(
+            c"tmpfs".as_ptr(),
+            c"/tmp".as_ptr(),
+            c"tmpfs".as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
     b.expect_errno("mount refused", r as i64, libc::EPERM);
     // SAFETY: fsopen with a valid string; expected refused.
     let r = unsafe { libc::syscall(libc::SYS_fsopen, c"tmpfs".as_ptr(), 0) };
@@ -198,8 +272,14 @@ fn battery(args: &ProbeArgs) -> Vec<ProbeResult> {
     let r = unsafe { libc::ptrace(libc::PTRACE_ATTACH, 1, 0, 0) };
     b.expect_errno("ptrace refused", r, libc::EPERM);
     let mut buf = [0u8; 8];
-    let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: 8 };
-    let remote = libc::iovec { iov_base: 0x1000 as *mut libc::c_void, iov_len: 8 };
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: 8,
+    };
+    let remote = libc::iovec {
+        iov_base: 0x1000 as *mut libc::c_void,
+        iov_len: 8,
+    };
     // SAFETY: valid iovecs; expected refused before any access.
     let r = unsafe { libc::process_vm_readv(1, &local, 1, &remote, 1, 0) };
     b.expect_errno("process_vm_readv refused", r as i64, libc::EPERM);
@@ -228,8 +308,18 @@ fn battery(args: &ProbeArgs) -> Vec<ProbeResult> {
     let r = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) };
     b.expect_errno("AF_PACKET refused", r as i64, libc::EPERM);
     // SAFETY: mknod of a character device in the writable /tmp.
-    let r = unsafe { libc::mknod(c"/tmp/retie-null".as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 3)) };
-    b.expect_one_of("mknod of a device refused", r as i64, &[libc::EPERM, libc::EACCES]);
+    let r = unsafe {
+        libc::mknod(
+            c"/tmp/retie-null".as_ptr(),
+            libc::S_IFCHR | 0o666,
+            libc::makedev(1, 3),
+        )
+    };
+    b.expect_one_of(
+        "mknod of a device refused",
+        r as i64,
+        &[libc::EPERM, libc::EACCES],
+    );
 
     // --- filesystem ----------------------------------------------------------
     if let Some(canary) = &args.canary {
@@ -245,51 +335,117 @@ fn battery(args: &ProbeArgs) -> Vec<ProbeResult> {
         );
     }
     let home_entries: Vec<String> = std::fs::read_dir("/home")
-        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
         .unwrap_or_default();
     let home = std::env::var("HOME").unwrap_or_default();
-    let home_empty = std::fs::read_dir(&home).map(|d| d.count() == 0).unwrap_or(false);
+    let home_empty = std::fs::read_dir(&home)
+        .map(|d| d.count() == 0)
+        .unwrap_or(false);
     b.record(
         "home is a fresh empty tmpfs",
         "empty $HOME",
-        format!("$HOME={home} entries={} /home={home_entries:?}", if home_empty { 0 } else { 1 }),
+        format!(
+            "$HOME={home} entries={} /home={home_entries:?}",
+            if home_empty { 0 } else { 1 }
+        ),
         home_empty,
     );
-    for secret in ["/etc/shadow", "/root/.ssh", "/var/run/docker.sock", "/run/user"] {
+    for secret in [
+        "/etc/shadow",
+        "/root/.ssh",
+        "/var/run/docker.sock",
+        "/run/user",
+    ] {
         let exists = Path::new(secret).symlink_metadata().is_ok();
-        b.record(&format!("{secret} absent"), "absent", if exists { "present".into() } else { "absent".into() }, !exists);
+        b.record(
+            &format!("{secret} absent"),
+            "absent",
+            if exists {
+                "present".into()
+            } else {
+                "absent".into()
+            },
+            !exists,
+        );
     }
-    for target in ["/usr/retie-probe", "/etc/retie-probe", "/retie-probe", "/dev/retie-probe"] {
+    for target in [
+        "/usr/retie-probe",
+        "/etc/retie-probe",
+        "/retie-probe",
+        "/dev/retie-probe",
+    ] {
         let p = c(target);
         // SAFETY: open with O_CREAT on a valid path; closed if it succeeds.
-        let fd = unsafe { libc::open(p.as_ptr(), libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC, 0o644) };
+        let fd = unsafe {
+            libc::open(
+                p.as_ptr(),
+                libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+                0o644,
+            )
+        };
         if fd >= 0 {
             // SAFETY: closing our own fd.
             unsafe { libc::close(fd) };
         }
-        b.expect_one_of(&format!("write outside workspace ({target}) refused"), fd as i64, &[libc::EROFS, libc::EACCES]);
+        b.expect_one_of(
+            &format!("write outside workspace ({target}) refused"),
+            fd as i64,
+            &[libc::EROFS, libc::EACCES],
+        );
     }
     // A symlink planted in the workspace does not lead out of it.
     let _ = std::fs::remove_file("retie-probe-link");
     let link_ok = std::os::unix::fs::symlink("/etc/passwd", "retie-probe-link").is_ok();
     // SAFETY: open through the symlink for writing; expected refused.
-    let fd = unsafe { libc::open(c"retie-probe-link".as_ptr(), libc::O_WRONLY | libc::O_APPEND | libc::O_CLOEXEC) };
+    let fd = unsafe {
+        libc::open(
+            c"retie-probe-link".as_ptr(),
+            libc::O_WRONLY | libc::O_APPEND | libc::O_CLOEXEC,
+        )
+    };
     if fd >= 0 {
         // SAFETY: closing our own fd.
         unsafe { libc::close(fd) };
     }
     let _ = std::fs::remove_file("retie-probe-link");
     if link_ok {
-        b.expect_one_of("write through a workspace symlink to /etc refused", fd as i64, &[libc::EROFS, libc::EACCES]);
+        b.expect_one_of(
+            "write through a workspace symlink to /etc refused",
+            fd as i64,
+            &[libc::EROFS, libc::EACCES],
+        );
     } else {
-        b.record("write through a workspace symlink to /etc refused", "EROFS or EACCES", "could not plant the symlink".into(), false);
+        b.record(
+            "write through a workspace symlink to /etc refused",
+            "EROFS or EACCES",
+            "could not plant the symlink".into(),
+            false,
+        );
     }
     let wrote = std::fs::write("retie-probe-file", b"ok").is_ok();
     let _ = std::fs::remove_file("retie-probe-file");
-    b.record("workspace is writable", "write succeeds", if wrote { "written".into() } else { "refused".into() }, wrote);
+    b.record(
+        "workspace is writable",
+        "write succeeds",
+        if wrote {
+            "written".into()
+        } else {
+            "refused".into()
+        },
+        wrote,
+    );
     for knob in ["/proc/sys/kernel/hostname", "/proc/sysrq-trigger"] {
         if !Path::new(knob).exists() && knob == "/proc/sysrq-trigger" {
-            b.record(&format!("{knob} read-only"), "EROFS or EACCES", "absent (kernel built without magic sysrq)".into(), true);
+            b.record(
+                &format!("{knob} read-only"),
+                "EROFS or EACCES",
+                "absent (kernel built without magic sysrq)".into(),
+                true,
+            );
             continue;
         }
         let p = c(knob);
@@ -299,7 +455,11 @@ fn battery(args: &ProbeArgs) -> Vec<ProbeResult> {
             // SAFETY: closing our own fd.
             unsafe { libc::close(fd) };
         }
-        b.expect_one_of(&format!("{knob} read-only"), fd as i64, &[libc::EROFS, libc::EACCES]);
+        b.expect_one_of(
+            &format!("{knob} read-only"),
+            fd as i64,
+            &[libc::EROFS, libc::EACCES],
+        );
     }
 
     // --- processes -------------------------------------------------------------
@@ -311,16 +471,29 @@ fn battery(args: &ProbeArgs) -> Vec<ProbeResult> {
                 .collect()
         })
         .unwrap_or_default();
-    b.record("host pids invisible", "only the sandbox's own (<= 2)", format!("{} pids: {}", pids.len(), pids.join(",")), pids.len() <= 2);
+    b.record(
+        "host pids invisible",
+        "only the sandbox's own (<= 2)",
+        format!("{} pids: {}", pids.len(), pids.join(",")),
+        pids.len() <= 2,
+    );
     if let Some(hp) = args.host_pid {
         // SAFETY: kill with a pid and signal; expected to fail.
         let r = unsafe { libc::kill(hp, libc::SIGTERM) };
-        b.expect_one_of(&format!("signal to host pid {hp} refused"), r as i64, &[libc::ESRCH, libc::EPERM]);
+        b.expect_one_of(
+            &format!("signal to host pid {hp} refused"),
+            r as i64,
+            &[libc::ESRCH, libc::EPERM],
+        );
     }
 
     // --- network ---------------------------------------------------------------
     if let Some(name) = &args.abstract_socket {
-        b.expect_one_of("host abstract unix socket unreachable", connect_abstract(name), &[libc::ECONNREFUSED, libc::EPERM]);
+        b.expect_one_of(
+            "host abstract unix socket unreachable",
+            connect_abstract(name),
+            &[libc::ECONNREFUSED, libc::EPERM],
+        );
     }
     let ifaces: Vec<String> = std::fs::read_to_string("/proc/net/dev")
         .unwrap_or_default()
@@ -329,17 +502,35 @@ fn battery(args: &ProbeArgs) -> Vec<ProbeResult> {
         .filter_map(|l| l.split(':').next().map(|s| s.trim().to_string()))
         .collect();
     b.record("interfaces", "lo only", ifaces.join(","), ifaces == ["lo"]);
-    let routes = std::fs::read_to_string("/proc/net/route").unwrap_or_default().lines().skip(1).count();
+    let routes = std::fs::read_to_string("/proc/net/route")
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .count();
     let routes6: Vec<String> = std::fs::read_to_string("/proc/net/ipv6_route")
         .unwrap_or_default()
         .lines()
         .filter(|l| !l.trim_end().ends_with(" lo"))
         .map(|s| s.to_string())
         .collect();
-    b.record("no IPv4 route", "0 routes", format!("{routes} routes"), routes == 0);
-    b.record("no IPv6 route off lo", "0 routes", format!("{} routes", routes6.len()), routes6.is_empty());
+    b.record(
+        "no IPv4 route",
+        "0 routes",
+        format!("{routes} routes"),
+        routes == 0,
+    );
+    b.record(
+        "no IPv6 route off lo",
+        "0 routes",
+        format!("{} routes", routes6.len()),
+        routes6.is_empty(),
+    );
     for target in &args.tcp {
-        b.expect_errno(&format!("TCP connect to host listener {target} refused"), connect_tcp(target), libc::EPERM);
+        b.expect_errno(
+            &format!("TCP connect to host listener {target} refused"),
+            connect_tcp(target),
+            libc::EPERM,
+        );
     }
     // SAFETY: socket with constants; expected refused in no-network mode.
     let r = unsafe { libc::socket(libc::AF_INET6, libc::SOCK_DGRAM, 0) };
@@ -400,12 +591,18 @@ fn connect_tcp(target: &str) -> i64 {
     let sin = libc::sockaddr_in {
         sin_family: libc::AF_INET as libc::sa_family_t,
         sin_port: addr.port().to_be(),
-        sin_addr: libc::in_addr { s_addr: u32::from(*addr.ip()).to_be() },
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(*addr.ip()).to_be(),
+        },
         sin_zero: [0; 8],
     };
     // SAFETY: a valid sockaddr_in.
     let r = unsafe {
-        libc::connect(fd, (&sin as *const libc::sockaddr_in).cast(), std::mem::size_of::<libc::sockaddr_in>() as u32)
+        libc::connect(
+            fd,
+            (&sin as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as u32,
+        )
     };
     let e = errno();
     // SAFETY: closing our own fd.

@@ -75,7 +75,10 @@ fn exec(args: ExecArgs) -> i32 {
             };
             eprintln!("retie: {e}");
             if json {
-                emit_json(json_fd, &json!({ "exit_code": code, "error": e.to_string() }));
+                emit_json(
+                    json_fd,
+                    &json!({ "exit_code": code, "error": e.to_string() }),
+                );
             }
             code
         }
@@ -90,7 +93,9 @@ fn exec_inner(args: ExecArgs) -> Result<Outcome, CliError> {
     }
     if let Some(t) = args.timeout {
         if !(t.is_finite() && t > 0.0) {
-            return Err(CliError::Usage(format!("--timeout {t}: must be a positive number of seconds")));
+            return Err(CliError::Usage(format!(
+                "--timeout {t}: must be a positive number of seconds"
+            )));
         }
         b = b.timeout(Duration::from_secs_f64(t));
     }

@@ -63,14 +63,21 @@ pub fn run(args: SelftestArgs) -> i32 {
                         ]
                     })
                     .collect();
-                print!("{}", crate::ui::table(&["probe", "expected", "observed", "result"], &table));
+                print!(
+                    "{}",
+                    crate::ui::table(&["probe", "expected", "observed", "result"], &table)
+                );
                 let failed = rows.iter().filter(|r| !r.pass).count();
                 println!(
                     "\n{} probes, {} failed, Landlock ABI {abi}, {:.0} ms: {}",
                     rows.len(),
                     failed,
                     ms,
-                    if pass { "the sandbox holds on this machine" } else { "THE SANDBOX DOES NOT HOLD: see FAIL rows" }
+                    if pass {
+                        "the sandbox holds on this machine"
+                    } else {
+                        "THE SANDBOX DOES NOT HOLD: see FAIL rows"
+                    }
                 );
             }
             if pass {
@@ -98,7 +105,9 @@ fn selftest(args: &SelftestArgs) -> Result<(Vec<ProbeResult>, i32), CliError> {
     rows.push(ProbeResult {
         probe: "preflight: user namespaces".into(),
         expected: "available".into(),
-        observed: userns.as_ref().map_or("available".into(), |f| format!("{} (fix: {})", f.problem, f.fix)),
+        observed: userns.as_ref().map_or("available".into(), |f| {
+            format!("{} (fix: {})", f.problem, f.fix)
+        }),
         pass: userns.is_none(),
     });
     let abi = retie_runtime::preflight::landlock_abi();
@@ -121,13 +130,22 @@ fn selftest(args: &SelftestArgs) -> Result<(Vec<ProbeResult>, i32), CliError> {
         .tempdir()
         .map_err(|e| CliError::io("creating the self-test workspace", e))?;
     let canary = plant_canary()?;
-    let lo = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(|e| CliError::io("listening on loopback", e))?;
-    let mut tcp = vec![lo.local_addr().map_err(|e| CliError::io("listener address", e))?.to_string()];
+    let lo = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .map_err(|e| CliError::io("listening on loopback", e))?;
+    let mut tcp = vec![lo
+        .local_addr()
+        .map_err(|e| CliError::io("listener address", e))?
+        .to_string()];
     let host_ip = host_interface_ipv4();
     let _ext = match host_ip {
         Some(ip) => {
-            let l = TcpListener::bind((ip, 0)).map_err(|e| CliError::io(format!("listening on {ip}"), e))?;
-            tcp.push(l.local_addr().map_err(|e| CliError::io("listener address", e))?.to_string());
+            let l = TcpListener::bind((ip, 0))
+                .map_err(|e| CliError::io(format!("listening on {ip}"), e))?;
+            tcp.push(
+                l.local_addr()
+                    .map_err(|e| CliError::io("listener address", e))?
+                    .to_string(),
+            );
             Some(l)
         }
         None => None,
@@ -137,7 +155,8 @@ fn selftest(args: &SelftestArgs) -> Result<(Vec<ProbeResult>, i32), CliError> {
     let abstract_name = format!("retie-selftest-{my_pid}");
     let addr = SocketAddr::from_abstract_name(abstract_name.as_bytes())
         .map_err(|e| CliError::io("abstract socket name", e))?;
-    let _abstract = UnixListener::bind_addr(&addr).map_err(|e| CliError::io("listening on an abstract socket", e))?;
+    let _abstract = UnixListener::bind_addr(&addr)
+        .map_err(|e| CliError::io("listening on an abstract socket", e))?;
 
     let exe = std::env::current_exe().map_err(|e| CliError::io("locating the retie binary", e))?;
     let mut argv: Vec<String> = vec![PROBE_PATH.into(), "__probe".into()];
@@ -145,7 +164,12 @@ fn selftest(args: &SelftestArgs) -> Result<(Vec<ProbeResult>, i32), CliError> {
     for t in &tcp {
         argv.extend(["--tcp".into(), t.clone()]);
     }
-    argv.extend(["--abstract-socket".into(), abstract_name, "--host-pid".into(), my_pid.to_string()]);
+    argv.extend([
+        "--abstract-socket".into(),
+        abstract_name,
+        "--host-pid".into(),
+        my_pid.to_string(),
+    ]);
 
     let spec = Sandbox::builder(&argv)
         .workspace(ws.path())
@@ -157,20 +181,31 @@ fn selftest(args: &SelftestArgs) -> Result<(Vec<ProbeResult>, i32), CliError> {
     let stderr = dup_stderr()?;
     let outcome = retie_runtime::run(
         &spec,
-        Stdio::Fds { stdin: None, stdout: Some(out_w), stderr: Some(stderr) },
+        Stdio::Fds {
+            stdin: None,
+            stdout: Some(out_w),
+            stderr: Some(stderr),
+        },
     )?;
     let mut text = String::new();
     std::fs::File::from(out_r)
         .read_to_string(&mut text)
         .map_err(|e| CliError::io("reading the probe output", e))?;
-    let results: Vec<ProbeResult> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let results: Vec<ProbeResult> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
 
     rows.push(ProbeResult {
         probe: "Landlock enforced inside".into(),
         expected: format!("fully, ABI >= {}", spec.profile().landlock.min_abi),
         observed: format!(
             "{}, ABI {}",
-            if outcome.landlock_enforced { "fully" } else { "NOT fully" },
+            if outcome.landlock_enforced {
+                "fully"
+            } else {
+                "NOT fully"
+            },
             outcome.landlock_abi
         ),
         pass: outcome.landlock_enforced && outcome.landlock_abi >= spec.profile().landlock.min_abi,
@@ -198,11 +233,20 @@ fn plant_canary() -> Result<Canary, CliError> {
     let home = std::env::var_os("HOME")
         .map(PathBuf::from)
         .filter(|p| p.is_absolute())
-        .ok_or_else(|| CliError::Usage("HOME is not set: the self-test plants a canary in your home directory".into()))?;
+        .ok_or_else(|| {
+            CliError::Usage(
+                "HOME is not set: the self-test plants a canary in your home directory".into(),
+            )
+        })?;
     // SAFETY: getpid cannot fail.
-    let path = home.join(format!(".retie-selftest-canary-{}", unsafe { libc::getpid() }));
-    std::fs::write(&path, b"retie canary: if a sandbox can read this, it is broken\n")
-        .map_err(|e| CliError::io(format!("planting the canary {}", path.display()), e))?;
+    let path = home.join(format!(".retie-selftest-canary-{}", unsafe {
+        libc::getpid()
+    }));
+    std::fs::write(
+        &path,
+        b"retie canary: if a sandbox can read this, it is broken\n",
+    )
+    .map_err(|e| CliError::io(format!("planting the canary {}", path.display()), e))?;
     Ok(Canary(path))
 }
 
@@ -218,7 +262,10 @@ pub fn host_interface_ipv4() -> Option<Ipv4Addr> {
     while !cur.is_null() {
         // SAFETY: `cur` is a node of the list getifaddrs returned.
         let ifa = unsafe { &*cur };
-        if !ifa.ifa_addr.is_null() && ifa.ifa_flags & libc::IFF_UP as u32 != 0 && ifa.ifa_flags & libc::IFF_LOOPBACK as u32 == 0 {
+        if !ifa.ifa_addr.is_null()
+            && ifa.ifa_flags & libc::IFF_UP as u32 != 0
+            && ifa.ifa_flags & libc::IFF_LOOPBACK as u32 == 0
+        {
             // SAFETY: ifa_addr is non-null and points at a sockaddr.
             let family = unsafe { (*ifa.ifa_addr).sa_family };
             if family == libc::AF_INET as libc::sa_family_t {

@@ -52,9 +52,18 @@ const REQUIRED_PROBES: &[&str] = &[
 fn selftest_passes_and_covers_every_escape() {
     for leg in legs() {
         let s = Scratch::new(leg);
-        let o = s.retie().args(["selftest", "--json"]).output().expect("selftest");
-        let v: serde_json::Value = serde_json::from_slice(&o.stdout)
-            .unwrap_or_else(|e| panic!("{leg:?}: selftest JSON: {e}\n{}\n{}", stdout(&o), stderr(&o)));
+        let o = s
+            .retie()
+            .args(["selftest", "--json"])
+            .output()
+            .expect("selftest");
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+            panic!(
+                "{leg:?}: selftest JSON: {e}\n{}\n{}",
+                stdout(&o),
+                stderr(&o)
+            )
+        });
         let probes = v["probes"].as_array().expect("probes");
         let failed: Vec<&serde_json::Value> = probes.iter().filter(|p| p["pass"] != true).collect();
         assert!(failed.is_empty(), "{leg:?}: failing probes: {failed:#?}");
@@ -70,7 +79,11 @@ fn selftest_passes_and_covers_every_escape() {
         // interface address) were probed.
         let tcp = probes
             .iter()
-            .filter(|p| p["probe"].as_str().is_some_and(|n| n.starts_with("TCP connect to host listener")))
+            .filter(|p| {
+                p["probe"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("TCP connect to host listener"))
+            })
             .count();
         assert!(tcp >= 1, "{leg:?}: no TCP listener probed");
         // The selftest must clean its canary up.
@@ -81,7 +94,11 @@ fn selftest_passes_and_covers_every_escape() {
         let left: Vec<_> = std::fs::read_dir(&home)
             .map(|d| {
                 d.filter_map(|e| e.ok())
-                    .filter(|e| e.file_name().to_string_lossy().starts_with(".retie-selftest-canary"))
+                    .filter(|e| {
+                        e.file_name()
+                            .to_string_lossy()
+                            .starts_with(".retie-selftest-canary")
+                    })
                     .collect()
             })
             .unwrap_or_default();
@@ -93,14 +110,25 @@ fn selftest_passes_and_covers_every_escape() {
 fn system_view_is_read_only_and_personal_dirs_absent() {
     for leg in legs() {
         let s = Scratch::new(leg);
-        for target in ["/usr/bin/retie-x", "/etc/passwd", "/bin/retie-x", "/opt/retie-x"] {
+        for target in [
+            "/usr/bin/retie-x",
+            "/etc/passwd",
+            "/bin/retie-x",
+            "/opt/retie-x",
+        ] {
             let o = s.sh(&format!("echo x > {target}"));
             assert_ne!(o.status.code(), Some(0), "{leg:?}: wrote {target}");
         }
         let o = s.sh("ls -A /home /mnt /media /var 2>&1; ls -d /root /run 2>&1; true");
         let out = stdout(&o);
-        assert!(out.contains("/mnt") && out.contains("No such file"), "{out}");
-        assert!(!out.contains("old_root") && !out.contains("lost+found"), "{out}");
+        assert!(
+            out.contains("/mnt") && out.contains("No such file"),
+            "{out}"
+        );
+        assert!(
+            !out.contains("old_root") && !out.contains("lost+found"),
+            "{out}"
+        );
         // The host's real passwd is not what the sandbox sees.
         let o = s.sh("cat /etc/passwd");
         assert!(stdout(&o).lines().count() <= 3, "{}", stdout(&o));
@@ -112,13 +140,12 @@ fn system_view_is_read_only_and_personal_dirs_absent() {
         let mut lines = out.lines();
         assert_eq!(lines.next(), Some("0"), "{out}");
         let in_tmp: Vec<&str> = lines.collect();
-        let expected: Vec<String> = s
-            .ws
-            .strip_prefix("/tmp")
-            .ok()
-            .and_then(|rest| rest.iter().next())
-            .map(|c| vec![c.to_string_lossy().into_owned()])
-            .unwrap_or_default();
+        let expected: Vec<String> =
+            s.ws.strip_prefix("/tmp")
+                .ok()
+                .and_then(|rest| rest.iter().next())
+                .map(|c| vec![c.to_string_lossy().into_owned()])
+                .unwrap_or_default();
         assert_eq!(in_tmp, expected, "{out}");
     }
 }
@@ -149,17 +176,31 @@ fn sandbox_runs_unprivileged_on_the_host() {
             .args(["sandbox", "exec", "--", "sleep", &m])
             .spawn()
             .expect("spawn");
-        assert!(wait_until(5.0, || pids_with(&m).len() >= 2), "sandbox did not start");
-        // SAFETY: getuid cannot fail.
-        let expected = if is_root() { NOBODY } else { unsafe { libc::getuid() } };
+        assert!(
+            wait_until(5.0, || pids_with(&m).len() >= 2),
+            "sandbox did not start"
+        );
+        let expected = if is_root() {
+            NOBODY
+        } else {
+            // SAFETY: getuid cannot fail.
+            unsafe { libc::getuid() }
+        };
         // The sleep process (a child of the sandbox's init).
         let pids: Vec<i32> = pids_with(&m)
             .into_iter()
-            .filter(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).map(|c| c.trim() == "sleep").unwrap_or(false))
+            .filter(|p| {
+                std::fs::read_to_string(format!("/proc/{p}/comm"))
+                    .map(|c| c.trim() == "sleep")
+                    .unwrap_or(false)
+            })
             .collect();
         assert_eq!(pids.len(), 1, "{leg:?}: {pids:?}");
         let uid = host_uid(pids[0]).expect("uid");
-        assert_eq!(uid, expected, "{leg:?}: the sandboxed command runs as host uid {uid}");
+        assert_eq!(
+            uid, expected,
+            "{leg:?}: the sandboxed command runs as host uid {uid}"
+        );
         assert_ne!(uid, 0, "never host root");
         let _ = child.kill();
         let _ = child.wait();

@@ -38,7 +38,14 @@ fn json_status_has_the_documented_shape() {
         let o = s.exec(&["--json"], &["true"]);
         assert_code(&o, 0, "true");
         let st = json_status(&o);
-        for key in ["exit_code", "signal", "timed_out", "duration_ms", "landlock_abi", "seccomp"] {
+        for key in [
+            "exit_code",
+            "signal",
+            "timed_out",
+            "duration_ms",
+            "landlock_abi",
+            "seccomp",
+        ] {
             assert!(st.get(key).is_some(), "missing {key} in {st}");
         }
         assert_eq!(st["seccomp"], true);
@@ -75,7 +82,10 @@ fn stdin_is_piped_in() {
         let o = child.wait_with_output().expect("wait");
         writer.join().expect("writer");
         assert_code(&o, 0, "wc");
-        assert_eq!(stdout(&o).split_whitespace().collect::<Vec<_>>(), ["1048576", "done"]);
+        assert_eq!(
+            stdout(&o).split_whitespace().collect::<Vec<_>>(),
+            ["1048576", "done"]
+        );
     }
 }
 
@@ -86,7 +96,12 @@ fn workspace_path_with_spaces() {
         let o = s.sh("pwd; echo written > 'a file'");
         assert_code(&o, 0, "pwd");
         assert_eq!(stdout(&o).trim(), path_str(&s.ws));
-        assert_eq!(std::fs::read_to_string(s.ws.join("a file")).expect("file").trim(), "written");
+        assert_eq!(
+            std::fs::read_to_string(s.ws.join("a file"))
+                .expect("file")
+                .trim(),
+            "written"
+        );
     }
 }
 
@@ -96,11 +111,22 @@ fn missing_workspace_is_a_clear_error() {
         let s = Scratch::new(leg);
         let mut cmd = s.retie();
         let o = cmd
-            .args(["sandbox", "exec", "-w", "/nonexistent/retie/ws", "--", "true"])
+            .args([
+                "sandbox",
+                "exec",
+                "-w",
+                "/nonexistent/retie/ws",
+                "--",
+                "true",
+            ])
             .output()
             .expect("run");
         assert_code(&o, 125, "missing workspace");
-        assert!(stderr(&o).contains("/nonexistent/retie/ws") && stderr(&o).contains("does not exist"), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("/nonexistent/retie/ws") && stderr(&o).contains("does not exist"),
+            "{}",
+            stderr(&o)
+        );
     }
 }
 
@@ -111,7 +137,10 @@ fn command_not_found_is_127_with_a_clear_error() {
         let o = s.exec(&[], &["retie-no-such-command"]);
         assert_code(&o, 127, "not found");
         let e = stderr(&o);
-        assert!(e.contains("retie-no-such-command") && e.contains("not found"), "{e}");
+        assert!(
+            e.contains("retie-no-such-command") && e.contains("not found"),
+            "{e}"
+        );
         let o = s.exec(&[], &["/usr/bin/retie-no-such-command"]);
         assert_code(&o, 127, "absolute not found");
     }
@@ -141,16 +170,43 @@ fn environment_is_clean_and_explicit() {
         let o = cmd
             .env("OPENAI_API_KEY", "sk-retie-test-must-not-leak")
             .env("RETIE_PASSED", "passed-value")
-            .args(["sandbox", "exec", "--env", "FOO=bar=baz", "--env-pass", "RETIE_PASSED", "--", "env"])
+            .args([
+                "sandbox",
+                "exec",
+                "--env",
+                "FOO=bar=baz",
+                "--env-pass",
+                "RETIE_PASSED",
+                "--",
+                "env",
+            ])
             .output()
             .expect("run");
         assert_code(&o, 0, "env");
         let out = stdout(&o);
-        assert!(!out.contains("sk-retie-test-must-not-leak"), "API key leaked:\n{out}");
+        assert!(
+            !out.contains("sk-retie-test-must-not-leak"),
+            "API key leaked:\n{out}"
+        );
         let mut names: Vec<&str> = out.lines().filter_map(|l| l.split('=').next()).collect();
         names.sort();
-        assert_eq!(names, ["FOO", "HOME", "LANG", "PATH", "RETIE_PASSED", "TERM", "USER"], "{out}");
-        assert!(out.contains("FOO=bar=baz") && out.contains("RETIE_PASSED=passed-value"), "{out}");
+        assert_eq!(
+            names,
+            [
+                "FOO",
+                "HOME",
+                "LANG",
+                "PATH",
+                "RETIE_PASSED",
+                "TERM",
+                "USER"
+            ],
+            "{out}"
+        );
+        assert!(
+            out.contains("FOO=bar=baz") && out.contains("RETIE_PASSED=passed-value"),
+            "{out}"
+        );
     }
 }
 
@@ -182,9 +238,20 @@ fn only_stdio_fds_reach_the_command() {
         );
         // Run the wrapper shell as the leg's user too.
         let o = match leg {
-            Leg::Invoker => std::process::Command::new("sh").arg("-c").arg(&script).current_dir(&s.ws).output(),
+            Leg::Invoker => std::process::Command::new("sh")
+                .arg("-c")
+                .arg(&script)
+                .current_dir(&s.ws)
+                .output(),
             Leg::Nobody => std::process::Command::new("setpriv")
-                .args(["--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", &script])
+                .args([
+                    "--reuid=65534",
+                    "--regid=65534",
+                    "--clear-groups",
+                    "sh",
+                    "-c",
+                    &script,
+                ])
                 .env("HOME", &s.home)
                 .current_dir(&s.ws)
                 .output(),

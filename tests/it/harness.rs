@@ -28,7 +28,9 @@ pub fn legs() -> Vec<Leg> {
     if is_root() {
         vec![Leg::Invoker, Leg::Nobody]
     } else {
-        eprintln!("note: not root, so the uid-65534 leg cannot be run; testing as the invoking user only");
+        eprintln!(
+            "note: not root, so the uid-65534 leg cannot be run; testing as the invoking user only"
+        );
         vec![Leg::Invoker]
     }
 }
@@ -42,8 +44,12 @@ struct Shared {
 fn shared() -> &'static Shared {
     static S: OnceLock<Shared> = OnceLock::new();
     S.get_or_init(|| {
-        let dir = tempfile::Builder::new().prefix("retie-it-bin-").tempdir().expect("tempdir");
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let dir = tempfile::Builder::new()
+            .prefix("retie-it-bin-")
+            .tempdir()
+            .expect("tempdir");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod");
         let bin = dir.path().join("retie");
         std::fs::copy(env!("CARGO_BIN_EXE_retie"), &bin).expect("copy retie");
         std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).expect("chmod");
@@ -74,8 +80,12 @@ impl Scratch {
     }
 
     pub fn with_ws_name(leg: Leg, name: &str) -> Scratch {
-        let root = tempfile::Builder::new().prefix("retie-it-").tempdir().expect("tempdir");
-        std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let root = tempfile::Builder::new()
+            .prefix("retie-it-")
+            .tempdir()
+            .expect("tempdir");
+        std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod");
         let ws = root.path().join(name);
         let home = root.path().join("home");
         std::fs::create_dir_all(&ws).expect("mkdir ws");
@@ -85,7 +95,12 @@ impl Scratch {
                 chown(p, Some(NOBODY), Some(NOBODY)).expect("chown");
             }
         }
-        Scratch { root, ws, home, leg }
+        Scratch {
+            root,
+            ws,
+            home,
+            leg,
+        }
     }
 
     /// A `retie` command for this leg, cwd = the workspace.
@@ -110,7 +125,11 @@ impl Scratch {
     /// `retie sandbox exec -w WS [extra] -- argv`, collected.
     pub fn exec(&self, extra: &[&str], argv: &[&str]) -> Output {
         let mut cmd = self.retie();
-        cmd.args(["sandbox", "exec", "-w"]).arg(&self.ws).args(extra).arg("--").args(argv);
+        cmd.args(["sandbox", "exec", "-w"])
+            .arg(&self.ws)
+            .args(extra)
+            .arg("--")
+            .args(argv);
         cmd.stdin(Stdio::null());
         cmd.output().expect("run retie")
     }
@@ -134,7 +153,8 @@ pub fn stderr(o: &Output) -> String {
 pub fn assert_code(o: &Output, want: i32, ctx: &str) {
     let got = o.status.code().unwrap_or(-1);
     assert_eq!(
-        got, want,
+        got,
+        want,
         "{ctx}: expected exit {want}, got {got}\n--- stdout ---\n{}\n--- stderr ---\n{}",
         stdout(o),
         stderr(o)
@@ -170,7 +190,11 @@ pub fn pids_with(marker: &str) -> Vec<i32> {
 pub fn marker() -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
     static N: AtomicU32 = AtomicU32::new(1);
-    format!("9{}.{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst))
+    format!(
+        "9{}.{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    )
 }
 
 /// Wait until `f` holds, up to `secs`.

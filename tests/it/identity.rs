@@ -17,7 +17,10 @@ fn writes_land_owned_by_the_workspace_owner() {
             assert_eq!(m.uid(), owner, "{leg:?}: {p} owned by {}", m.uid());
         }
         let lines: Vec<String> = stdout(&o).lines().map(String::from).collect();
-        assert_eq!(lines[0], lines[1], "{leg:?}: the command does not own its workspace: {lines:?}");
+        assert_eq!(
+            lines[0], lines[1],
+            "{leg:?}: the command does not own its workspace: {lines:?}"
+        );
     }
 }
 
@@ -32,8 +35,11 @@ fn root_sees_a_foreign_owned_workspace_as_its_own_without_loosening_modes() {
     chown(&s.ws, Some(1000), Some(1000)).expect("chown");
     std::fs::write(s.ws.join("private.txt"), "secret").expect("write");
     chown(s.ws.join("private.txt"), Some(1000), Some(1000)).expect("chown");
-    std::fs::set_permissions(s.ws.join("private.txt"), std::os::unix::fs::PermissionsExt::from_mode(0o600))
-        .expect("chmod");
+    std::fs::set_permissions(
+        s.ws.join("private.txt"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .expect("chmod");
     let o = s.sh("id -u; cat private.txt; echo more >> private.txt; echo new > made.txt");
     assert_code(&o, 0, "foreign workspace");
     let out = stdout(&o);
@@ -42,5 +48,8 @@ fn root_sees_a_foreign_owned_workspace_as_its_own_without_loosening_modes() {
     assert_eq!((m.uid(), m.gid()), (1000, 1000));
     let m = std::fs::metadata(s.ws.join("private.txt")).expect("private");
     assert_eq!(m.mode() & 0o777, 0o600, "mode was loosened");
-    assert_eq!(std::fs::read_to_string(s.ws.join("private.txt")).expect("read"), "secretmore\n");
+    assert_eq!(
+        std::fs::read_to_string(s.ws.join("private.txt")).expect("read"),
+        "secretmore\n"
+    );
 }

@@ -20,7 +20,11 @@ fn timeout_kills_the_whole_sandbox_even_stubborn_forkers() {
         let st = json_status(&o);
         assert_eq!(st["timed_out"], true, "{st}");
         assert!(started.elapsed().as_secs() < 30, "timeout did not fire");
-        assert!(wait_until(2.0, || pids_with(&m).is_empty()), "{leg:?}: survivors: {:?}", pids_with(&m));
+        assert!(
+            wait_until(2.0, || pids_with(&m).is_empty()),
+            "{leg:?}: survivors: {:?}",
+            pids_with(&m)
+        );
     }
 }
 
@@ -31,16 +35,30 @@ fn killing_retie_kills_the_sandbox() {
         let m = marker();
         let mut child = s
             .retie()
-            .args(["sandbox", "exec", "--", "sh", "-c", &format!("sleep {m} & sleep {m}")])
+            .args([
+                "sandbox",
+                "exec",
+                "--",
+                "sh",
+                "-c",
+                &format!("sleep {m} & sleep {m}"),
+            ])
             .stdout(Stdio::null())
             .spawn()
             .expect("spawn");
-        assert!(wait_until(5.0, || pids_with(&m).len() >= 3), "{leg:?}: sandbox did not start");
+        assert!(
+            wait_until(5.0, || pids_with(&m).len() >= 3),
+            "{leg:?}: sandbox did not start"
+        );
         // SIGKILL the supervisor (for the Nobody leg, setpriv execs into it,
         // so the child's pid is retie itself).
         child.kill().expect("kill");
         let _ = child.wait();
-        assert!(wait_until(3.0, || pids_with(&m).is_empty()), "{leg:?}: orphans: {:?}", pids_with(&m));
+        assert!(
+            wait_until(3.0, || pids_with(&m).is_empty()),
+            "{leg:?}: orphans: {:?}",
+            pids_with(&m)
+        );
     }
 }
 
@@ -51,15 +69,28 @@ fn signals_to_retie_are_forwarded_to_the_command() {
         let m = marker();
         let child = s
             .retie()
-            .args(["sandbox", "exec", "--", "sh", "-c", &format!("trap 'exit 42' TERM; sleep {m} & wait")])
+            .args([
+                "sandbox",
+                "exec",
+                "--",
+                "sh",
+                "-c",
+                &format!("trap 'exit 42' TERM; sleep {m} & wait"),
+            ])
             .stdout(Stdio::null())
             .spawn()
             .expect("spawn");
-        assert!(wait_until(5.0, || pids_with(&m).len() >= 3), "{leg:?}: sandbox did not start");
+        assert!(
+            wait_until(5.0, || pids_with(&m).len() >= 3),
+            "{leg:?}: sandbox did not start"
+        );
         // SAFETY: signalling our own child.
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
         let o = child.wait_with_output().expect("wait");
         assert_code(&o, 42, "forwarded SIGTERM");
-        assert!(wait_until(2.0, || pids_with(&m).is_empty()), "{leg:?}: survivors");
+        assert!(
+            wait_until(2.0, || pids_with(&m).is_empty()),
+            "{leg:?}: survivors"
+        );
     }
 }

@@ -10,5 +10,5 @@ mod harness;
 mod escapes;
 mod exec;
 mod identity;
-mod lifecycle;
 mod library;
+mod lifecycle;

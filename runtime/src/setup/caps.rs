@@ -21,28 +21,35 @@ struct CapData {
 
 const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
 
-/// The highest capability number the kernel knows.
-fn cap_last_cap() -> u32 {
-    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(63)
-}
-
 /// Drop everything.
 pub fn drop_all() -> StepResult {
-    for cap in 0..=cap_last_cap() {
+    // Up to the highest capability the kernel knows: PR_CAPBSET_DROP answers
+    // EINVAL past /proc/sys/kernel/cap_last_cap, which ends the loop.
+    for cap in 0..64u32 {
         // SAFETY: prctl with integer arguments only.
         if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) } < 0 {
             let e = std::io::Error::last_os_error();
             if e.raw_os_error() == Some(libc::EINVAL) {
                 break; // beyond what this kernel knows
             }
-            return Err(SetupError::io(STEP, format!("dropping capability {cap} from the bounding set"), e));
+            return Err(SetupError::io(
+                STEP,
+                format!("dropping capability {cap} from the bounding set"),
+                e,
+            ));
         }
     }
     // SAFETY: prctl with integer arguments only.
-    if unsafe { libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong, 0, 0, 0) } < 0 {
+    if unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    } < 0
+    {
         return Err(SetupError::last_os(STEP, "clearing ambient capabilities"));
     }
     let header = CapHeader {

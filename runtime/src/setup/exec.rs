@@ -33,7 +33,13 @@ pub fn exec_command(argv: &[CString], env: &[CString], stdio: StdioFds, status: 
     for (fd, target) in [(stdio.stdin, 0), (stdio.stdout, 1), (stdio.stderr, 2)] {
         // SAFETY: dup2 onto 0..2 of fds the caller keeps open.
         if fd >= 0 && fd != target && unsafe { libc::dup2(fd, target) } < 0 {
-            fail(status, &argv[0], std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EBADF));
+            fail(
+                status,
+                &argv[0],
+                std::io::Error::last_os_error()
+                    .raw_os_error()
+                    .unwrap_or(libc::EBADF),
+            );
         }
     }
     let mut argp: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
@@ -57,7 +63,9 @@ pub fn exec_command(argv: &[CString], env: &[CString], stdio: StdioFds, status: 
         let mut full = dir.to_vec();
         full.push(b'/');
         full.extend_from_slice(prog);
-        let Ok(full) = CString::new(full) else { continue };
+        let Ok(full) = CString::new(full) else {
+            continue;
+        };
         try_exec(&full, &argp, &envp);
         match errno() {
             libc::EACCES => saw_eacces = true,
@@ -65,7 +73,11 @@ pub fn exec_command(argv: &[CString], env: &[CString], stdio: StdioFds, status: 
             e => last = e,
         }
     }
-    fail(status, &argv[0], if saw_eacces { libc::EACCES } else { last })
+    fail(
+        status,
+        &argv[0],
+        if saw_eacces { libc::EACCES } else { last },
+    )
 }
 
 /// execve; on ENOEXEC run it as a shell script like execvp does.
@@ -83,7 +95,9 @@ fn try_exec(path: &CStr, argp: &[*const libc::c_char], envp: &[*const libc::c_ch
 }
 
 fn errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL)
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EINVAL)
 }
 
 fn set_errno(e: i32) {
@@ -93,7 +107,8 @@ fn set_errno(e: i32) {
 
 fn fail(status: RawFd, prog: &CStr, errno: i32) -> ! {
     let report = Report::ExecFailed {
-        program: String::from_utf8_lossy(std::ffi::OsStr::from_bytes(prog.to_bytes()).as_bytes()).into_owned(),
+        program: String::from_utf8_lossy(std::ffi::OsStr::from_bytes(prog.to_bytes()).as_bytes())
+            .into_owned(),
         errno,
     };
     let _ = crate::sys::write_all(status, &report.to_line());

@@ -26,11 +26,17 @@ pub fn become_user(id: &Identity) -> StepResult {
     }
     // SAFETY: plain id-setting syscalls with integer arguments.
     if unsafe { libc::setresgid(id.inner_gid, id.inner_gid, id.inner_gid) } < 0 {
-        return Err(SetupError::last_os(STEP, format!("setresgid({})", id.inner_gid)));
+        return Err(SetupError::last_os(
+            STEP,
+            format!("setresgid({})", id.inner_gid),
+        ));
     }
     // SAFETY: as above.
     if unsafe { libc::setresuid(id.inner_uid, id.inner_uid, id.inner_uid) } < 0 {
-        return Err(SetupError::last_os(STEP, format!("setresuid({})", id.inner_uid)));
+        return Err(SetupError::last_os(
+            STEP,
+            format!("setresuid({})", id.inner_uid),
+        ));
     }
     Ok(())
 }

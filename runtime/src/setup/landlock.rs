@@ -39,7 +39,12 @@ pub fn restrict(spec: &SandboxSpec, kernel_abi: i32) -> StepResult<Enforced> {
     let write_all = AccessFs::from_all(abi) & !(AccessFs::MakeChar | AccessFs::MakeBlock);
     let device = AccessFs::from_file(abi);
 
-    let mut writable: Vec<PathBuf> = vec![spec.workspace.clone(), spec.identity.home.clone(), "/dev/shm".into(), "/dev/pts".into()];
+    let mut writable: Vec<PathBuf> = vec![
+        spec.workspace.clone(),
+        spec.identity.home.clone(),
+        "/dev/shm".into(),
+        "/dev/pts".into(),
+    ];
     writable.extend(spec.profile.filesystem.tmpfs.iter().cloned());
 
     let mut ruleset = Ruleset::default()
@@ -48,7 +53,9 @@ pub fn restrict(spec: &SandboxSpec, kernel_abi: i32) -> StepResult<Enforced> {
         .map_err(err)?;
     if abi_num >= 4 {
         // No rules for ports: every TCP bind and connect is denied.
-        ruleset = ruleset.handle_access(AccessNet::from_all(abi)).map_err(err)?;
+        ruleset = ruleset
+            .handle_access(AccessNet::from_all(abi))
+            .map_err(err)?;
     }
     if abi_num >= 6 {
         ruleset = ruleset.scope(Scope::from_all(abi)).map_err(err)?;
@@ -73,11 +80,19 @@ pub fn restrict(spec: &SandboxSpec, kernel_abi: i32) -> StepResult<Enforced> {
     if !fully {
         return Err(SetupError {
             step: STEP,
-            message: format!("the Landlock ruleset was not fully enforced ({:?})", status.ruleset),
-            hint: Some("upgrade the kernel, or use a profile whose landlock.min_abi matches it".into()),
+            message: format!(
+                "the Landlock ruleset was not fully enforced ({:?})",
+                status.ruleset
+            ),
+            hint: Some(
+                "upgrade the kernel, or use a profile whose landlock.min_abi matches it".into(),
+            ),
         });
     }
-    Ok(Enforced { abi: abi_num, fully })
+    Ok(Enforced {
+        abi: abi_num,
+        fully,
+    })
 }
 
 /// Access rights that make sense on a single file.

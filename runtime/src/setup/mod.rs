@@ -110,7 +110,9 @@ pub(crate) fn make_readonly(step: &'static str, target: &Path) -> StepResult {
         libc::AT_FDCWD,
         &cpath(target),
         crate::sys::AT_RECURSIVE,
-        crate::sys::MOUNT_ATTR_RDONLY | crate::sys::MOUNT_ATTR_NOSUID | crate::sys::MOUNT_ATTR_NODEV,
+        crate::sys::MOUNT_ATTR_RDONLY
+            | crate::sys::MOUNT_ATTR_NOSUID
+            | crate::sys::MOUNT_ATTR_NODEV,
         None,
     )
     .map_err(|e| SetupError::io(step, format!("making {} read-only", target.display()), e))
@@ -127,7 +129,11 @@ pub(crate) fn mountpoint(step: &'static str, target: &Path, dir: bool) -> StepRe
             if dir {
                 libc::mkdir(c.as_ptr(), 0o755)
             } else {
-                let fd = libc::open(c.as_ptr(), libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC, 0o644);
+                let fd = libc::open(
+                    c.as_ptr(),
+                    libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+                    0o644,
+                );
                 if fd >= 0 {
                     libc::close(fd);
                     0
@@ -156,7 +162,11 @@ pub(crate) fn mountpoint(step: &'static str, target: &Path, dir: bool) -> StepRe
         // A read-only bind already holds the path (e.g. a workspace under
         // /usr): mounting over an existing directory is still possible.
         Some(libc::EROFS) if target.exists() => Ok(()),
-        _ => Err(SetupError::io(step, format!("creating mount point {}", target.display()), err)),
+        _ => Err(SetupError::io(
+            step,
+            format!("creating mount point {}", target.display()),
+            err,
+        )),
     }
 }
 

@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use super::{cpath, mount, StepResult, SetupError};
+use super::{cpath, mount, SetupError, StepResult};
 
 const STEP: &str = "rootfs";
 /// Where the host's root is reachable during set-up.
@@ -18,7 +18,14 @@ const STAGING: &str = "/tmp";
 /// Make every mount private, mount a tmpfs and pivot into it.
 pub fn pivot_into_tmpfs() -> StepResult {
     // Nothing done in here may propagate back to the host.
-    mount(STEP, None, Path::new("/"), None, libc::MS_REC | libc::MS_PRIVATE, None)?;
+    mount(
+        STEP,
+        None,
+        Path::new("/"),
+        None,
+        libc::MS_REC | libc::MS_PRIVATE,
+        None,
+    )?;
     mount(
         STEP,
         Some(Path::new("tmpfs")),
@@ -60,7 +67,9 @@ pub fn seal_root() -> StepResult {
         libc::AT_FDCWD,
         c"/",
         0,
-        crate::sys::MOUNT_ATTR_RDONLY | crate::sys::MOUNT_ATTR_NOSUID | crate::sys::MOUNT_ATTR_NODEV,
+        crate::sys::MOUNT_ATTR_RDONLY
+            | crate::sys::MOUNT_ATTR_NOSUID
+            | crate::sys::MOUNT_ATTR_NODEV,
         None,
     )
     .map_err(|e| SetupError::io(STEP, "making / read-only", e))

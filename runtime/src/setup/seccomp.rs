@@ -16,8 +16,8 @@
 use std::collections::BTreeMap;
 
 use seccompiler::{
-    sock_filter, BpfProgram, SeccompAction, SeccompCmpArgLen as Len, SeccompCmpOp as Op, SeccompCondition as Cond,
-    SeccompFilter, SeccompRule, TargetArch,
+    sock_filter, BpfProgram, SeccompAction, SeccompCmpArgLen as Len, SeccompCmpOp as Op,
+    SeccompCondition as Cond, SeccompFilter, SeccompRule, TargetArch,
 };
 
 use super::{SetupError, StepResult};
@@ -34,16 +34,28 @@ pub struct Deny {
     pub why: &'static str,
 }
 
+// libc's ioctl request type differs between libcs (c_ulong on glibc).
+#[allow(clippy::unnecessary_cast)]
 const TIOCSTI: u64 = libc::TIOCSTI as u64;
 const TIOCLINUX: u64 = 0x541C;
 const NEWUSER: u64 = libc::CLONE_NEWUSER as u64;
 
 macro_rules! deny {
     ($sys:ident, $why:expr) => {
-        Deny { name: stringify!($sys), nr: sysnr::$sys, when: &[], why: $why }
+        Deny {
+            name: stringify!($sys),
+            nr: sysnr::$sys,
+            when: &[],
+            why: $why,
+        }
     };
     ($sys:ident, $when:expr, $why:expr) => {
-        Deny { name: stringify!($sys), nr: sysnr::$sys, when: $when, why: $why }
+        Deny {
+            name: stringify!($sys),
+            nr: sysnr::$sys,
+            when: $when,
+            why: $why,
+        }
     };
 }
 
@@ -95,10 +107,26 @@ mod sysnr {
 
 /// The deny list common to every network mode.
 pub const DENY_ALWAYS: &[Deny] = &[
-    deny!(ioctl, &[(1, Len::Dword, Op::Eq, TIOCSTI)], "TIOCSTI pushes keystrokes into a terminal's input queue"),
-    deny!(ioctl, &[(1, Len::Dword, Op::Eq, TIOCLINUX)], "TIOCLINUX can paste the console selection (the same injection)"),
-    deny!(clone, &[(0, Len::Qword, Op::MaskedEq(NEWUSER), NEWUSER)], "a nested user namespace regains capabilities over fresh namespaces"),
-    deny!(unshare, &[(0, Len::Qword, Op::MaskedEq(NEWUSER), NEWUSER)], "a nested user namespace (as with clone)"),
+    deny!(
+        ioctl,
+        &[(1, Len::Dword, Op::Eq, TIOCSTI)],
+        "TIOCSTI pushes keystrokes into a terminal's input queue"
+    ),
+    deny!(
+        ioctl,
+        &[(1, Len::Dword, Op::Eq, TIOCLINUX)],
+        "TIOCLINUX can paste the console selection (the same injection)"
+    ),
+    deny!(
+        clone,
+        &[(0, Len::Qword, Op::MaskedEq(NEWUSER), NEWUSER)],
+        "a nested user namespace regains capabilities over fresh namespaces"
+    ),
+    deny!(
+        unshare,
+        &[(0, Len::Qword, Op::MaskedEq(NEWUSER), NEWUSER)],
+        "a nested user namespace (as with clone)"
+    ),
     deny!(setns, "joining another namespace"),
     deny!(mount, "the sandbox's mounts are final"),
     deny!(umount2, "unmounting could reveal what a mount hides"),
@@ -121,7 +149,10 @@ pub const DENY_ALWAYS: &[Deny] = &[
     deny!(bpf, "kernel attack surface"),
     deny!(perf_event_open, "kernel attack surface and side channels"),
     deny!(userfaultfd, "a tool for widening kernel race windows"),
-    deny!(io_uring_setup, "io_uring performs I/O (even opens sockets) outside seccomp's view"),
+    deny!(
+        io_uring_setup,
+        "io_uring performs I/O (even opens sockets) outside seccomp's view"
+    ),
     deny!(io_uring_enter, "io_uring"),
     deny!(io_uring_register, "io_uring"),
     deny!(kexec_load, "replacing the kernel"),
@@ -134,10 +165,25 @@ pub const DENY_ALWAYS: &[Deny] = &[
     deny!(swapoff, "host-wide"),
     deny!(reboot, "host-wide"),
     deny!(quotactl, "host-wide"),
-    deny!(open_by_handle_at, "opens files by handle, bypassing path checks"),
-    deny!(socket, &[(0, Len::Dword, Op::Eq, libc::AF_PACKET as u64)], "raw link-layer access"),
-    deny!(socket, &[(0, Len::Dword, Op::Eq, libc::AF_VSOCK as u64)], "reaches the hypervisor and other VMs"),
-    deny!(personality, &[(0, Len::Dword, Op::MaskedEq(0x0040_0000), 0x0040_0000)], "READ_IMPLIES_EXEC makes every readable mapping executable"),
+    deny!(
+        open_by_handle_at,
+        "opens files by handle, bypassing path checks"
+    ),
+    deny!(
+        socket,
+        &[(0, Len::Dword, Op::Eq, libc::AF_PACKET as u64)],
+        "raw link-layer access"
+    ),
+    deny!(
+        socket,
+        &[(0, Len::Dword, Op::Eq, libc::AF_VSOCK as u64)],
+        "reaches the hypervisor and other VMs"
+    ),
+    deny!(
+        personality,
+        &[(0, Len::Dword, Op::MaskedEq(0x0040_0000), 0x0040_0000)],
+        "READ_IMPLIES_EXEC makes every readable mapping executable"
+    ),
 ];
 
 /// Extra denials when the sandbox has no network.
@@ -182,8 +228,10 @@ fn compile(list: &[&[Deny]], on_match: SeccompAction) -> StepResult<BpfProgram> 
             chain.push(SeccompRule::new(conds).map_err(err)?);
         }
     }
-    let rules: BTreeMap<i64, Vec<SeccompRule>> =
-        by_nr.into_iter().map(|(nr, r)| (nr, r.unwrap_or_default())).collect();
+    let rules: BTreeMap<i64, Vec<SeccompRule>> = by_nr
+        .into_iter()
+        .map(|(nr, r)| (nr, r.unwrap_or_default()))
+        .collect();
     let filter = SeccompFilter::new(rules, SeccompAction::Allow, on_match, arch()).map_err(err)?;
     BpfProgram::try_from(filter).map_err(err)
 }
@@ -195,7 +243,12 @@ const BPF_RET_K: u16 = 0x06;
 const X32_SYSCALL_BIT: u32 = 0x4000_0000;
 
 fn stmt(code: u16, k: u32) -> sock_filter {
-    sock_filter { code, jt: 0, jf: 0, k }
+    sock_filter {
+        code,
+        jt: 0,
+        jf: 0,
+        k,
+    }
 }
 fn jump(code: u16, k: u32, jt: u8, jf: u8) -> sock_filter {
     sock_filter { code, jt, jf, k }
@@ -216,10 +269,16 @@ fn prefix() -> Vec<sock_filter> {
     ];
     if cfg!(target_arch = "x86_64") {
         p.push(jump(BPF_JMP_JGE_K, X32_SYSCALL_BIT, 0, 1));
-        p.push(stmt(BPF_RET_K, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32));
+        p.push(stmt(
+            BPF_RET_K,
+            libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
+        ));
     }
     p.push(jump(BPF_JMP_JEQ_K, libc::SYS_clone3 as u32, 0, 1));
-    p.push(stmt(BPF_RET_K, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32));
+    p.push(stmt(
+        BPF_RET_K,
+        libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
+    ));
     p
 }
 

@@ -52,7 +52,11 @@ fn expose(src: &Path, dst: &Path, required: bool) -> StepResult {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => return Ok(()),
         Err(e) => {
-            return Err(SetupError::io(STEP, format!("{} (required by the profile)", src.display()), e))
+            return Err(SetupError::io(
+                STEP,
+                format!("{} (required by the profile)", src.display()),
+                e,
+            ))
         }
     };
     let ft = meta.file_type();
@@ -64,17 +68,25 @@ fn expose(src: &Path, dst: &Path, required: bool) -> StepResult {
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 if let Some(parent) = dst.parent() {
-                    std::fs::create_dir_all(parent)
-                        .map_err(|e| SetupError::io(STEP, format!("mkdir {}", parent.display()), e))?;
+                    std::fs::create_dir_all(parent).map_err(|e| {
+                        SetupError::io(STEP, format!("mkdir {}", parent.display()), e)
+                    })?;
                 }
-                symlink(&target, dst).map_err(|e| SetupError::io(STEP, format!("symlink {}", dst.display()), e))
+                symlink(&target, dst)
+                    .map_err(|e| SetupError::io(STEP, format!("symlink {}", dst.display()), e))
             }
-            Err(e) => Err(SetupError::io(STEP, format!("symlink {}", dst.display()), e)),
+            Err(e) => Err(SetupError::io(
+                STEP,
+                format!("symlink {}", dst.display()),
+                e,
+            )),
         };
     }
     if ft.is_file() && meta.len() <= COPY_MAX && dst.starts_with("/etc") {
-        let data = std::fs::read(&h).map_err(|e| SetupError::io(STEP, format!("reading {}", src.display()), e))?;
-        return std::fs::write(dst, data).map_err(|e| SetupError::io(STEP, format!("writing {}", dst.display()), e));
+        let data = std::fs::read(&h)
+            .map_err(|e| SetupError::io(STEP, format!("reading {}", src.display()), e))?;
+        return std::fs::write(dst, data)
+            .map_err(|e| SetupError::io(STEP, format!("writing {}", dst.display()), e));
     }
     mountpoint(STEP, dst, ft.is_dir())?;
     bind(STEP, &h, dst)?;
@@ -87,7 +99,10 @@ fn attach(tree: &OwnedFd, dst: &Path) -> StepResult {
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
     if unsafe { libc::fstat(tree.as_raw_fd(), &mut st) } < 0 {
-        return Err(SetupError::last_os(STEP, format!("fstat of the tree for {}", dst.display())));
+        return Err(SetupError::last_os(
+            STEP,
+            format!("fstat of the tree for {}", dst.display()),
+        ));
     }
     mountpoint(STEP, dst, st.st_mode & libc::S_IFMT == libc::S_IFDIR)?;
     crate::sys::move_mount_fd(tree.as_raw_fd(), &super::cpath(dst))
@@ -114,21 +129,32 @@ pub fn synthesize_etc(spec: &SandboxSpec) -> StepResult {
     if id.inner_gid != 0 {
         group.push_str("root:x:0:\n");
     }
-    group.push_str(&format!("{}:x:{}:\n", if id.inner_gid == 0 { "root" } else { &id.user }, id.inner_gid));
+    group.push_str(&format!(
+        "{}:x:{}:\n",
+        if id.inner_gid == 0 { "root" } else { &id.user },
+        id.inner_gid
+    ));
     if id.inner_gid != 65534 {
         group.push_str("nogroup:x:65534:\n");
     }
     let files: [(&str, String); 5] = [
         ("passwd", passwd),
         ("group", group),
-        ("hosts", "127.0.0.1\tlocalhost retie\n::1\tlocalhost ip6-localhost\n".into()),
+        (
+            "hosts",
+            "127.0.0.1\tlocalhost retie\n::1\tlocalhost ip6-localhost\n".into(),
+        ),
         ("hostname", "retie\n".into()),
         // No nameserver: nothing inside resolves a name over the network.
-        ("resolv.conf", "# retie: no DNS inside the sandbox\noptions attempts:1 timeout:1\n".into()),
+        (
+            "resolv.conf",
+            "# retie: no DNS inside the sandbox\noptions attempts:1 timeout:1\n".into(),
+        ),
     ];
     for (name, text) in files {
         let p: PathBuf = Path::new("/etc").join(name);
-        std::fs::write(&p, text).map_err(|e| SetupError::io(STEP, format!("writing {}", p.display()), e))?;
+        std::fs::write(&p, text)
+            .map_err(|e| SetupError::io(STEP, format!("writing {}", p.display()), e))?;
     }
     Ok(())
 }

@@ -54,8 +54,10 @@ pub fn mount_workspace(spec: &SandboxSpec, idmapped: Option<&OwnedFd>) -> StepRe
     let ws = &spec.workspace;
     mountpoint(STEP, ws, true)?;
     match (spec.workspace_mode, idmapped) {
-        (WorkspaceMode::Direct, Some(tree)) => crate::sys::move_mount_fd(tree.as_raw_fd(), &cpath(ws))
-            .map_err(|e| SetupError::io(STEP, "attaching the idmapped workspace", e))?,
+        (WorkspaceMode::Direct, Some(tree)) => {
+            crate::sys::move_mount_fd(tree.as_raw_fd(), &cpath(ws))
+                .map_err(|e| SetupError::io(STEP, "attaching the idmapped workspace", e))?
+        }
         (WorkspaceMode::Direct, None) => {
             bind(STEP, &host(ws), ws)?;
             crate::sys::mount_setattr(
@@ -87,7 +89,10 @@ pub fn mount_scratch(spec: &SandboxSpec) -> StepResult {
     dirs.sort_by_key(|(p, _)| p.components().count());
     for (dir, mode) in dirs {
         mountpoint(STEP, dir, true)?;
-        let opts = format!("mode={mode},uid={},gid={},size=50%", id.inner_uid, id.inner_gid);
+        let opts = format!(
+            "mode={mode},uid={},gid={},size=50%",
+            id.inner_uid, id.inner_gid
+        );
         super::mount(
             STEP,
             Some(Path::new("tmpfs")),
