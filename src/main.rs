@@ -28,6 +28,10 @@ enum Command {
     /// Run commands inside a fresh sandbox.
     #[command(subcommand)]
     Sandbox(commands::sandbox::SandboxCmd),
+    /// Ask the policy why: show it, explain a decision, inspect a write,
+    /// check a URL.
+    #[command(subcommand)]
+    Policy(commands::policy::PolicyCmd),
     /// Prove, on this machine, that the sandbox holds: seccomp, Landlock,
     /// namespaces and the network lock, probed from inside a real sandbox.
     Selftest(commands::selftest::SelftestArgs),
@@ -40,6 +44,11 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Rust ignores SIGPIPE; a CLI piped into `head` should end quietly
+    // instead of panicking on a broken pipe.
+    // SAFETY: setting a signal disposition to its default, before any
+    // thread exists.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     // Usage errors exit 125 like every other failure of retie itself, so
     // they cannot be mistaken for the sandboxed command's own exit code.
     let cli = match Cli::try_parse() {
@@ -54,6 +63,7 @@ fn main() -> ExitCode {
         }
     };
     let code = match cli.command {
+        Command::Policy(cmd) => return commands::policy::run(cmd),
         Command::Sandbox(cmd) => commands::sandbox::run(cmd),
         Command::Selftest(args) => commands::selftest::run(args),
         Command::Probe(args) => commands::probe::run(args),

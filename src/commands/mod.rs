@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod helper;
+pub mod policy;
 pub mod probe;
 pub mod sandbox;
 pub mod selftest;

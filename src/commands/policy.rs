@@ -1,8 +1,6 @@
 //! `retie policy ...`: ask the policy why.
 //!
-//! Wiring: the owner of `src/main.rs` adds `mod commands;` (with
-//! `pub mod policy;` in `src/commands/mod.rs`) and a `Policy(PolicyCmd)`
-//! subcommand that calls [`run`]. This file is a thin adapter: every
+//! This file is a thin adapter: every
 //! decision is made by the `retie_policy` crate; the only I/O here is reading
 //! files / stdin, printing, and (for `url` without `--resolve`) resolving a
 //! host name with the system resolver.

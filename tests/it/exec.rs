@@ -262,3 +262,24 @@ fn only_stdio_fds_reach_the_command() {
         assert_eq!(fds, ["0", "1", "2"], "{leg:?}: unexpected fds {fds:?}");
     }
 }
+
+#[test]
+fn the_command_starts_with_default_signal_dispositions() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let o = s.sh(
+            "grep -E '^Sig(Ign|Blk)' /proc/self/status; yes | head -c 3 >/dev/null; echo pipe-ok",
+        );
+        assert_code(&o, 0, "signals");
+        let out = stdout(&o);
+        assert!(
+            out.contains("SigIgn:\t0000000000000000"),
+            "{leg:?}: ignored signals leak in:\n{out}"
+        );
+        assert!(
+            out.contains("SigBlk:\t0000000000000000"),
+            "{leg:?}: blocked signals leak in:\n{out}"
+        );
+        assert!(out.contains("pipe-ok"));
+    }
+}

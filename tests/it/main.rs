@@ -12,3 +12,4 @@ mod exec;
 mod identity;
 mod library;
 mod lifecycle;
+mod policy;
