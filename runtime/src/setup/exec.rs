@@ -27,6 +27,21 @@ pub fn exec_command(argv: &[CString], env: &[CString], stdio: StdioFds, status: 
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
         libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+        // Ignored signals stay ignored across execve (a Rust caller ignores
+        // SIGPIPE, for one): give the command default dispositions.
+        // The raw syscall reaches the two signals glibc reserves (32, 33).
+        let dfl: libc::sigaction = std::mem::zeroed(); // sa_handler = SIG_DFL
+        for sig in 1..=64 {
+            if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+                libc::syscall(
+                    libc::SYS_rt_sigaction,
+                    sig,
+                    &dfl,
+                    std::ptr::null_mut::<libc::sigaction>(),
+                    8,
+                );
+            }
+        }
         // Own process group, so init can signal the whole job.
         libc::setpgid(0, 0);
     }
