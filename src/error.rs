@@ -7,6 +7,9 @@ pub enum CliError {
     /// The sandbox runtime failed.
     #[error(transparent)]
     Runtime(#[from] retie_runtime::RuntimeError),
+    /// Capturing, applying or undoing workspace changes failed.
+    #[error(transparent)]
+    Snapshot(#[from] retie_snapshot::Error),
     /// A user-supplied argument is malformed.
     #[error("{0}")]
     Usage(String),

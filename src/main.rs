@@ -7,6 +7,7 @@
 
 mod commands;
 mod error;
+mod state;
 mod ui;
 
 use std::process::ExitCode;

@@ -31,7 +31,7 @@ pub struct InitArgs<'a> {
     pub go: OwnedFd,
     pub status: OwnedFd,
     pub stdio: StdioFds,
-    pub idmapped: Option<OwnedFd>,
+    pub idmapped: Option<setup::workspace::IdmapTrees>,
     /// Detached trees for the extra read-only binds, opened by a root
     /// supervisor (the sandbox user may not be able to walk to them).
     pub ro_trees: Vec<OwnedFd>,

@@ -26,12 +26,17 @@ pub enum NetMode {
 }
 
 /// How the workspace is presented inside the sandbox. The mount step
-/// dispatches on this, so new modes (an overlay) slot in without touching
-/// the rest of the set-up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// dispatches on this; nothing else in the set-up depends on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WorkspaceMode {
     /// The real workspace, bound read-write at its own path.
     Direct,
+    /// An overlay at the workspace's path: the real workspace is the
+    /// read-only lower layer, every write lands in `upper` (with overlay's
+    /// scratch `work`), so the command's changes can be reviewed, applied
+    /// or discarded afterwards. Both directories must exist, be empty, share
+    /// one parent, and (with that parent) belong to the workspace's owner.
+    Overlay { upper: PathBuf, work: PathBuf },
 }
 
 /// Where the command's standard streams come from.
@@ -265,6 +270,27 @@ impl SandboxBuilder {
 
         let identity = identity_for(meta.uid(), meta.gid());
 
+        if let WorkspaceMode::Overlay { upper, work } = &self.workspace_mode {
+            if upper.parent() != work.parent() || upper == work {
+                return Err(invalid(
+                    "overlay upper and work must be two directories with the same parent (overlay wants them on one mount)".into(),
+                ));
+            }
+            for (what, dir) in [("upper", upper), ("work", work)] {
+                let empty = std::fs::read_dir(dir)
+                    .map(|mut d| d.next().is_none())
+                    .map_err(|e| RuntimeError::Workspace {
+                        path: dir.clone(),
+                        reason: format!("overlay {what} directory: {e}"),
+                    })?;
+                if !empty || !dir.is_absolute() {
+                    return Err(RuntimeError::Workspace {
+                        path: dir.clone(),
+                        reason: format!("overlay {what} directory must be absolute and empty"),
+                    });
+                }
+            }
+        }
         for b in &self.ro_binds {
             if !b.inside.is_absolute() || !b.host.is_absolute() {
                 return Err(invalid(format!(

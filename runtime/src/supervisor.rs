@@ -83,7 +83,7 @@ pub fn run(spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
 
     // Id maps, then the idmapped workspace, then release the child.
     let prepared = userns::write_maps(pid, &spec.identity).and_then(|()| match &idmapped {
-        Some(tree) => workspace::apply_idmap(tree, pid),
+        Some(trees) => workspace::apply_idmap(trees, pid),
         None => Ok(()),
     });
     drop(idmapped);

@@ -58,6 +58,31 @@ impl Workspace {
         self.root.path()
     }
 
+    /// Give every path `entry` created or rewrote to `uid:gid` (without
+    /// following symlinks, through the boundary guard). For a root caller
+    /// acting for the workspace's owner: apply writes through temp files,
+    /// which a root process would otherwise leave owned by root.
+    pub fn chown_written(&self, entry: &Entry, uid: u32, gid: u32) -> Result<()> {
+        for step in &entry.steps {
+            if step.after.is_none() {
+                continue;
+            }
+            let parent = self
+                .root
+                .open_parent(&step.path)
+                .map_err(|e| Error::at("open parent", &step.path, e))?;
+            rustix::fs::chownat(
+                &parent,
+                step.path.file_name(),
+                Some(rustix::fs::Uid::from_raw(uid)),
+                Some(rustix::fs::Gid::from_raw(gid)),
+                rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+            )
+            .map_err(|e| Error::at("chown", &step.path, e))?;
+        }
+        Ok(())
+    }
+
     /// The current state of `path` in the workspace (content hashed, not
     /// stored).
     pub fn node(&self, path: &RelPath) -> Result<Option<Node>> {

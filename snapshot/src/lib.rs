@@ -55,7 +55,7 @@ pub use engine::{
 };
 pub use error::{Error, Mismatch, Result};
 pub use hash::Hash;
-pub use journal::{Entry, EntryState, Journal, JournalLock, Op, Step, JOURNAL_VERSION};
+pub use journal::{new_id, Entry, EntryState, Journal, JournalLock, Op, Step, JOURNAL_VERSION};
 pub use node::Node;
 pub use relpath::RelPath;
 pub use store::Store;

@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod changes;
 pub mod helper;
 pub mod policy;
 pub mod probe;

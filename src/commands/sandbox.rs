@@ -6,9 +6,12 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use retie_runtime::{Outcome, Profile, RuntimeError, Sandbox, Stdio, EXIT_SANDBOX_FAILED};
+use retie_runtime::{
+    Outcome, Profile, RuntimeError, Sandbox, Stdio, WorkspaceMode, EXIT_SANDBOX_FAILED,
+};
 use serde_json::json;
 
+use super::changes::{self, root_owner, ChangesMode, Handled, OverlayRun, Snapshots};
 use crate::error::CliError;
 
 #[derive(Subcommand)]
@@ -33,6 +36,18 @@ pub struct ExecArgs {
     /// Kill the whole sandbox after this many seconds (fractions allowed).
     #[arg(long, value_name = "SECS")]
     pub timeout: Option<f64>,
+    /// How the workspace is presented: `overlay` (writes are captured and
+    /// then applied, discarded or reviewed, with pre-images kept for undo)
+    /// or `direct` (the real workspace, read-write).
+    #[arg(long, value_enum, default_value = "overlay")]
+    pub workspace_mode: ModeArg,
+    /// In overlay mode, what to do with the command's changes.
+    #[arg(long, value_enum, default_value = "apply")]
+    pub changes: ChangesMode,
+    /// Also apply changes a sandbox may not make unasked (.git/hooks,
+    /// .git/config, retie's own state).
+    #[arg(long)]
+    pub allow_blocked: bool,
     /// Set an environment variable inside (repeatable).
     #[arg(long = "env", value_name = "K=V")]
     pub env: Vec<String>,
@@ -51,6 +66,13 @@ pub struct ExecArgs {
     pub command: Vec<String>,
 }
 
+/// `--workspace-mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ModeArg {
+    Overlay,
+    Direct,
+}
+
 /// Run the subcommand; returns the process exit code.
 pub fn run(cmd: SandboxCmd) -> i32 {
     match cmd {
@@ -62,11 +84,27 @@ fn exec(args: ExecArgs) -> i32 {
     let json = args.json;
     let json_fd = args.json_fd;
     match exec_inner(args) {
-        Ok(outcome) => {
-            if json {
-                emit_json(json_fd, &outcome_json(&outcome));
+        Ok((outcome, changes)) => {
+            let mut code = outcome.exit_code;
+            let mut v = outcome_json(&outcome);
+            if let Some(h) = changes {
+                if let Some(msg) = &h.failure {
+                    eprintln!("retie: {msg} (the command exited {})", outcome.exit_code);
+                    code = EXIT_SANDBOX_FAILED;
+                    if let Some(o) = v.as_object_mut() {
+                        o.insert("exit_code".into(), json!(code));
+                        o.insert("command_exit_code".into(), json!(outcome.exit_code));
+                        o.insert("error".into(), json!(msg));
+                    }
+                }
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("changes".into(), h.json);
+                }
             }
-            outcome.exit_code
+            if json {
+                emit_json(json_fd, &v);
+            }
+            code
         }
         Err(e) => {
             let code = match &e {
@@ -85,11 +123,37 @@ fn exec(args: ExecArgs) -> i32 {
     }
 }
 
-fn exec_inner(args: ExecArgs) -> Result<Outcome, CliError> {
+fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
     let profile = Profile::load(&args.profile)?;
     let mut b = Sandbox::builder(&args.command).profile(profile);
-    if let Some(ws) = args.workspace {
-        b = b.workspace(ws);
+    let ws = match &args.workspace {
+        Some(ws) => ws.clone(),
+        None => {
+            std::env::current_dir().map_err(|e| CliError::io("reading the current directory", e))?
+        }
+    };
+    let ws = std::fs::canonicalize(&ws).map_err(|e| {
+        CliError::Runtime(RuntimeError::Workspace {
+            path: ws.clone(),
+            reason: if e.kind() == std::io::ErrorKind::NotFound {
+                "does not exist".into()
+            } else {
+                e.to_string()
+            },
+        })
+    })?;
+    b = b.workspace(&ws);
+    let mut overlay = None;
+    if args.workspace_mode == ModeArg::Overlay {
+        let state = crate::state::dir()?;
+        let snaps = Snapshots::open(&state, &ws)?;
+        let owner = root_owner(&ws)?;
+        let run = OverlayRun::create(&state, owner)?;
+        b = b.workspace_mode(WorkspaceMode::Overlay {
+            upper: run.upper.clone(),
+            work: run.work.clone(),
+        });
+        overlay = Some((state, snaps, run, owner));
     }
     if let Some(t) = args.timeout {
         if !(t.is_finite() && t > 0.0) {
@@ -109,7 +173,35 @@ fn exec_inner(args: ExecArgs) -> Result<Outcome, CliError> {
         b = b.env_pass(name);
     }
     let spec = b.build()?;
-    Ok(retie_runtime::run(&spec, Stdio::Inherit)?)
+    // A file edited before this moment has a ctime at or below it (coarse
+    // or fine-grained). One edited within a clock tick after it may look
+    // older, but that is before the sandbox has even finished its set-up,
+    // so the command saw the edited version anyway.
+    let started = std::time::SystemTime::now();
+    let outcome = retie_runtime::run(&spec, Stdio::Inherit)?;
+    let handled = match overlay {
+        None => None,
+        Some((_, _, mut run, _)) if outcome.timed_out => {
+            // A timed-out command's half-done changes are not applied, and
+            // not thrown away either.
+            run.keep();
+            eprintln!(
+                "retie: the command timed out; its changes were not applied and are kept in {}",
+                run.upper.display()
+            );
+            None
+        }
+        Some((state, snaps, mut run, owner)) => Some(changes::handle(
+            args.changes,
+            args.allow_blocked,
+            &state,
+            &snaps,
+            &mut run,
+            owner,
+            started,
+        )?),
+    };
+    Ok((outcome, handled))
 }
 
 /// The documented shape of `--json`.

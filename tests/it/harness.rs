@@ -106,7 +106,14 @@ impl Scratch {
     /// A `retie` command for this leg, cwd = the workspace.
     pub fn retie(&self) -> Command {
         let mut cmd = match self.leg {
-            Leg::Invoker => Command::new(bin(Leg::Invoker)),
+            Leg::Invoker => {
+                // Keep retie's state (overlay runs, snapshots) in the scratch
+                // area; HOME stays real so the self-test plants its canary in
+                // the invoking user's real home.
+                let mut c = Command::new(bin(Leg::Invoker));
+                c.env("XDG_STATE_HOME", self.home.join(".local/state"));
+                c
+            }
             Leg::Nobody => {
                 let mut c = Command::new("setpriv");
                 c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])

@@ -12,4 +12,5 @@ mod exec;
 mod identity;
 mod library;
 mod lifecycle;
+mod overlay;
 mod policy;

@@ -21,21 +21,52 @@ use crate::spec::{SandboxSpec, WorkspaceMode};
 
 const STEP: &str = "workspace";
 
-/// Host side, before clone: a detached copy of the workspace mount tree.
-pub fn prepare_idmap(spec: &SandboxSpec) -> Result<Option<OwnedFd>> {
+/// Detached copies of the host trees the sandbox user must reach through
+/// an idmapped mount (retie invoked as root): the workspace and, in overlay
+/// mode, the directory holding upper and work (overlay wants both under
+/// one mount).
+pub struct IdmapTrees {
+    pub workspace: OwnedFd,
+    pub overlay: Option<OwnedFd>,
+}
+
+impl IdmapTrees {
+    fn all(&self) -> impl Iterator<Item = &OwnedFd> {
+        std::iter::once(&self.workspace).chain(self.overlay.iter())
+    }
+}
+
+/// Host side, before clone: detached copies of the trees to idmap.
+pub fn prepare_idmap(spec: &SandboxSpec) -> Result<Option<IdmapTrees>> {
     if !spec.identity.idmap_workspace {
         return Ok(None);
     }
-    crate::sys::open_tree_clone(&cpath(&spec.workspace))
-        .map(Some)
-        .map_err(|e| RuntimeError::host(format!("open_tree {}", spec.workspace.display()), e))
+    let open = |p: &Path| {
+        crate::sys::open_tree_clone(&cpath(p))
+            .map_err(|e| RuntimeError::host(format!("open_tree {}", p.display()), e))
+    };
+    let overlay = match &spec.workspace_mode {
+        WorkspaceMode::Direct => None,
+        WorkspaceMode::Overlay { upper, .. } => Some(open(upper.parent().unwrap_or(upper))?),
+    };
+    Ok(Some(IdmapTrees {
+        workspace: open(&spec.workspace)?,
+        overlay,
+    }))
 }
 
 /// Host side, after the maps are written: idmap the detached tree through
 /// the sandbox's own user namespace (on-disk owner <-> sandbox user).
-pub fn apply_idmap(tree: &OwnedFd, child: libc::pid_t) -> Result<()> {
+pub fn apply_idmap(trees: &IdmapTrees, child: libc::pid_t) -> Result<()> {
     let userns = std::fs::File::open(format!("/proc/{child}/ns/user"))
         .map_err(|e| RuntimeError::host("opening the sandbox's user namespace", e))?;
+    for tree in trees.all() {
+        idmap_one(tree, &userns)?;
+    }
+    Ok(())
+}
+
+fn idmap_one(tree: &OwnedFd, userns: &std::fs::File) -> Result<()> {
     crate::sys::mount_setattr(
         tree.as_raw_fd(),
         c"",
@@ -50,12 +81,18 @@ pub fn apply_idmap(tree: &OwnedFd, child: libc::pid_t) -> Result<()> {
 }
 
 /// Inside: mount the workspace at its own path.
-pub fn mount_workspace(spec: &SandboxSpec, idmapped: Option<&OwnedFd>) -> StepResult {
+pub fn mount_workspace(spec: &SandboxSpec, idmapped: Option<&IdmapTrees>) -> StepResult {
     let ws = &spec.workspace;
     mountpoint(STEP, ws, true)?;
-    match (spec.workspace_mode, idmapped) {
-        (WorkspaceMode::Direct, Some(tree)) => {
-            crate::sys::move_mount_fd(tree.as_raw_fd(), &cpath(ws))
+    match (&spec.workspace_mode, idmapped) {
+        (WorkspaceMode::Overlay { upper, work }, None) => {
+            mount_overlay(ws, &host(ws), &host(upper), &host(work))?
+        }
+        (WorkspaceMode::Overlay { upper, work }, Some(trees)) => {
+            overlay_from_trees(ws, trees, upper, work, &spec.identity)?
+        }
+        (WorkspaceMode::Direct, Some(trees)) => {
+            crate::sys::move_mount_fd(trees.workspace.as_raw_fd(), &cpath(ws))
                 .map_err(|e| SetupError::io(STEP, "attaching the idmapped workspace", e))?
         }
         (WorkspaceMode::Direct, None) => {
@@ -69,6 +106,105 @@ pub fn mount_workspace(spec: &SandboxSpec, idmapped: Option<&OwnedFd>) -> StepRe
             )
             .map_err(|e| SetupError::io(STEP, "nosuid,nodev on the workspace", e))?
         }
+    }
+    Ok(())
+}
+
+/// Root-invoked overlay: the layers are idmapped trees the supervisor
+/// opened (the sandbox user may not be able to walk to the state
+/// directory). They are attached in a private staging tmpfs, the overlay
+/// is mounted from there, and the staging is detached again: the overlay
+/// keeps its own references to its layers.
+fn overlay_from_trees(
+    ws: &Path,
+    trees: &IdmapTrees,
+    upper: &Path,
+    work: &Path,
+    id: &crate::spec::Identity,
+) -> StepResult {
+    let Some(run) = &trees.overlay else {
+        return Err(SetupError {
+            step: STEP,
+            message: "overlay mode without upper and work trees".into(),
+            hint: None,
+        });
+    };
+    let stage = Path::new("/.retie-stage");
+    mountpoint(STEP, stage, true)?;
+    let opts = format!(
+        "mode=0700,uid={},gid={},size=64k",
+        id.inner_uid, id.inner_gid
+    );
+    super::mount(
+        STEP,
+        Some(Path::new("tmpfs")),
+        stage,
+        Some("tmpfs"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some(&opts),
+    )?;
+    let (lower, run_at) = (stage.join("lower"), stage.join("run"));
+    for d in [&lower, &run_at] {
+        mountpoint(STEP, d, true)?;
+    }
+    attach(&trees.workspace, &lower, "workspace")?;
+    attach(run, &run_at, "overlay directory")?;
+    let name = |p: &Path| {
+        p.file_name()
+            .map(|n| run_at.join(n))
+            .unwrap_or_else(|| run_at.clone())
+    };
+    mount_overlay(ws, &lower, &name(upper), &name(work))?;
+    // SAFETY: a valid C string; MNT_DETACH only affects this namespace.
+    if unsafe { libc::umount2(cpath(stage).as_ptr(), libc::MNT_DETACH) } < 0 {
+        return Err(SetupError::last_os(STEP, "detaching the overlay staging"));
+    }
+    std::fs::remove_dir(stage).map_err(|e| SetupError::io(STEP, "rmdir the overlay staging", e))
+}
+
+fn attach(tree: &OwnedFd, at: &Path, what: &str) -> StepResult {
+    crate::sys::move_mount_fd(tree.as_raw_fd(), &cpath(at))
+        .map_err(|e| SetupError::io(STEP, format!("attaching the idmapped {what}"), e))
+}
+
+/// Escape a path for overlay's comma-separated, colon-separated options.
+fn overlay_escape(p: &Path) -> String {
+    let mut out = String::new();
+    for ch in p.to_string_lossy().chars() {
+        if matches!(ch, ',' | ':' | '\\') {
+            out.push('\\');
+        }
+        out.push(ch);
+    }
+    out
+}
+
+/// The overlay: lower = the real workspace (read-only), writes go to the
+/// upper. `userxattr` is what a user namespace may use (and without it,
+/// deleting a lower directory fails with EIO). A stale work directory makes
+/// overlay mount read-only without an error, so the result is checked.
+fn mount_overlay(at: &Path, lower: &Path, upper: &Path, work: &Path) -> StepResult {
+    let opts = format!(
+        "lowerdir={},upperdir={},workdir={},userxattr",
+        overlay_escape(lower),
+        overlay_escape(upper),
+        overlay_escape(work)
+    );
+    super::mount(STEP, Some(Path::new("overlay")), at, Some("overlay"), libc::MS_NOSUID | libc::MS_NODEV, Some(&opts))
+        .map_err(|e| e.hint("overlayfs in a user namespace needs Linux >= 5.11 and an upper directory on a filesystem with user xattrs (ext4, xfs, btrfs, tmpfs >= 6.6); or use --workspace-mode direct"))?;
+    // SAFETY: statvfs is plain data; the kernel fills it.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid path and out-pointer.
+    if unsafe { libc::statvfs(cpath(at).as_ptr(), &mut st) } < 0 {
+        return Err(SetupError::last_os(STEP, "statvfs of the overlay"));
+    }
+    if st.f_flag & libc::ST_RDONLY != 0 {
+        return Err(SetupError {
+            step: STEP,
+            message: "the workspace overlay mounted read-only (a stale or foreign work directory?)"
+                .into(),
+            hint: Some("use a fresh, empty upper and work directory on one filesystem".into()),
+        });
     }
     Ok(())
 }

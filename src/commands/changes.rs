@@ -1,0 +1,419 @@
+//! What happens to a sandboxed command's changes in overlay mode: the
+//! changeset is computed from the overlay's upper layer, then applied to
+//! the real workspace (crash-safe, with pre-images kept for undo),
+//! reviewed first, or discarded.
+
+use std::io::{BufRead, Write};
+use std::os::unix::fs::{chown, DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use retie_snapshot::{
+    apply, recover, ApplyOptions, Change, ChangeKind, Changeset, ComputeOptions,
+    Error as SnapError, Journal, Node, RelPath, Store, Workspace,
+};
+use serde_json::json;
+
+use crate::error::CliError;
+
+/// What to do with the changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ChangesMode {
+    /// Apply them to the workspace (pre-images kept for undo).
+    Apply,
+    /// Throw them away.
+    Discard,
+    /// Show a summary and a diff, then ask on the terminal.
+    Review,
+}
+
+/// One overlay run's scratch space: `STATE/runs/ID/{upper,work}`.
+pub struct OverlayRun {
+    pub dir: PathBuf,
+    pub upper: PathBuf,
+    pub work: PathBuf,
+    keep: bool,
+}
+
+impl OverlayRun {
+    /// Create the directories. When retie runs as root for a workspace
+    /// owned by someone else, they belong to that owner, so the sandbox
+    /// (which sees the owner's files as its own) can write them.
+    pub fn create(state: &Path, owner: Option<(u32, u32)>) -> Result<OverlayRun, CliError> {
+        let id = retie_snapshot::new_id();
+        let dir = state.join("runs").join(&id);
+        let upper = dir.join("upper");
+        let work = dir.join("work");
+        for d in [&upper, &work, &dir] {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(d)
+                .map_err(|e| CliError::io(format!("creating {}", d.display()), e))?;
+            if let Some((uid, gid)) = owner {
+                chown(d, Some(uid), Some(gid))
+                    .map_err(|e| CliError::io(format!("chown {}", d.display()), e))?;
+            }
+        }
+        Ok(OverlayRun {
+            dir,
+            upper,
+            work,
+            keep: false,
+        })
+    }
+
+    /// Keep the run's directories (the changes were not applied).
+    pub fn keep(&mut self) {
+        self.keep = true;
+    }
+}
+
+impl Drop for OverlayRun {
+    fn drop(&mut self) {
+        if self.keep {
+            return;
+        }
+        // overlay leaves work/work with mode 000.
+        let _ = std::fs::set_permissions(
+            self.work.join("work"),
+            std::fs::Permissions::from_mode(0o700),
+        );
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The snapshot store and journal of the state directory.
+pub struct Snapshots {
+    pub store: Store,
+    pub journal: Journal,
+    pub ws: Workspace,
+}
+
+impl Snapshots {
+    /// Open them and roll back anything a crash left half-applied.
+    pub fn open(state: &Path, workspace: &Path) -> Result<Snapshots, CliError> {
+        let dir = state.join("snapshots");
+        let store = Store::open(&dir).map_err(snap)?;
+        let journal = Journal::open(&dir).map_err(snap)?;
+        let ws = Workspace::open(workspace).map_err(snap)?;
+        let report = recover(&ws, &store, &journal).map_err(snap)?;
+        for id in &report.rolled_back {
+            eprintln!("retie: changeset {id} was interrupted by a crash and has been rolled back");
+        }
+        Ok(Snapshots { store, journal, ws })
+    }
+}
+
+fn snap(e: SnapError) -> CliError {
+    CliError::Snapshot(e)
+}
+
+/// How the changes ended, for the user and `--json`.
+pub struct Handled {
+    pub json: serde_json::Value,
+    /// Set when retie could not do what was asked (nothing applied).
+    pub failure: Option<String>,
+}
+
+/// Paths the changeset touches whose lower version (or parent directory)
+/// changed after `since`: the command saw an older version of them. The
+/// lower is read-only to the command, so only someone else can have changed
+/// it. O(changes): only affected paths are examined.
+fn changed_during_run(ws: &Path, cs: &Changeset, since: SystemTime) -> Vec<String> {
+    let changed = |p: &Path| {
+        std::fs::symlink_metadata(p)
+            .map(|m| {
+                let ctime = UNIX_EPOCH
+                    + Duration::new(
+                        m.ctime().max(0) as u64,
+                        m.ctime_nsec().clamp(0, 999_999_999) as u32,
+                    );
+                ctime > since
+            })
+            .unwrap_or(false)
+    };
+    let mut out = Vec::new();
+    for c in cs
+        .changes
+        .iter()
+        .chain(cs.blocked.iter().map(|b| &b.change))
+    {
+        let p = ws.join(c.path.as_str());
+        let parent_changed = p.parent().is_some_and(|d| d != ws && changed(d));
+        if changed(&p) || parent_changed {
+            out.push(c.path.to_string());
+        }
+    }
+    out
+}
+
+/// Compute the changeset of `run` and do what `mode` says. `started` is
+/// when the sandbox was started.
+pub fn handle(
+    mode: ChangesMode,
+    allow_blocked: bool,
+    state: &Path,
+    snaps: &Snapshots,
+    run: &mut OverlayRun,
+    owner: Option<(u32, u32)>,
+    started: SystemTime,
+) -> Result<Handled, CliError> {
+    let ws_path = snaps.ws.path().to_path_buf();
+    let protected: Vec<RelPath> = state
+        .strip_prefix(&ws_path)
+        .ok()
+        .and_then(|rel| RelPath::new(&rel.to_string_lossy()).ok())
+        .into_iter()
+        .collect();
+    let cs = Changeset::compute_with(&ws_path, &run.upper, &ComputeOptions { protected })
+        .map_err(snap)?;
+    report_blocked_and_refused(&cs, allow_blocked);
+    let base = json!({
+        "id": cs.id,
+        "mode": mode_name(mode),
+        "changes": cs.changes.iter().map(change_json).collect::<Vec<_>>(),
+        "blocked": cs.blocked.iter().map(|b| json!({"path": b.change.path.as_str(), "reason": b.reason})).collect::<Vec<_>>(),
+        "refused": cs.refused.iter().map(|r| json!({"path": r.path, "reason": r.reason})).collect::<Vec<_>>(),
+    });
+    let applicable = cs.changes.len() + if allow_blocked { cs.blocked.len() } else { 0 };
+    if applicable == 0 {
+        return Ok(Handled {
+            json: with(base, "applied", false),
+            failure: None,
+        });
+    }
+    let stale = changed_during_run(&ws_path, &cs, started);
+    if !stale.is_empty() && mode != ChangesMode::Discard {
+        return Ok(conflict(run, base, stale));
+    }
+    let go = match mode {
+        ChangesMode::Discard => {
+            eprintln!("retie: {} change(s) discarded", applicable);
+            false
+        }
+        ChangesMode::Apply => true,
+        ChangesMode::Review => {
+            print_review(&cs, &ws_path, &run.upper, allow_blocked);
+            match ask("Apply these changes to the workspace? [y/N] ") {
+                Some(yes) => yes,
+                None => {
+                    run.keep();
+                    let msg = format!(
+                        "no terminal to ask on: nothing was applied; the changes are kept in {}",
+                        run.upper.display()
+                    );
+                    return Ok(Handled {
+                        json: with(base, "applied", false),
+                        failure: Some(msg),
+                    });
+                }
+            }
+        }
+    };
+    if !go {
+        if mode == ChangesMode::Review {
+            eprintln!("retie: changes discarded");
+        }
+        return Ok(Handled {
+            json: with(base, "applied", false),
+            failure: None,
+        });
+    }
+    match apply(
+        &cs,
+        &snaps.ws,
+        &snaps.store,
+        &snaps.journal,
+        &ApplyOptions { allow_blocked },
+    ) {
+        Ok(entry) => {
+            if let Some((uid, gid)) = owner {
+                snaps.ws.chown_written(&entry, uid, gid).map_err(snap)?;
+            }
+            eprintln!(
+                "retie: {} (changeset {})",
+                summary(&cs, allow_blocked),
+                cs.id
+            );
+            Ok(Handled {
+                json: with(base, "applied", true),
+                failure: None,
+            })
+        }
+        Err(SnapError::Conflict { paths }) => Ok(conflict(
+            run,
+            base,
+            paths.iter().map(|m| m.path.to_string()).collect(),
+        )),
+        Err(e) => {
+            run.keep();
+            Err(snap(e))
+        }
+    }
+}
+
+fn conflict(run: &mut OverlayRun, base: serde_json::Value, list: Vec<String>) -> Handled {
+    run.keep();
+    let msg = format!(
+        "the workspace changed while the command ran, so its changes were made against an older version; nothing was applied. Conflicting: {}. The command's changes are kept in {}",
+        list.join(", "),
+        run.upper.display()
+    );
+    Handled {
+        json: with(with(base, "applied", false), "conflicts", list),
+        failure: Some(msg),
+    }
+}
+
+fn with<T: serde::Serialize>(mut v: serde_json::Value, key: &str, val: T) -> serde_json::Value {
+    if let Some(o) = v.as_object_mut() {
+        o.insert(key.into(), json!(val));
+    }
+    v
+}
+
+fn mode_name(m: ChangesMode) -> &'static str {
+    match m {
+        ChangesMode::Apply => "apply",
+        ChangesMode::Discard => "discard",
+        ChangesMode::Review => "review",
+    }
+}
+
+fn kind_name(k: &ChangeKind) -> &'static str {
+    match k {
+        ChangeKind::Created => "created",
+        ChangeKind::Modified => "modified",
+        ChangeKind::Deleted => "deleted",
+        ChangeKind::ModeChanged => "mode_changed",
+        ChangeKind::TypeChanged => "type_changed",
+    }
+}
+
+fn change_json(c: &Change) -> serde_json::Value {
+    json!({
+        "path": c.path.as_str(),
+        "kind": kind_name(&c.kind),
+        "size": c.new.as_ref().map(Node::size),
+        "hash": c.new_hash().map(|h| h.to_hex()),
+    })
+}
+
+fn summary(cs: &Changeset, allow_blocked: bool) -> String {
+    let mut counts = std::collections::BTreeMap::new();
+    let all = cs.changes.iter().chain(
+        cs.blocked
+            .iter()
+            .filter(|_| allow_blocked)
+            .map(|b| &b.change),
+    );
+    let mut n = 0;
+    for c in all {
+        *counts.entry(kind_name(&c.kind)).or_insert(0) += 1;
+        n += 1;
+    }
+    let parts: Vec<String> = counts.iter().map(|(k, v)| format!("{v} {k}")).collect();
+    format!("applied {n} change(s): {}", parts.join(", "))
+}
+
+fn report_blocked_and_refused(cs: &Changeset, allow_blocked: bool) {
+    if !cs.blocked.is_empty() && !allow_blocked {
+        eprintln!("retie: blocked, not applied (a sandbox may not plant these; --allow-blocked applies them):");
+        for b in &cs.blocked {
+            eprintln!("  {} ({:?})", b.change.path, b.reason);
+        }
+    }
+    if !cs.refused.is_empty() {
+        eprintln!("retie: refused, never applied:");
+        for r in &cs.refused {
+            eprintln!("  {} ({:?})", r.path, r.reason);
+        }
+    }
+}
+
+fn sigil(k: &ChangeKind) -> char {
+    match k {
+        ChangeKind::Created => '+',
+        ChangeKind::Deleted => '-',
+        ChangeKind::Modified => '~',
+        ChangeKind::ModeChanged => 'm',
+        ChangeKind::TypeChanged => 't',
+    }
+}
+
+/// Summary and unified diff of the text files, on stderr.
+fn print_review(cs: &Changeset, ws: &Path, upper: &Path, allow_blocked: bool) {
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "retie: changes made by the command:");
+    let all: Vec<&Change> = cs
+        .changes
+        .iter()
+        .chain(
+            cs.blocked
+                .iter()
+                .filter(|_| allow_blocked)
+                .map(|b| &b.change),
+        )
+        .collect();
+    for c in &all {
+        let _ = writeln!(err, "  {} {}", sigil(&c.kind), c.path);
+    }
+    for c in &all {
+        let old = text_of(c.base.as_ref(), &ws.join(c.path.as_str()));
+        let new = text_of(c.new.as_ref(), &upper.join(c.path.as_str()));
+        if let (Some(old), Some(new)) = (old, new) {
+            let diff = similar::TextDiff::from_lines(&old, &new);
+            let _ = write!(
+                err,
+                "{}",
+                diff.unified_diff()
+                    .context_radius(3)
+                    .header(&format!("a/{}", c.path), &format!("b/{}", c.path))
+            );
+        }
+    }
+}
+
+/// The text of a file node (empty for an absent one); `None` for binary,
+/// large or non-file nodes.
+fn text_of(node: Option<&Node>, path: &Path) -> Option<String> {
+    match node {
+        None => Some(String::new()),
+        Some(Node::File { size, .. }) if *size <= 1 << 20 => {
+            let bytes = std::fs::read(path).ok()?;
+            if bytes.contains(&0) {
+                return None;
+            }
+            String::from_utf8(bytes).ok()
+        }
+        _ => None,
+    }
+}
+
+/// Ask on the controlling terminal; `None` when there is none.
+fn ask(prompt: &str) -> Option<bool> {
+    let tty = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/tty")
+        .ok()?;
+    let mut w = tty.try_clone().ok()?;
+    let _ = w.write_all(prompt.as_bytes());
+    let _ = w.flush();
+    let mut line = String::new();
+    std::io::BufReader::new(tty).read_line(&mut line).ok()?;
+    Some(matches!(line.trim(), "y" | "Y" | "yes" | "YES" | "Yes"))
+}
+
+/// The owner the written files must get when retie runs as root for a
+/// workspace owned by someone else.
+pub fn root_owner(workspace: &Path) -> Result<Option<(u32, u32)>, CliError> {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return Ok(None);
+    }
+    let m = std::fs::metadata(workspace)
+        .map_err(|e| CliError::io(format!("stat {}", workspace.display()), e))?;
+    Ok(Some((m.uid(), m.gid())))
+}
