@@ -191,15 +191,23 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
             );
             None
         }
-        Some((state, snaps, mut run, owner)) => Some(changes::handle(
-            args.changes,
-            args.allow_blocked,
-            &state,
-            &snaps,
-            &mut run,
-            owner,
-            started,
-        )?),
+        Some((state, snaps, mut run, owner)) => {
+            let t = std::time::Instant::now();
+            let mut h = changes::handle(
+                args.changes,
+                args.allow_blocked,
+                &state,
+                &snaps,
+                &mut run,
+                owner,
+                started,
+            )?;
+            if let Some(o) = h.json.as_object_mut() {
+                let ms = t.elapsed().as_secs_f64() * 1000.0;
+                o.insert("handled_ms".into(), json!((ms * 1000.0).round() / 1000.0));
+            }
+            Some(h)
+        }
     };
     Ok((outcome, handled))
 }
