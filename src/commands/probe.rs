@@ -378,46 +378,25 @@ fn battery(args: &ProbeArgs) -> Vec<ProbeResult> {
         "/retie-probe",
         "/dev/retie-probe",
     ] {
-        let p = c(target);
-        // SAFETY: open with O_CREAT on a valid path; closed if it succeeds.
-        let fd = unsafe {
-            libc::open(
-                p.as_ptr(),
-                libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
-                0o644,
-            )
-        };
-        if fd >= 0 {
-            // SAFETY: closing our own fd.
-            unsafe { libc::close(fd) };
-        }
+        let fd = try_open(target, libc::O_CREAT | libc::O_WRONLY);
         b.expect_one_of(
             &format!("write outside workspace ({target}) refused"),
-            fd as i64,
+            fd,
             &[libc::EROFS, libc::EACCES],
         );
     }
     // A symlink planted in the workspace does not lead out of it.
     let _ = std::fs::remove_file("retie-probe-link");
     let link_ok = std::os::unix::fs::symlink("/etc/passwd", "retie-probe-link").is_ok();
-    // SAFETY: open through the symlink for writing; expected refused.
-    let fd = unsafe {
-        libc::open(
-            c"retie-probe-link".as_ptr(),
-            libc::O_WRONLY | libc::O_APPEND | libc::O_CLOEXEC,
-        )
-    };
-    if fd >= 0 {
-        // SAFETY: closing our own fd.
-        unsafe { libc::close(fd) };
-    }
-    let _ = std::fs::remove_file("retie-probe-link");
+    // Open through the symlink for writing: expected refused.
+    let fd = try_open("retie-probe-link", libc::O_WRONLY | libc::O_APPEND);
     if link_ok {
         b.expect_one_of(
             "write through a workspace symlink to /etc refused",
-            fd as i64,
+            fd,
             &[libc::EROFS, libc::EACCES],
         );
+        let _ = std::fs::remove_file("retie-probe-link");
     } else {
         b.record(
             "write through a workspace symlink to /etc refused",
@@ -448,16 +427,10 @@ fn battery(args: &ProbeArgs) -> Vec<ProbeResult> {
             );
             continue;
         }
-        let p = c(knob);
-        // SAFETY: open for writing; expected refused.
-        let fd = unsafe { libc::open(p.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
-        if fd >= 0 {
-            // SAFETY: closing our own fd.
-            unsafe { libc::close(fd) };
-        }
+        let fd = try_open(knob, libc::O_WRONLY);
         b.expect_one_of(
             &format!("{knob} read-only"),
-            fd as i64,
+            fd,
             &[libc::EROFS, libc::EACCES],
         );
     }
@@ -550,6 +523,19 @@ fn battery(args: &ProbeArgs) -> Vec<ProbeResult> {
     );
     let _ = uid;
     b.out
+}
+
+/// open(2) a path (closing it again if that worked); errno is left as open
+/// set it.
+fn try_open(path: &str, flags: libc::c_int) -> i64 {
+    let p = c(path);
+    // SAFETY: a valid C string; the fd, if any, is ours and closed below.
+    let fd = unsafe { libc::open(p.as_ptr(), flags | libc::O_CLOEXEC, 0o644) };
+    if fd >= 0 {
+        // SAFETY: closing our own fd.
+        unsafe { libc::close(fd) };
+    }
+    fd as i64
 }
 
 fn connect_abstract(name: &str) -> i64 {

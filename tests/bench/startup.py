@@ -58,7 +58,8 @@ def main():
     ws = tempfile.mkdtemp(prefix="retie-bench-")
     try:
         cmds = {
-            "retie": [retie, "sandbox", "exec", "-w", ws, "--", "true"],
+            # direct mode: the workspace bound read-write, as bubblewrap does
+            "retie": [retie, "sandbox", "exec", "-w", ws, "--workspace-mode", "direct", "--", "true"],
             # bubblewrap with comparable isolation: every namespace, a new
             # session, parent-death kill, read-only /usr (and the merged-/usr
             # links), proc, dev, tmpfs /tmp, the workspace bound read-write.
@@ -81,7 +82,8 @@ def main():
 
         rss = []
         for _ in range(20):
-            out = subprocess.run([retie, "sandbox", "exec", "-w", ws, "--json", "--", "true"],
+            out = subprocess.run([retie, "sandbox", "exec", "-w", ws, "--workspace-mode", "direct",
+                                  "--json", "--", "true"],
                                  capture_output=True, text=True, check=True)
             rss.append(json.loads(out.stderr.strip().splitlines()[-1])["helper_max_rss_kib"])
     finally:

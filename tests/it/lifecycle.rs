@@ -33,23 +33,7 @@ fn killing_retie_kills_the_sandbox() {
     for leg in legs() {
         let s = Scratch::new(leg);
         let m = marker();
-        let mut child = s
-            .retie()
-            .args([
-                "sandbox",
-                "exec",
-                "--",
-                "sh",
-                "-c",
-                &format!("sleep {m} & sleep {m}"),
-            ])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("spawn");
-        assert!(
-            wait_until(5.0, || pids_with(&m).len() >= 3),
-            "{leg:?}: sandbox did not start"
-        );
+        let mut child = start_sleepers(&s, &format!("sleep {m} & sleep {m}"), &m);
         // SIGKILL the supervisor (for the Nobody leg, setpriv execs into it,
         // so the child's pid is retie itself).
         child.kill().expect("kill");
@@ -67,23 +51,7 @@ fn signals_to_retie_are_forwarded_to_the_command() {
     for leg in legs() {
         let s = Scratch::new(leg);
         let m = marker();
-        let child = s
-            .retie()
-            .args([
-                "sandbox",
-                "exec",
-                "--",
-                "sh",
-                "-c",
-                &format!("trap 'exit 42' TERM; sleep {m} & wait"),
-            ])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("spawn");
-        assert!(
-            wait_until(5.0, || pids_with(&m).len() >= 3),
-            "{leg:?}: sandbox did not start"
-        );
+        let child = start_sleepers(&s, &format!("trap 'exit 42' TERM; sleep {m} & wait"), &m);
         // SAFETY: signalling our own child.
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
         let o = child.wait_with_output().expect("wait");
@@ -93,4 +61,22 @@ fn signals_to_retie_are_forwarded_to_the_command() {
             "{leg:?}: survivors"
         );
     }
+}
+
+/// Start `script` in a sandbox and wait until at least three processes
+/// carry the marker (supervisor, init or shell, and a sleeper).
+fn start_sleepers(s: &Scratch, script: &str, m: &str) -> std::process::Child {
+    let child = s
+        .retie()
+        .args(["sandbox", "exec", "--", "sh", "-c", script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    assert!(
+        wait_until(5.0, || pids_with(m).len() >= 3),
+        "{:?}: sandbox did not start",
+        s.leg
+    );
+    child
 }
