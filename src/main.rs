@@ -42,6 +42,12 @@ enum Command {
     /// Internal: the sandbox helper for multi-threaded callers.
     #[command(name = "__sandbox-helper", hide = true)]
     Helper(commands::helper::HelperArgs),
+    /// Start, list and stop lab targets (a network with no uplink).
+    #[command(subcommand)]
+    Lab(commands::lab::LabCmd),
+    /// Internal: a lab's holder process.
+    #[command(name = "__lab-holder", hide = true)]
+    LabHolder(commands::lab::HolderArgs),
 }
 
 fn main() -> ExitCode {
@@ -67,6 +73,8 @@ fn main() -> ExitCode {
         Command::Policy(cmd) => return commands::policy::run(cmd),
         Command::Sandbox(cmd) => commands::sandbox::run(cmd),
         Command::Selftest(args) => commands::selftest::run(args),
+        Command::Lab(cmd) => commands::lab::run(cmd),
+        Command::LabHolder(args) => commands::lab::holder(args),
         Command::Probe(args) => commands::probe::run(args),
         Command::Helper(args) => commands::helper::run(args),
     };

@@ -116,11 +116,12 @@ fn setup_and_wait(args: &InitArgs<'_>) -> StepResult<setup::landlock::Enforced> 
 
     setup::session::detach(&spec.hostname)?;
     // Network: with NetMode::None the namespace's `lo` stays down, since
-    // seccomp refuses every non-unix socket anyway. (A networked mode brings
-    // its links up here, while CAP_NET_ADMIN is still held: setup::net.)
+    // seccomp refuses every non-unix socket anyway. In the lab modes the
+    // network was wired before this process existed (setup::net_lab, run
+    // by the supervisor's net stage); init has no capability over it.
     setup::rlimits::apply(&spec.limits)?;
     // Compile the filter while allocation and failure are still cheap.
-    let filters = setup::seccomp::compile_all(spec.net)?;
+    let filters = setup::seccomp::compile_all(&spec.net)?;
     setup::caps::drop_all()?;
     let enforced = setup::landlock::restrict(spec, args.kernel_abi)?;
     setup::fds::cloexec_all()?;

@@ -16,6 +16,7 @@
 pub mod error;
 pub mod helper;
 pub mod init;
+pub mod lab;
 pub mod outcome;
 pub mod preflight;
 pub mod profile;
@@ -30,5 +31,7 @@ pub use outcome::{
     Outcome, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_SANDBOX_FAILED, EXIT_TIMEOUT,
 };
 pub use profile::Profile;
-pub use spec::{Identity, NetMode, Sandbox, SandboxBuilder, SandboxSpec, Stdio, WorkspaceMode};
+pub use spec::{
+    Identity, LabNet, NetMode, Sandbox, SandboxBuilder, SandboxSpec, Stdio, WorkspaceMode,
+};
 pub use supervisor::run;

@@ -18,11 +18,40 @@ use crate::profile::{Limits, Profile};
 pub const ROOT_INVOKED_HOST_ID: u32 = 65534;
 
 /// How the sandbox reaches the network.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NetMode {
     /// A fresh network namespace with only `lo`; AF_INET, AF_INET6 and
     /// AF_NETLINK sockets are refused by seccomp, TCP by Landlock.
     None,
+    /// A fresh network namespace on a veth into a lab: a /30 of the lab
+    /// pool, one host route to the lab, no default route, IPv6 off.
+    /// seccomp allows AF_INET (stream and datagram) only; Landlock allows
+    /// TCP connect to the lab's `ports` only. See `setup::net_lab`.
+    Lab(LabNet),
+    /// The lab target itself: joins the lab's network namespace (no uplink
+    /// of any kind); Landlock refuses every TCP connect.
+    LabTarget(LabNet),
+}
+
+/// A running lab, as a sandbox needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LabNet {
+    /// The lab's name (also a host name inside the sandbox).
+    pub name: String,
+    /// pid of the lab's keeper, whose namespaces are the lab's.
+    pub keeper_pid: i32,
+    /// The lab's declared TCP ports.
+    pub ports: Vec<u16>,
+}
+
+impl NetMode {
+    /// The lab, in either lab mode.
+    pub fn lab(&self) -> Option<&LabNet> {
+        match self {
+            NetMode::None => None,
+            NetMode::Lab(l) | NetMode::LabTarget(l) => Some(l),
+        }
+    }
 }
 
 /// How the workspace is presented inside the sandbox. The mount step
@@ -122,6 +151,10 @@ impl SandboxSpec {
     /// The profile in force.
     pub fn profile(&self) -> &Profile {
         &self.profile
+    }
+    /// The network mode.
+    pub fn net(&self) -> &NetMode {
+        &self.net
     }
     /// The time limit, if any.
     pub fn timeout(&self) -> Option<Duration> {

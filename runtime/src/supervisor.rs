@@ -12,7 +12,7 @@ use crate::init::{self, InitArgs, FORWARDED};
 use crate::outcome::{Outcome, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_TIMEOUT};
 use crate::protocol::Report;
 use crate::setup::exec::StdioFds;
-use crate::setup::{userns, workspace};
+use crate::setup::{net_lab, userns, workspace};
 use crate::spec::{SandboxSpec, Stdio};
 use crate::sys::{self, Forked};
 
@@ -58,10 +58,30 @@ pub fn run(spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
     }
     let signals = SignalGuard::block()?;
 
+    // Lab modes: the lab's namespaces, opened while we are still ourselves.
+    let lab_ns = match spec.net.lab() {
+        Some(lab) => Some(net_lab::LabNs::open(lab.keeper_pid)?),
+        None => None,
+    };
+
     let started = Instant::now();
-    // SAFETY: single-threaded (checked above); the child only runs the set-up
-    // recipe and then execs or _exits.
-    let forked = unsafe { sys::clone_namespaces(NAMESPACES) }.map_err(clone_error)?;
+    let forked = match &lab_ns {
+        // SAFETY: single-threaded (checked above); the child only runs the
+        // set-up recipe and then execs or _exits.
+        None => unsafe { sys::clone_namespaces(NAMESPACES) }.map_err(clone_error)?,
+        // SAFETY: as above. The net stage wires the network, clones init
+        // (without CLONE_NEWNET: init inherits the wired namespace) and
+        // writes its id maps itself.
+        Some(ns) => unsafe {
+            net_lab::clone_into_lab(
+                ns,
+                &spec.net,
+                &spec.identity,
+                NAMESPACES & !libc::CLONE_NEWNET,
+            )
+        }?,
+    };
+    drop(lab_ns);
     let (pid, pidfd) = match forked {
         Forked::Child => {
             drop(go_w);
@@ -82,7 +102,12 @@ pub fn run(spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
     drop(status_w);
 
     // Id maps, then the idmapped workspace, then release the child.
-    let prepared = userns::write_maps(pid, &spec.identity).and_then(|()| match &idmapped {
+    let maps = if spec.net.lab().is_some() {
+        Ok(()) // written by the net stage, from the lab's user namespace
+    } else {
+        userns::write_maps(pid, &spec.identity)
+    };
+    let prepared = maps.and_then(|()| match &idmapped {
         Some(trees) => workspace::apply_idmap(trees, pid),
         None => Ok(()),
     });

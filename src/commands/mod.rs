@@ -2,6 +2,7 @@
 
 pub mod changes;
 pub mod helper;
+pub mod lab;
 pub mod policy;
 pub mod probe;
 pub mod sandbox;

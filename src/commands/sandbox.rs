@@ -58,6 +58,10 @@ pub struct ExecArgs {
     /// to --json-fd).
     #[arg(long)]
     pub json: bool,
+    /// Network: `none` (default), or `lab[:NAME]` to reach a running lab's
+    /// declared ports and nothing else (see `retie lab up`).
+    #[arg(long, value_name = "none|lab[:NAME]")]
+    pub net: Option<String>,
     /// File descriptor for --json output instead of stderr.
     #[arg(long, value_name = "FD", requires = "json")]
     pub json_fd: Option<i32>,
@@ -143,6 +147,9 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
         })
     })?;
     b = b.workspace(&ws);
+    if let Some(n) = &args.net {
+        b = b.network(super::lab::resolve_net(n)?);
+    }
     let mut overlay = None;
     if args.workspace_mode == ModeArg::Overlay {
         let state = crate::state::dir()?;

@@ -10,6 +10,7 @@ mod harness;
 mod escapes;
 mod exec;
 mod identity;
+mod lab;
 mod library;
 mod lifecycle;
 mod overlay;

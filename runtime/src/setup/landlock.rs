@@ -7,8 +7,8 @@
 use std::path::{Path, PathBuf};
 
 use landlock::{
-    Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
-    RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+    Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, NetPort, PathBeneath, PathFd,
+    Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 
 use super::{SetupError, StepResult};
@@ -52,10 +52,14 @@ pub fn restrict(spec: &SandboxSpec, kernel_abi: i32) -> StepResult<Enforced> {
         .handle_access(AccessFs::from_all(abi))
         .map_err(err)?;
     if abi_num >= 4 {
-        // No rules for ports: every TCP bind and connect is denied.
-        ruleset = ruleset
-            .handle_access(AccessNet::from_all(abi))
-            .map_err(err)?;
+        // Every TCP bind and connect is denied but the lab's ports (below).
+        // The lab target may bind any port (it has no uplink; what it
+        // listens on is reachable only on the ports the lab declared).
+        let net = match spec.net {
+            crate::spec::NetMode::LabTarget(_) => AccessNet::ConnectTcp.into(),
+            _ => AccessNet::from_all(abi),
+        };
+        ruleset = ruleset.handle_access(net).map_err(err)?;
     }
     if abi_num >= 6 {
         ruleset = ruleset.scope(Scope::from_all(abi)).map_err(err)?;
@@ -74,6 +78,28 @@ pub fn restrict(spec: &SandboxSpec, kernel_abi: i32) -> StepResult<Enforced> {
         created = created
             .add_rule(PathBeneath::new(open(&p)?, device & access_file_only(abi)))
             .map_err(err)?;
+    }
+    // The lab modes: the second wall behind the namespace's routes. A lab
+    // sandbox may connect to the lab's declared ports only; the lab target
+    // connects nowhere.
+    match &spec.net {
+        crate::spec::NetMode::None => {}
+        crate::spec::NetMode::Lab(lab) | crate::spec::NetMode::LabTarget(lab) => {
+            if abi_num < 4 {
+                return Err(SetupError {
+                    step: STEP,
+                    message: "the lab modes need Landlock TCP rules (ABI 4)".into(),
+                    hint: Some("upgrade the kernel to Linux 6.7 or newer".into()),
+                });
+            }
+            if matches!(spec.net, crate::spec::NetMode::Lab(_)) {
+                for port in &lab.ports {
+                    created = created
+                        .add_rule(NetPort::new(*port, AccessNet::ConnectTcp))
+                        .map_err(err)?;
+                }
+            }
+        }
     }
     let status = created.restrict_self().map_err(err)?;
     let fully = status.ruleset == RulesetStatus::FullyEnforced;

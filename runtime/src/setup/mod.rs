@@ -13,6 +13,8 @@ pub mod fds;
 pub mod identity;
 pub mod landlock;
 pub mod net;
+pub mod net_lab;
+pub mod netlink;
 pub mod procfs;
 pub mod rlimits;
 pub mod rootfs;

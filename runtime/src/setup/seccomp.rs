@@ -193,6 +193,67 @@ pub const DENY_NO_NETWORK: &[Deny] = &[deny!(
     "no network: only unix sockets (AF_INET, AF_INET6, AF_NETLINK and every other family refused)"
 )];
 
+const SOCK_TYPE_MASK: u64 = 0xf;
+/// The obsolete IPv4 `SOCK_PACKET` type (libc deprecates the constant).
+const SOCK_PACKET: u64 = 10;
+
+/// Extra denials in the lab modes: IPv4 stream and datagram sockets (TCP,
+/// UDP, and ICMP datagram sockets, which the netns' ping_group_range
+/// refuses anyway) are allowed; every other family and every other IPv4
+/// socket type is refused. The namespace has no route but the lab's; this
+/// table keeps netlink (reconfiguring the namespace), raw and packet
+/// sockets, and IPv6 out of reach.
+pub const DENY_LAB_NETWORK: &[Deny] = &[
+    deny!(
+        socket,
+        &[
+            (0, Len::Dword, Op::Ne, libc::AF_UNIX as u64),
+            (0, Len::Dword, Op::Ne, libc::AF_INET as u64)
+        ],
+        "lab network: only unix and IPv4 sockets (AF_INET6, AF_NETLINK, AF_PACKET and every other family refused)"
+    ),
+    deny!(
+        socket,
+        &[
+            (0, Len::Dword, Op::Eq, libc::AF_INET as u64),
+            (1, Len::Dword, Op::MaskedEq(SOCK_TYPE_MASK), libc::SOCK_RAW as u64)
+        ],
+        "raw IPv4 sockets forge packets"
+    ),
+    deny!(
+        socket,
+        &[
+            (0, Len::Dword, Op::Eq, libc::AF_INET as u64),
+            (1, Len::Dword, Op::MaskedEq(SOCK_TYPE_MASK), SOCK_PACKET)
+        ],
+        "SOCK_PACKET is link-layer access"
+    ),
+    deny!(
+        socket,
+        &[
+            (0, Len::Dword, Op::Eq, libc::AF_INET as u64),
+            (1, Len::Dword, Op::MaskedEq(SOCK_TYPE_MASK), libc::SOCK_SEQPACKET as u64)
+        ],
+        "SCTP and other exotic IPv4 protocols: kernel attack surface"
+    ),
+    deny!(
+        socket,
+        &[
+            (0, Len::Dword, Op::Eq, libc::AF_INET as u64),
+            (1, Len::Dword, Op::MaskedEq(SOCK_TYPE_MASK), libc::SOCK_RDM as u64)
+        ],
+        "exotic IPv4 socket type"
+    ),
+    deny!(
+        socket,
+        &[
+            (0, Len::Dword, Op::Eq, libc::AF_INET as u64),
+            (1, Len::Dword, Op::MaskedEq(SOCK_TYPE_MASK), libc::SOCK_DCCP as u64)
+        ],
+        "DCCP: kernel attack surface"
+    ),
+];
+
 fn arch() -> TargetArch {
     #[cfg(target_arch = "aarch64")]
     {
@@ -287,10 +348,11 @@ pub struct Filters(BpfProgram);
 
 /// Compile the filter (before it is installed, so a compile error leaves
 /// the process untouched).
-pub fn compile_all(net: NetMode) -> StepResult<Filters> {
+pub fn compile_all(net: &NetMode) -> StepResult<Filters> {
     let mut lists: Vec<&[Deny]> = vec![DENY_ALWAYS];
     match net {
         NetMode::None => lists.push(DENY_NO_NETWORK),
+        NetMode::Lab(_) | NetMode::LabTarget(_) => lists.push(DENY_LAB_NETWORK),
     }
     let mut program = prefix();
     program.extend(compile(&lists, SeccompAction::Errno(libc::EPERM as u32))?);

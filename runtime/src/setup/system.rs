@@ -110,6 +110,20 @@ fn attach(tree: &OwnedFd, dst: &Path) -> StepResult {
     make_readonly(STEP, dst)
 }
 
+/// `/etc/hosts`: localhost, and in the lab modes `lab` and the lab's name
+/// mapped to the lab's address (the only name that resolves there).
+fn hosts(spec: &SandboxSpec) -> String {
+    let mut h = String::from("127.0.0.1\tlocalhost retie\n::1\tlocalhost ip6-localhost\n");
+    if let Some(lab) = spec.net.lab() {
+        h.push_str(&format!(
+            "{}\tlab {}\n",
+            super::net_lab::LAB_ADDRESS,
+            lab.name
+        ));
+    }
+    h
+}
+
 /// Write the synthesized identity and name-service files.
 pub fn synthesize_etc(spec: &SandboxSpec) -> StepResult {
     let id = &spec.identity;
@@ -140,10 +154,7 @@ pub fn synthesize_etc(spec: &SandboxSpec) -> StepResult {
     let files: [(&str, String); 5] = [
         ("passwd", passwd),
         ("group", group),
-        (
-            "hosts",
-            "127.0.0.1\tlocalhost retie\n::1\tlocalhost ip6-localhost\n".into(),
-        ),
+        ("hosts", hosts(spec)),
         ("hostname", "retie\n".into()),
         // No nameserver: nothing inside resolves a name over the network.
         (

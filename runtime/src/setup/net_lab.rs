@@ -1,0 +1,294 @@
+//! Step 0 (host side, lab modes only): put the sandbox on the lab network.
+//!
+//! A lab's network namespace is owned by a user namespace of its own (the
+//! lab's, held by its keeper process, see [`crate::lab`]). To wire a
+//! sandbox to it, a short-lived **net stage** process forked by the
+//! supervisor:
+//!
+//! 1. takes the sandbox's host identity (a root supervisor drops to 65534,
+//!    the owner of a root-started lab);
+//! 2. joins the lab's user namespace (it owns it, so it gets full
+//!    capabilities there, and none on the host);
+//! 3. `NetMode::Lab`: creates a fresh network namespace (owned by the lab's
+//!    user namespace), turns IPv6 off in it, and creates a veth pair from
+//!    the lab's namespace with its peer `eth0` in the new one, both ends
+//!    addressed from a /30 of the pool, plus one host route to the lab's
+//!    address. No default route. `NetMode::LabTarget`: joins the lab's
+//!    namespace itself;
+//! 4. clones the sandbox's init with `CLONE_PARENT` (init stays the
+//!    supervisor's child) and without `CLONE_NEWNET` (init inherits the
+//!    network namespace just built), so init's user namespace is a child of
+//!    the lab's and has no capability over its own network namespace;
+//! 5. writes init's id maps (only a process in the parent user namespace
+//!    may), reports init's pid to the supervisor, and exits.
+//!
+//! The veth lives as long as the sandbox's network namespace, which lives
+//! as long as a process in it: when init dies (exit, timeout, kill) the
+//! kernel deletes both ends. See docs/adr/0301-lab-network-wiring.md.
+
+use std::fs::File;
+use std::io::Read;
+use std::net::Ipv4Addr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use super::netlink::{if_index, Netlink};
+use crate::error::{Result, RuntimeError};
+use crate::spec::{Identity, NetMode};
+use crate::sys::Forked;
+
+/// The lab's stable address, on its `lo`. Every sandbox reaches it through
+/// its own veth and a host route; `lab` resolves to it inside.
+pub const LAB_ADDRESS: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
+/// Sandbox links are numbered 1..POOL_SIZE; link `i` uses the /30
+/// 10.77.0.0 + 4*i (lab end .1, sandbox end .2).
+const POOL_SIZE: u32 = 16384;
+/// Name of the sandbox's end of the pair.
+pub const SANDBOX_LINK: &str = "eth0";
+
+/// The /30 of pool slot `i`: (lab end, sandbox end).
+pub fn slot_addresses(i: u32) -> (Ipv4Addr, Ipv4Addr) {
+    let base = u32::from(Ipv4Addr::new(10, 77, 0, 0)) + 4 * i;
+    (Ipv4Addr::from(base + 1), Ipv4Addr::from(base + 2))
+}
+
+/// The lab's namespaces, opened by the supervisor before the fork.
+pub struct LabNs {
+    user: OwnedFd,
+    net: OwnedFd,
+}
+
+impl LabNs {
+    /// Open the namespaces of the lab keeper `pid`.
+    pub fn open(pid: i32) -> Result<Self> {
+        let open = |kind: &str| -> Result<OwnedFd> {
+            let p = format!("/proc/{pid}/ns/{kind}");
+            File::open(&p).map(OwnedFd::from).map_err(|e| {
+                RuntimeError::host(
+                    format!("opening the lab's {kind} namespace {p} (is the lab running? see `retie lab status`)"),
+                    e,
+                )
+            })
+        };
+        let user = open("user")?;
+        let net = open("net")?;
+        let own = std::fs::metadata("/proc/self/ns/user")
+            .map_err(|e| RuntimeError::host("stat of our own user namespace", e))?;
+        let theirs = std::fs::metadata(format!("/proc/{pid}/ns/user"))
+            .map_err(|e| RuntimeError::host("stat of the lab's user namespace", e))?;
+        use std::os::unix::fs::MetadataExt;
+        if own.ino() == theirs.ino() {
+            return Err(RuntimeError::Helper(format!(
+                "process {pid} is not a lab keeper (it shares our user namespace); run `retie lab status`"
+            )));
+        }
+        Ok(LabNs { user, net })
+    }
+}
+
+/// Fork the net stage, which wires the network and clones init. Returns
+/// `Forked::Child` in init, `Forked::Parent` (init's pid and a pidfd) in
+/// the supervisor.
+///
+/// # Safety
+/// The caller must be single-threaded; the child branch must only run the
+/// sandbox's init.
+pub unsafe fn clone_into_lab(
+    ns: &LabNs,
+    net: &NetMode,
+    identity: &Identity,
+    flags: libc::c_int,
+) -> Result<Forked> {
+    let (rd, wr) = crate::sys::pipe_cloexec().map_err(|e| RuntimeError::host("pipe", e))?;
+    // SAFETY: single-threaded caller (contract); the child runs `stage` and
+    // then either returns as init or _exits.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(RuntimeError::last_os("fork of the lab net stage"));
+    }
+    if pid == 0 {
+        drop(rd);
+        match stage(ns, net, identity, flags) {
+            Ok(Some(init_pid)) => {
+                let _ = crate::sys::write_all(wr.as_raw_fd(), format!("P{init_pid}\n").as_bytes());
+                // SAFETY: ending the stage without running exit handlers.
+                unsafe { libc::_exit(0) }
+            }
+            Ok(None) => {
+                drop(wr);
+                return Ok(Forked::Child);
+            }
+            Err(msg) => {
+                let _ = crate::sys::write_all(wr.as_raw_fd(), format!("E{msg}\n").as_bytes());
+                // SAFETY: as above.
+                unsafe { libc::_exit(1) }
+            }
+        }
+    }
+    drop(wr);
+    let mut text = String::new();
+    // SAFETY: `rd` is our fresh pipe end; File takes it over.
+    let mut f = unsafe { File::from_raw_fd(libc::dup(rd.as_raw_fd())) };
+    drop(rd);
+    let _ = f.read_to_string(&mut text);
+    let mut status = 0;
+    // SAFETY: reaping our own child, valid out-pointer.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    let line = text.trim_end();
+    if let Some(p) = line.strip_prefix('P') {
+        let init: i32 = p
+            .parse()
+            .map_err(|_| RuntimeError::Helper(format!("lab net stage sent {line:?}")))?;
+        // SAFETY: plain syscall; `init` is our child (CLONE_PARENT) and not
+        // yet reaped, so the pid cannot have been reused.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, init, 0) };
+        if fd < 0 {
+            let e = RuntimeError::last_os("pidfd_open of the sandbox's init");
+            // SAFETY: signalling our own unreaped child.
+            unsafe { libc::kill(init, libc::SIGKILL) };
+            return Err(e);
+        }
+        // SAFETY: pidfd_open returned a fresh fd that we now own.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+        return Ok(Forked::Parent { pid: init, pidfd });
+    }
+    Err(RuntimeError::Setup {
+        step: "net".into(),
+        message: match line.strip_prefix('E') {
+            Some(m) => m.to_string(),
+            None => format!("the lab net stage died (status {status:#x})"),
+        },
+        hint: Some(
+            "is the lab running? `retie lab status`; `retie lab down NAME` cleans a stale one"
+                .into(),
+        ),
+    })
+}
+
+/// The net stage. `Ok(None)` in init, `Ok(Some(pid))` in the stage.
+fn stage(
+    ns: &LabNs,
+    net: &NetMode,
+    id: &Identity,
+    flags: libc::c_int,
+) -> std::result::Result<Option<i32>, String> {
+    let os = |what: &str| format!("{what}: {}", std::io::Error::last_os_error());
+    // 1. The sandbox's host identity as the effective ids (no capability
+    // on the host). A root supervisor keeps real and saved uid 0: that keeps
+    // host processes running as 65534 from ptracing the stage (it holds
+    // root-opened mount fds), while the effective uid owns the lab's user
+    // namespace. Dumpable again, so that the stage and init's /proc files
+    // (the id maps) belong to the effective uid; init sets all its uids
+    // with `identity::become_user` before anything else.
+    // SAFETY: plain credential syscalls on this single-threaded process.
+    unsafe {
+        if libc::geteuid() != id.host_uid {
+            let keep = libc::uid_t::MAX; // -1: unchanged
+            if libc::setresgid(keep, id.host_gid, keep) < 0
+                || libc::setresuid(keep, id.host_uid, keep) < 0
+                || libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) < 0
+            {
+                return Err(os("taking the sandbox's host identity"));
+            }
+        }
+    }
+    // 2. The lab's user namespace.
+    setns(ns.user.as_raw_fd(), libc::CLONE_NEWUSER).map_err(|e| {
+        format!("joining the lab's user namespace: {e} (a lab started by another user cannot be joined)")
+    })?;
+    // 3. The network.
+    match net {
+        NetMode::LabTarget(_) => {
+            setns(ns.net.as_raw_fd(), libc::CLONE_NEWNET)
+                .map_err(|e| format!("joining the lab's network namespace: {e}"))?;
+        }
+        _ => wire_sandbox(ns).map_err(|e| format!("wiring the sandbox to the lab: {e}"))?,
+    }
+    // 4. init.
+    // SAFETY: single-threaded; CLONE_PARENT makes init the supervisor's
+    // child; a NULL stack gives fork semantics.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            (flags | libc::CLONE_PARENT | libc::SIGCHLD) as libc::c_ulong,
+            std::ptr::null_mut::<libc::c_void>(),
+            std::ptr::null_mut::<libc::c_void>(),
+            std::ptr::null_mut::<libc::c_void>(),
+            0 as libc::c_ulong,
+        )
+    };
+    if ret < 0 {
+        return Err(os("clone of the sandbox's init"));
+    }
+    if ret == 0 {
+        return Ok(None);
+    }
+    let init = ret as i32;
+    // 5. Its id maps, from the parent user namespace.
+    if let Err(e) = super::userns::write_maps(init, id) {
+        // SAFETY: signalling the child we just cloned.
+        unsafe { libc::kill(init, libc::SIGKILL) };
+        return Err(e.to_string());
+    }
+    Ok(Some(init))
+}
+
+fn setns(fd: RawFd, kind: libc::c_int) -> std::io::Result<()> {
+    // SAFETY: plain syscall on a namespace fd we own.
+    if unsafe { libc::setns(fd, kind) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Turn IPv6 off in the current network namespace (absent IPv6 is fine).
+pub fn ipv6_off() -> std::io::Result<()> {
+    for which in ["all", "default", "lo"] {
+        let p = format!("/proc/sys/net/ipv6/conf/{which}/disable_ipv6");
+        match std::fs::write(&p, b"1") {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(std::io::Error::new(e.kind(), format!("{p}: {e}"))),
+        }
+    }
+    Ok(())
+}
+
+/// Steps 3 of the stage for `NetMode::Lab`: new namespace, veth, addresses.
+fn wire_sandbox(ns: &LabNs) -> std::io::Result<()> {
+    // SAFETY: plain syscall; we hold CAP_SYS_ADMIN in the lab's user ns.
+    if unsafe { libc::unshare(libc::CLONE_NEWNET) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let sandbox_net = OwnedFd::from(File::open("/proc/thread-self/ns/net")?);
+    ipv6_off()?;
+    // The lab side: create the pair there, the peer lands in ours.
+    setns(ns.net.as_raw_fd(), libc::CLONE_NEWNET)?;
+    let mut lab = Netlink::open()?;
+    let start = (std::process::id() % (POOL_SIZE - 1)) + 1;
+    let mut slot = None;
+    for k in 0..POOL_SIZE - 1 {
+        let i = (start - 1 + k) % (POOL_SIZE - 1) + 1;
+        match lab.create_veth(&format!("rl{i}"), SANDBOX_LINK, sandbox_net.as_raw_fd()) {
+            Ok(()) => {
+                slot = Some(i);
+                break;
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    let i = slot.ok_or_else(|| std::io::Error::other("the lab's address pool is exhausted"))?;
+    let (lab_end, sandbox_end) = slot_addresses(i);
+    let lab_if = if_index(&format!("rl{i}"))?;
+    lab.add_address(lab_if, lab_end, 30)?;
+    lab.link_up(lab_if)?;
+    drop(lab);
+    // Our side.
+    setns(sandbox_net.as_raw_fd(), libc::CLONE_NEWNET)?;
+    let mut own = Netlink::open()?;
+    let eth = if_index(SANDBOX_LINK)?;
+    own.add_address(eth, sandbox_end, 30)?;
+    own.link_up(eth)?;
+    own.add_link_route(eth, LAB_ADDRESS)?;
+    Ok(())
+}

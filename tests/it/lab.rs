@@ -1,0 +1,520 @@
+//! The lab network: `retie lab up|status|down` and `sandbox exec --net lab`.
+//!
+//! No test sends a packet off the machine: the "outside" addresses tried
+//! are this machine's own (loopback, its interface address) or have no
+//! route inside the sandbox (which has a route to the lab only).
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::process::{Command, Output, Stdio};
+use std::time::Instant;
+
+use crate::harness::*;
+
+/// A lab target that serves "hi" on 8080 (declared) and 8081 (not).
+const SERVER: &str = r#"
+import socket, threading, time
+def serve(port):
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", port)); s.listen(64)
+    def loop():
+        while True:
+            c, _ = s.accept(); c.sendall(b"hi\n"); c.close()
+    threading.Thread(target=loop, daemon=True).start()
+serve(8081); serve(8080)
+while True: time.sleep(60)
+"#;
+
+/// Probes run inside a lab-mode sandbox; one `name=result` line each.
+const PROBE: &str = r#"
+import errno, socket, sys
+host_ip, host_port = sys.argv[1], int(sys.argv[2])
+def tcp(h, p, fam=socket.AF_INET):
+    try:
+        s = socket.socket(fam, socket.SOCK_STREAM); s.settimeout(3); s.connect((h, p))
+        return "open:" + s.recv(16).decode().strip()
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno)) if e.errno else "error:" + str(e)
+print("lab_port=" + tcp("lab", 8080))
+print("lab_by_address=" + tcp("10.77.0.1", 8080))
+print("lab_other_port=" + tcp("lab", 8081))
+print("host_loopback=" + tcp("127.0.0.1", host_port))
+print("host_address=" + tcp(host_ip, host_port))
+print("host_address_lab_port=" + tcp(host_ip, 8080))
+print("public_literal=" + tcp("1.1.1.1", 8080))
+print("ipv6=" + tcp("::1", host_port, socket.AF_INET6))
+try:
+    socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0); print("netlink=allowed")
+except OSError as e:
+    print("netlink=" + errno.errorcode.get(e.errno, "?"))
+try:
+    socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP); print("raw=allowed")
+except OSError as e:
+    print("raw=" + errno.errorcode.get(e.errno, "?"))
+routes = open("/proc/net/route").read().splitlines()[1:]
+print("default_route=" + ("yes" if any(l.split()[1] == "00000000" for l in routes) else "no"))
+try:
+    socket.gethostbyname("example.com"); print("dns=resolved")
+except OSError:
+    print("dns=failed")
+"#;
+
+/// Replays every finding in ./findings against http://lab:8080.
+const REPLAY: &str = r#"
+import glob, json, urllib.parse, urllib.request, urllib.error
+def send(req, cookie=None):
+    url = "http://lab:8080" + req["path"]
+    if req.get("query"): url += "?" + urllib.parse.urlencode(req["query"])
+    data = urllib.parse.urlencode(req["form"]).encode() if req.get("form") else None
+    r = urllib.request.Request(url, data=data, method=req["method"])
+    if cookie: r.add_header("Cookie", cookie)
+    try:
+        resp = urllib.request.urlopen(r, timeout=10)
+        return resp.status, resp.read().decode(errors="replace"), resp.headers.get("Set-Cookie")
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(errors="replace"), None
+for path in sorted(glob.glob("findings/*.json")):
+    f = json.load(open(path)); req = f["request"]; cookie = None
+    if req.get("login"):
+        _, _, sc = send({"method": "POST", "path": "/login", "form": req["login"]})
+        cookie = sc.split(";")[0] if sc else None
+    status, body, _ = send(req, cookie)
+    ev = f["expected_evidence"]
+    ok = status == ev["status"] and ev["body_contains"] in body
+    print("%s=%s" % (f["id"], "reproduced" if ok else "not-reproduced:%d" % status))
+"#;
+
+fn state_dir(s: &Scratch) -> std::path::PathBuf {
+    s.home.join(".local/state/retie")
+}
+
+fn lab_up(s: &Scratch, args: &[&str]) -> Output {
+    let mut c = s.retie();
+    c.args(["lab", "up", "--json"])
+        .args(args)
+        .stdin(Stdio::null());
+    c.output().expect("run retie lab up")
+}
+
+/// Starts a lab and stops it (and checks it is gone) on drop.
+struct Lab<'a> {
+    s: &'a Scratch,
+    name: String,
+    keeper: i32,
+    holder: i32,
+}
+
+impl<'a> Lab<'a> {
+    fn up(s: &'a Scratch, name: &str, args: &[&str]) -> Lab<'a> {
+        let mut all = vec!["--name", name];
+        all.extend_from_slice(args);
+        let o = lab_up(s, &all);
+        assert_code(&o, 0, &format!("lab up {name}"));
+        let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).expect("lab up --json");
+        assert_eq!(v["name"], name);
+        assert_eq!(v["address"], "10.77.0.1");
+        let rec: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(state_dir(s).join("labs").join(name).join("lab.json"))
+                .expect("lab record"),
+        )
+        .expect("lab record json");
+        Lab {
+            s,
+            name: name.into(),
+            keeper: rec["keeper_pid"].as_i64().expect("keeper pid") as i32,
+            holder: v["pid"].as_i64().expect("pid") as i32,
+        }
+    }
+
+    /// Interfaces in the lab's namespace (lo plus one veth per sandbox).
+    fn links(&self) -> usize {
+        std::fs::read_to_string(format!("/proc/{}/net/dev", self.keeper))
+            .map(|t| t.lines().count().saturating_sub(2))
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for Lab<'_> {
+    fn drop(&mut self) {
+        let o = self
+            .s
+            .retie()
+            .args(["lab", "down", &self.name])
+            .output()
+            .expect("lab down");
+        if !std::thread::panicking() {
+            assert_code(&o, 0, "lab down");
+            assert!(
+                wait_until(5.0, || !std::path::Path::new(&format!(
+                    "/proc/{}",
+                    self.holder
+                ))
+                .exists()
+                    && !std::path::Path::new(&format!("/proc/{}", self.keeper))
+                        .exists()),
+                "lab holder {} or keeper {} survived `lab down`",
+                self.holder,
+                self.keeper
+            );
+        }
+    }
+}
+
+fn host_address() -> String {
+    let o = Command::new("hostname")
+        .arg("-I")
+        .output()
+        .expect("hostname -I");
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    text.split_whitespace()
+        .find(|a| a.contains('.') && !a.starts_with("127."))
+        .unwrap_or_else(|| panic!("this machine has no non-loopback IPv4 address ({text:?})"))
+        .to_string()
+}
+
+fn lines(o: &Output) -> std::collections::BTreeMap<String, String> {
+    stdout(o)
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn a_lab_sandbox_reaches_the_lab_port_and_nothing_else() {
+    let host_ip = host_address();
+    let listener = TcpListener::bind("0.0.0.0:0").expect("host listener");
+    let port = listener.local_addr().expect("addr").port().to_string();
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        std::fs::write(s.ws.join("probe.py"), PROBE).expect("write probe");
+        let lab = Lab::up(
+            &s,
+            "net",
+            &["--port", "8080", "--", "python3", "-c", SERVER],
+        );
+        let o = s.exec(
+            &["--workspace-mode", "direct", "--net", "lab"],
+            &["python3", "probe.py", &host_ip, &port],
+        );
+        assert_code(&o, 0, "probe");
+        let r = lines(&o);
+        let want = [
+            ("lab_port", "open:hi"),
+            ("lab_by_address", "open:hi"),
+            // Landlock: the port is not declared.
+            ("lab_other_port", "EACCES"),
+            ("host_loopback", "EACCES"),
+            ("host_address", "EACCES"),
+            // Allowed by Landlock, so this is the routing wall speaking.
+            ("host_address_lab_port", "ENETUNREACH"),
+            ("public_literal", "ENETUNREACH"),
+            ("ipv6", "EPERM"),
+            ("netlink", "EPERM"),
+            ("raw", "EPERM"),
+            ("default_route", "no"),
+            ("dns", "failed"),
+        ];
+        for (k, v) in want {
+            assert_eq!(
+                r.get(k).map(String::as_str),
+                Some(v),
+                "{leg:?} {k}\n{}",
+                stdout(&o)
+            );
+        }
+        let g = s.exec(
+            &["--workspace-mode", "direct", "--net", "lab:net"],
+            &[
+                "sh",
+                "-c",
+                "getent hosts lab net; getent hosts example.com; echo rc=$?",
+            ],
+        );
+        assert_code(&g, 0, "getent");
+        let out = stdout(&g);
+        assert!(
+            out.contains("10.77.0.1       lab net") || out.contains("10.77.0.1"),
+            "{out}"
+        );
+        assert!(out.contains("rc=2"), "example.com resolved: {out}");
+        let st = s
+            .retie()
+            .args(["lab", "status", "--json"])
+            .output()
+            .expect("status");
+        assert_code(&st, 0, "lab status");
+        let v: serde_json::Value = serde_json::from_str(stdout(&st).trim()).expect("status json");
+        assert_eq!(v[0]["name"], "net", "{v}");
+        assert_eq!(v[0]["ports"][0], 8080, "{v}");
+        assert!(lab.links() >= 1);
+    }
+    drop(listener);
+}
+
+#[test]
+fn the_lab_itself_has_no_route_out() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let lab = Lab::up(
+            &s,
+            "closed",
+            &["--port", "8080", "--", "python3", "-c", SERVER],
+        );
+        let route =
+            std::fs::read_to_string(format!("/proc/{}/net/route", lab.keeper)).expect("lab routes");
+        assert!(
+            !route
+                .lines()
+                .skip(1)
+                .any(|l| l.split_whitespace().nth(1) == Some("00000000")),
+            "{leg:?}: the lab has a default route:\n{route}"
+        );
+        let dev = std::fs::read_to_string(format!("/proc/{}/net/dev", lab.keeper)).expect("dev");
+        let names: Vec<&str> = dev
+            .lines()
+            .skip(2)
+            .filter_map(|l| l.split(':').next())
+            .map(str::trim)
+            .collect();
+        assert_eq!(
+            names,
+            vec!["lo"],
+            "{leg:?}: the idle lab has links besides lo"
+        );
+    }
+}
+
+#[test]
+fn lab_sandboxes_leave_no_link_or_process_behind() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let lab = Lab::up(
+            &s,
+            "churn",
+            &["--port", "8080", "--", "python3", "-c", SERVER],
+        );
+        let base = lab.links();
+        let mark = marker();
+        let script = format!(": {mark}; exit 0");
+        let t = Instant::now();
+        for _ in 0..15 {
+            let o = s.exec(
+                &["--workspace-mode", "direct", "--net", "lab"],
+                &["sh", "-c", &script],
+            );
+            assert_code(&o, 0, "sequential lab sandbox");
+        }
+        let kids: Vec<_> = (0..15)
+            .map(|_| {
+                let mut c = s.retie();
+                c.args([
+                    "sandbox",
+                    "exec",
+                    "--workspace-mode",
+                    "direct",
+                    "--net",
+                    "lab",
+                    "--",
+                ])
+                .args(["sh", "-c", &script])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped());
+                c.spawn().expect("spawn")
+            })
+            .collect();
+        for mut k in kids {
+            let mut err = String::new();
+            if let Some(mut e) = k.stderr.take() {
+                let _ = e.read_to_string(&mut err);
+            }
+            let st = k.wait().expect("wait");
+            assert!(
+                st.success(),
+                "{leg:?}: concurrent lab sandbox failed: {st}\n{err}"
+            );
+        }
+        eprintln!("{leg:?}: 30 lab sandboxes in {:?}", t.elapsed());
+        assert!(
+            wait_until(5.0, || lab.links() == base),
+            "{leg:?}: {} links left in the lab (expected {base})",
+            lab.links()
+        );
+        assert!(
+            pids_with(&mark).is_empty(),
+            "{leg:?}: processes left behind"
+        );
+    }
+}
+
+#[test]
+fn killing_or_timing_out_a_lab_sandbox_leaves_nothing_behind() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let lab = Lab::up(
+            &s,
+            "kill",
+            &["--port", "8080", "--", "python3", "-c", SERVER],
+        );
+        let base = lab.links();
+        let mark = marker();
+        let mut c = s.retie();
+        c.args([
+            "sandbox",
+            "exec",
+            "--workspace-mode",
+            "direct",
+            "--net",
+            "lab",
+            "--",
+        ])
+        .args(["sh", "-c", &format!("sleep 30; : {mark}")])
+        .stdin(Stdio::null());
+        let mut child = c.spawn().expect("spawn");
+        assert!(
+            wait_until(10.0, || lab.links() == base + 1
+                && !pids_with(&mark).is_empty()),
+            "{leg:?}: the sandbox never came up"
+        );
+        // SAFETY: killing the retie we spawned.
+        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+        let _ = child.wait();
+        assert!(
+            wait_until(5.0, || lab.links() == base),
+            "{leg:?}: veth left after kill"
+        );
+        assert!(
+            wait_until(5.0, || pids_with(&mark).is_empty()),
+            "{leg:?}: processes left after kill"
+        );
+
+        let o = s.exec(
+            &[
+                "--workspace-mode",
+                "direct",
+                "--net",
+                "lab",
+                "--timeout",
+                "0.5",
+            ],
+            &["sh", "-c", &format!("sleep 30; : {mark}")],
+        );
+        assert_code(&o, 124, "timeout");
+        assert!(
+            wait_until(5.0, || lab.links() == base),
+            "{leg:?}: veth left after timeout"
+        );
+        assert!(
+            pids_with(&mark).is_empty(),
+            "{leg:?}: processes left after timeout"
+        );
+    }
+}
+
+#[test]
+fn a_lab_whose_holder_died_is_cleaned_and_refused() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let o = lab_up(
+            &s,
+            &[
+                "--name", "dies", "--port", "8080", "--", "python3", "-c", SERVER,
+            ],
+        );
+        assert_code(&o, 0, "lab up");
+        let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).expect("json");
+        let holder = v["pid"].as_i64().expect("pid") as i32;
+        // SAFETY: killing the lab holder this test started.
+        unsafe { libc::kill(holder, libc::SIGKILL) };
+        assert!(wait_until(5.0, || !std::path::Path::new(&format!(
+            "/proc/{holder}"
+        ))
+        .exists()
+            || std::fs::read_to_string(format!("/proc/{holder}/stat"))
+                .map(|t| t.contains(") Z"))
+                .unwrap_or(true)));
+        let e = s.exec(
+            &["--workspace-mode", "direct", "--net", "lab:dies"],
+            &["true"],
+        );
+        assert_code(&e, 125, "sandbox on a dead lab");
+        assert!(
+            stderr(&e).contains("stale") && stderr(&e).contains("lab up"),
+            "{}",
+            stderr(&e)
+        );
+        assert!(
+            !state_dir(&s).join("labs/dies").exists(),
+            "{leg:?}: stale lab not cleaned"
+        );
+    }
+}
+
+#[test]
+fn demo_flaws_reproduce_on_the_vulnerable_build_and_not_on_the_fixed_one() {
+    let findings = concat!(env!("CARGO_MANIFEST_DIR"), "/lab/findings");
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        std::fs::create_dir_all(s.ws.join("findings")).expect("mkdir");
+        let mut n = 0;
+        for e in std::fs::read_dir(findings).expect("findings") {
+            let p = e.expect("entry").path();
+            if p.extension().is_some_and(|x| x == "json") {
+                std::fs::copy(&p, s.ws.join("findings").join(p.file_name().expect("name")))
+                    .expect("copy finding");
+                n += 1;
+            }
+        }
+        assert_eq!(n, 5, "one finding per flaw");
+        std::fs::write(s.ws.join("replay.py"), REPLAY).expect("write replay");
+        for (name, extra, want) in [
+            ("vuln", &[][..], "reproduced"),
+            ("fixed", &["--fixed"][..], "not-reproduced"),
+        ] {
+            let mut args = vec!["--demo"];
+            args.extend_from_slice(extra);
+            let _lab = Lab::up(&s, name, &args);
+            let o = s.exec(
+                &[
+                    "--workspace-mode",
+                    "direct",
+                    "--net",
+                    &format!("lab:{name}"),
+                ],
+                &["python3", "replay.py"],
+            );
+            assert_code(&o, 0, "replay");
+            let r = lines(&o);
+            assert_eq!(r.len(), 5, "{leg:?} {name}: {}\n{}", stdout(&o), stderr(&o));
+            for (id, got) in &r {
+                assert!(got.starts_with(want), "{leg:?} {name}: {id} = {got}");
+            }
+            // And with curl, as an attacker would.
+            let c = s.exec(
+                &[
+                    "--workspace-mode",
+                    "direct",
+                    "--net",
+                    &format!("lab:{name}"),
+                ],
+                &[
+                    "curl",
+                    "-s",
+                    "--data-urlencode",
+                    "user=admin' OR 1=1--",
+                    "--data",
+                    "password=x",
+                    "http://lab:8080/login",
+                ],
+            );
+            assert_code(&c, 0, "curl");
+            assert_eq!(
+                stdout(&c).contains("Welcome admin"),
+                want == "reproduced",
+                "{leg:?} {name}: curl login bypass: {}",
+                stdout(&c)
+            );
+        }
+    }
+}
