@@ -48,6 +48,9 @@ enum Command {
     /// Internal: a lab's holder process.
     #[command(name = "__lab-holder", hide = true)]
     LabHolder(commands::lab::HolderArgs),
+    /// Internal: the self-test's lab probes.
+    #[command(name = "__lab-probe", hide = true)]
+    LabProbe(commands::selftest::LabProbeArgs),
 }
 
 fn main() -> ExitCode {
@@ -75,6 +78,7 @@ fn main() -> ExitCode {
         Command::Selftest(args) => commands::selftest::run(args),
         Command::Lab(cmd) => commands::lab::run(cmd),
         Command::LabHolder(args) => commands::lab::holder(args),
+        Command::LabProbe(args) => commands::selftest::lab_probe(args),
         Command::Probe(args) => commands::probe::run(args),
         Command::Helper(args) => commands::helper::run(args),
     };

@@ -378,7 +378,7 @@ fn up(a: UpArgs) -> Result<(), CliError> {
 }
 
 /// Are all `ports` in LISTEN state in the network namespace of `pid`?
-fn listening(pid: i32, ports: &[u16]) -> bool {
+pub fn listening(pid: i32, ports: &[u16]) -> bool {
     let Ok(tcp) = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")) else {
         return false;
     };

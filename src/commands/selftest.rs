@@ -225,6 +225,16 @@ fn selftest(args: &SelftestArgs) -> Result<(Vec<ProbeResult>, i32), CliError> {
         });
     }
     rows.extend(results);
+    // The lab network, with a throwaway lab.
+    match lab_section(&exe, spec.profile(), &tcp) {
+        Ok(r) => rows.extend(r),
+        Err(e) => rows.push(ProbeResult {
+            probe: "lab network".into(),
+            expected: "a throwaway lab starts".into(),
+            observed: e.to_string(),
+            pass: false,
+        }),
+    }
     Ok((rows, outcome.landlock_abi))
 }
 
@@ -306,4 +316,276 @@ fn dup_stderr() -> Result<OwnedFd, CliError> {
     }
     // SAFETY: fresh fd we own.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+// ---------------------------------------------------------------------------
+// The lab section: a throwaway lab, probed from a lab-mode sandbox and from
+// inside the lab itself.
+
+/// Ports of the throwaway lab: the first is declared, the second is not.
+const LAB_PORT: u16 = 18080;
+const LAB_CLOSED_PORT: u16 = 18081;
+
+/// `retie __lab-probe`: run inside the self-test's lab sandboxes.
+#[derive(Args)]
+pub struct LabProbeArgs {
+    /// Serve these ports (the lab target's role) until killed.
+    #[arg(long = "serve")]
+    pub serve: Vec<u16>,
+    /// Probe from inside the lab (the target's network).
+    #[arg(long)]
+    pub inside_lab: bool,
+    /// Host TCP listeners (ADDR:PORT) that must be unreachable.
+    #[arg(long = "tcp")]
+    pub tcp: Vec<String>,
+}
+
+pub fn lab_probe(args: LabProbeArgs) -> i32 {
+    if !args.serve.is_empty() {
+        let listeners: Vec<TcpListener> = args
+            .serve
+            .iter()
+            .filter_map(|p| TcpListener::bind((Ipv4Addr::UNSPECIFIED, *p)).ok())
+            .collect();
+        if listeners.len() != args.serve.len() {
+            return 1;
+        }
+        loop {
+            // SAFETY: waiting for the signal that ends us.
+            unsafe { libc::pause() };
+        }
+    }
+    let mut rows = Vec::new();
+    let mut row = |probe: &str, expected: &str, observed: String| {
+        let pass = observed == expected;
+        rows.push(ProbeResult {
+            probe: probe.into(),
+            expected: expected.into(),
+            observed,
+            pass,
+        });
+    };
+    let routes = std::fs::read_to_string("/proc/net/route").unwrap_or_default();
+    let default = routes
+        .lines()
+        .skip(1)
+        .any(|l| l.split_whitespace().nth(1) == Some("00000000"));
+    let prefix = if args.inside_lab {
+        "lab itself"
+    } else {
+        "lab sandbox"
+    };
+    row(
+        &format!("{prefix}: no default route"),
+        "none",
+        if default { "present" } else { "none" }.into(),
+    );
+    if args.inside_lab {
+        let dev = std::fs::read_to_string("/proc/net/dev").unwrap_or_default();
+        let links: Vec<&str> = dev
+            .lines()
+            .skip(2)
+            .filter_map(|l| l.split(':').next())
+            .map(str::trim)
+            .filter(|n| !n.starts_with("rl"))
+            .collect();
+        row(
+            "lab itself: no uplink (only lo and sandbox veths)",
+            "lo",
+            links.join(","),
+        );
+        for t in &args.tcp {
+            row(
+                &format!("lab itself: TCP connect to host listener {t} refused"),
+                "refused",
+                tcp_result(t),
+            );
+        }
+    } else {
+        let lab = format!("{}:{LAB_PORT}", retie_runtime::setup::net_lab::LAB_ADDRESS);
+        row(
+            "lab sandbox: lab port reachable",
+            "connected",
+            tcp_result(&lab),
+        );
+        let closed = format!(
+            "{}:{LAB_CLOSED_PORT}",
+            retie_runtime::setup::net_lab::LAB_ADDRESS
+        );
+        row(
+            "lab sandbox: undeclared lab port refused (Landlock)",
+            "refused",
+            tcp_result(&closed),
+        );
+        for t in &args.tcp {
+            row(
+                &format!("lab sandbox: TCP connect to host listener {t} refused"),
+                "refused",
+                tcp_result(t),
+            );
+            // The same address on the lab's own port: Landlock lets it
+            // through, so only the routing table stands in the way.
+            if let Ok(a) = t.parse::<std::net::SocketAddrV4>() {
+                row(
+                    &format!("lab sandbox: {}:{LAB_PORT} has no route", a.ip()),
+                    "unreachable",
+                    tcp_result(&format!("{}:{LAB_PORT}", a.ip())),
+                );
+            }
+        }
+        row(
+            "lab sandbox: DNS resolution fails",
+            "fails",
+            match std::net::ToSocketAddrs::to_socket_addrs("example.com:80") {
+                Ok(_) => "resolved".into(),
+                Err(_) => "fails".into(),
+            },
+        );
+        row(
+            "lab sandbox: IPv6 socket refused",
+            "refused",
+            match std::net::TcpStream::connect("[::1]:1") {
+                Err(e) if e.raw_os_error() == Some(libc::EPERM) => "refused".into(),
+                Err(e) => format!("other: {e}"),
+                Ok(_) => "connected".into(),
+            },
+        );
+    }
+    for r in rows {
+        println!("{}", json!(r));
+    }
+    0
+}
+
+/// `connected`, `refused` (EACCES/EPERM/ECONNREFUSED), `unreachable`, or the error.
+fn tcp_result(target: &str) -> String {
+    let Ok(addr) = target.parse::<std::net::SocketAddr>() else {
+        return format!("bad address {target}");
+    };
+    match std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(2)) {
+        Ok(_) => "connected".into(),
+        Err(e) => match e.raw_os_error() {
+            Some(libc::EACCES | libc::EPERM | libc::ECONNREFUSED) => "refused".into(),
+            Some(libc::ENETUNREACH | libc::EHOSTUNREACH) => "unreachable".into(),
+            _ => format!("other: {e}"),
+        },
+    }
+}
+
+/// Start a throwaway lab, probe it, stop it. Rows for the table.
+fn lab_section(
+    exe: &std::path::Path,
+    profile: &Profile,
+    tcp: &[String],
+) -> Result<Vec<ProbeResult>, CliError> {
+    let (uid, gid) = retie_runtime::lab::owner();
+    let keeper = retie_runtime::lab::spawn_keeper(uid, gid)?;
+    let ws = tempfile::Builder::new()
+        .prefix("retie-selftest-lab-")
+        .tempdir()
+        .map_err(|e| CliError::io("creating the lab's workspace", e))?;
+    let lab = |ports: Vec<u16>, target: bool| retie_runtime::LabNet {
+        name: "selftest".into(),
+        keeper_pid: keeper.pid,
+        ports: if target { Vec::new() } else { ports },
+    };
+    let serve = vec![
+        PROBE_PATH.to_string(),
+        "__lab-probe".into(),
+        "--serve".into(),
+        LAB_PORT.to_string(),
+        "--serve".into(),
+        LAB_CLOSED_PORT.to_string(),
+    ];
+    let target_spec = Sandbox::builder(&serve)
+        .workspace(ws.path())
+        .profile(profile.clone())
+        .ro_bind(exe, PROBE_PATH)
+        .network(retie_runtime::NetMode::LabTarget(lab(vec![], true)))
+        .timeout(std::time::Duration::from_secs(30))
+        .build()?;
+    // The target runs in a child of ours (run() blocks until it ends).
+    // SAFETY: single-threaded; the child runs one sandbox and _exits.
+    let server = unsafe { libc::fork() };
+    if server < 0 {
+        keeper.stop();
+        return Err(CliError::io("fork", std::io::Error::last_os_error()));
+    }
+    if server == 0 {
+        let code = match retie_runtime::run(&target_spec, Stdio::Inherit) {
+            Ok(o) => o.exit_code,
+            Err(_) => 125,
+        };
+        // SAFETY: ending the child without running the parent's handlers.
+        unsafe { libc::_exit(code) };
+    }
+    let result = (|| {
+        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        while !super::lab::listening(keeper.pid, &[LAB_PORT, LAB_CLOSED_PORT]) {
+            if Instant::now() > deadline {
+                return Err(CliError::Usage(
+                    "the self-test's lab target did not start listening within 10 s".into(),
+                ));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let mut rows = Vec::new();
+        for inside in [false, true] {
+            let mut argv = vec![PROBE_PATH.to_string(), "__lab-probe".into()];
+            if inside {
+                argv.push("--inside-lab".into());
+            }
+            for t in tcp {
+                argv.extend(["--tcp".into(), t.clone()]);
+            }
+            let net = if inside {
+                retie_runtime::NetMode::LabTarget(lab(vec![], true))
+            } else {
+                retie_runtime::NetMode::Lab(lab(vec![LAB_PORT], false))
+            };
+            let spec = Sandbox::builder(&argv)
+                .workspace(ws.path())
+                .profile(profile.clone())
+                .ro_bind(exe, PROBE_PATH)
+                .network(net)
+                .timeout(std::time::Duration::from_secs(20))
+                .build()?;
+            let (out_r, out_w) = pipe()?;
+            let outcome = retie_runtime::run(
+                &spec,
+                Stdio::Fds {
+                    stdin: None,
+                    stdout: Some(out_w),
+                    stderr: Some(dup_stderr()?),
+                },
+            )?;
+            let mut text = String::new();
+            std::fs::File::from(out_r)
+                .read_to_string(&mut text)
+                .map_err(|e| CliError::io("reading the lab probe output", e))?;
+            let got: Vec<ProbeResult> = text
+                .lines()
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .collect();
+            rows.push(ProbeResult {
+                probe: format!(
+                    "{} probes ran",
+                    if inside { "lab itself" } else { "lab sandbox" }
+                ),
+                expected: "exit 0, >= 3 results".into(),
+                observed: format!("exit {}, {} results", outcome.exit_code, got.len()),
+                pass: outcome.exit_code == 0 && got.len() >= 3,
+            });
+            rows.extend(got);
+        }
+        Ok(rows)
+    })();
+    // SAFETY: stopping and reaping the target's supervisor we forked; its
+    // sandbox dies with it (PDEATHSIG), the lab with the keeper.
+    unsafe {
+        libc::kill(server, libc::SIGKILL);
+        libc::waitpid(server, std::ptr::null_mut(), 0);
+    }
+    keeper.stop();
+    result
 }

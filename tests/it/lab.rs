@@ -298,14 +298,14 @@ fn lab_sandboxes_leave_no_link_or_process_behind() {
         let mark = marker();
         let script = format!(": {mark}; exit 0");
         let t = Instant::now();
-        for _ in 0..15 {
+        for _ in 0..100 {
             let o = s.exec(
                 &["--workspace-mode", "direct", "--net", "lab"],
                 &["sh", "-c", &script],
             );
             assert_code(&o, 0, "sequential lab sandbox");
         }
-        let kids: Vec<_> = (0..15)
+        let kids: Vec<_> = (0..100)
             .map(|_| {
                 let mut c = s.retie();
                 c.args([
@@ -335,7 +335,10 @@ fn lab_sandboxes_leave_no_link_or_process_behind() {
                 "{leg:?}: concurrent lab sandbox failed: {st}\n{err}"
             );
         }
-        eprintln!("{leg:?}: 30 lab sandboxes in {:?}", t.elapsed());
+        eprintln!(
+            "{leg:?}: 200 lab sandboxes (100 sequential, 100 concurrent) in {:?}",
+            t.elapsed()
+        );
         assert!(
             wait_until(5.0, || lab.links() == base),
             "{leg:?}: {} links left in the lab (expected {base})",
@@ -516,5 +519,49 @@ fn demo_flaws_reproduce_on_the_vulnerable_build_and_not_on_the_fixed_one() {
                 stdout(&c)
             );
         }
+    }
+}
+
+#[test]
+fn selftest_has_a_passing_lab_section() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let o = s
+            .retie()
+            .args(["selftest", "--json"])
+            .output()
+            .expect("selftest");
+        assert_code(&o, 0, "selftest");
+        let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).expect("selftest json");
+        let rows: Vec<&serde_json::Value> = v["probes"]
+            .as_array()
+            .expect("probes")
+            .iter()
+            .filter(|r| r["probe"].as_str().is_some_and(|p| p.starts_with("lab ")))
+            .collect();
+        for want in [
+            "lab sandbox: lab port reachable",
+            "lab sandbox: undeclared lab port refused (Landlock)",
+            "lab sandbox: no default route",
+            "lab sandbox: DNS resolution fails",
+            "lab sandbox: IPv6 socket refused",
+            "lab itself: no default route",
+            "lab itself: no uplink (only lo and sandbox veths)",
+        ] {
+            assert!(
+                rows.iter().any(|r| r["probe"] == want && r["pass"] == true),
+                "{leg:?}: selftest row {want:?} missing or failing: {rows:?}"
+            );
+        }
+        let host_rows = rows
+            .iter()
+            .filter(|r| {
+                r["probe"]
+                    .as_str()
+                    .is_some_and(|p| p.contains("host listener"))
+            })
+            .count();
+        assert!(host_rows >= 2, "{leg:?}: host listener rows: {rows:?}");
+        assert!(rows.iter().all(|r| r["pass"] == true), "{leg:?}: {rows:?}");
     }
 }
