@@ -10,6 +10,9 @@ pub enum CliError {
     /// Capturing, applying or undoing workspace changes failed.
     #[error(transparent)]
     Snapshot(#[from] retie_snapshot::Error),
+    /// The ledger could not record or be read.
+    #[error(transparent)]
+    Ledger(#[from] crate::ledger::Error),
     /// A user-supplied argument is malformed.
     #[error("{0}")]
     Usage(String),

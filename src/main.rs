@@ -7,6 +7,7 @@
 
 mod commands;
 mod error;
+mod ledger;
 mod state;
 mod ui;
 
@@ -51,6 +52,20 @@ enum Command {
     /// Internal: the self-test's lab probes.
     #[command(name = "__lab-probe", hide = true)]
     LabProbe(commands::selftest::LabProbeArgs),
+    /// Check the ledger from outside: hashes, chain, signatures,
+    /// delegations, checkpoints. Exit 0 intact, 1 tampered, 2 incomplete.
+    Verify(commands::verify::VerifyArgs),
+    /// Show a session's actions, decisions and outcomes (verified first).
+    Replay(commands::replay::ReplayArgs),
+    /// List the ledger's sessions and their action ids.
+    Log(commands::log::LogArgs),
+    /// Undo one recorded action (an id from `retie log`, or `last`).
+    Undo(commands::undo::UndoArgs),
+    /// Undo every action of a session, newest first.
+    UndoAll(commands::undo::UndoAllArgs),
+    /// Internal: ledger test and benchmark tools.
+    #[command(name = "__ledger", hide = true, subcommand)]
+    LedgerDev(ledger::dev::DevCmd),
 }
 
 fn main() -> ExitCode {
@@ -81,6 +96,12 @@ fn main() -> ExitCode {
         Command::LabProbe(args) => commands::selftest::lab_probe(args),
         Command::Probe(args) => commands::probe::run(args),
         Command::Helper(args) => commands::helper::run(args),
+        Command::Verify(args) => commands::verify::run(args),
+        Command::Replay(args) => commands::replay::run(args),
+        Command::Log(args) => commands::log::run(args),
+        Command::Undo(args) => commands::undo::run_one(args),
+        Command::UndoAll(args) => commands::undo::run_all(args),
+        Command::LedgerDev(cmd) => ledger::dev::run(cmd),
     };
     ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1))
 }

@@ -149,7 +149,10 @@ fn changed_during_run(ws: &Path, cs: &Changeset, since: SystemTime) -> Vec<Strin
 }
 
 /// Compute the changeset of `run` and do what `mode` says. `started` is
-/// when the sandbox was started.
+/// when the sandbox was started. `before_apply` runs right before the
+/// changes reach the workspace (the ledger writes the intent and undo plan
+/// there); if it fails, nothing is applied and the changes are kept.
+#[allow(clippy::too_many_arguments)]
 pub fn handle(
     mode: ChangesMode,
     allow_blocked: bool,
@@ -158,6 +161,7 @@ pub fn handle(
     run: &mut OverlayRun,
     owner: Option<(u32, u32)>,
     started: SystemTime,
+    before_apply: &mut dyn FnMut(&Changeset) -> Result<(), CliError>,
 ) -> Result<Handled, CliError> {
     let ws_path = snaps.ws.path().to_path_buf();
     let protected: Vec<RelPath> = state
@@ -219,6 +223,10 @@ pub fn handle(
             json: with(base, "applied", false),
             failure: None,
         });
+    }
+    if let Err(e) = before_apply(&cs) {
+        run.keep();
+        return Err(e);
     }
     match apply(
         &cs,

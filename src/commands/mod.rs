@@ -3,7 +3,11 @@
 pub mod changes;
 pub mod helper;
 pub mod lab;
+pub mod log;
 pub mod policy;
 pub mod probe;
+pub mod replay;
 pub mod sandbox;
 pub mod selftest;
+pub mod undo;
+pub mod verify;

@@ -13,6 +13,7 @@ use serde_json::json;
 
 use super::changes::{self, root_owner, ChangesMode, Handled, OverlayRun, Snapshots};
 use crate::error::CliError;
+use crate::ledger::record::{self, Recorder};
 
 #[derive(Subcommand)]
 pub enum SandboxCmd {
@@ -65,6 +66,12 @@ pub struct ExecArgs {
     /// File descriptor for --json output instead of stderr.
     #[arg(long, value_name = "FD", requires = "json")]
     pub json_fd: Option<i32>,
+    /// Record this run in an open ledger session instead of a new one.
+    #[arg(long, value_name = "S")]
+    pub session: Option<String>,
+    /// The ledger (default: RETIE_LEDGER, else STATE/ledger.db).
+    #[arg(long, value_name = "PATH")]
+    pub ledger: Option<PathBuf>,
     /// The command and its arguments.
     #[arg(required = true, last = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -150,6 +157,18 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
     if let Some(n) = &args.net {
         b = b.network(super::lab::resolve_net(n)?);
     }
+    let mode = match args.workspace_mode {
+        ModeArg::Overlay => "overlay",
+        ModeArg::Direct => "direct",
+    };
+    let mut rec = Recorder::open(
+        args.ledger.as_deref(),
+        args.session.clone(),
+        &ws,
+        &args.command,
+        mode,
+        &args.profile,
+    )?;
     let mut overlay = None;
     if args.workspace_mode == ModeArg::Overlay {
         let state = crate::state::dir()?;
@@ -184,8 +203,12 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
     // or fine-grained). One edited within a clock tick after it may look
     // older, but that is before the sandbox has even finished its set-up,
     // so the command saw the edited version anyway.
+    if overlay.is_none() {
+        // Direct mode writes the workspace in place: record that before.
+        rec.intent(record::plan_direct())?;
+    }
     let started = std::time::SystemTime::now();
-    let outcome = retie_runtime::run(&spec, Stdio::Inherit)?;
+    let outcome = rec.after_run(retie_runtime::run(&spec, Stdio::Inherit))?;
     let handled = match overlay {
         None => None,
         Some((_, _, mut run, _)) if outcome.timed_out => {
@@ -200,15 +223,22 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
         }
         Some((state, snaps, mut run, owner)) => {
             let t = std::time::Instant::now();
-            let mut h = changes::handle(
+            let allow_blocked = args.allow_blocked;
+            let h = changes::handle(
                 args.changes,
-                args.allow_blocked,
+                allow_blocked,
                 &state,
                 &snaps,
                 &mut run,
                 owner,
                 started,
-            )?;
+                &mut |cs| {
+                    Ok(rec
+                        .intent(record::plan_for(cs, allow_blocked))
+                        .map(|_| ())?)
+                },
+            );
+            let mut h = rec.after_changes(h)?;
             if let Some(o) = h.json.as_object_mut() {
                 let ms = t.elapsed().as_secs_f64() * 1000.0;
                 o.insert("handled_ms".into(), json!((ms * 1000.0).round() / 1000.0));
@@ -216,6 +246,7 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
             Some(h)
         }
     };
+    rec.finish();
     Ok((outcome, handled))
 }
 

@@ -112,6 +112,8 @@ impl Scratch {
                 // the invoking user's real home.
                 let mut c = Command::new(bin(Leg::Invoker));
                 c.env("XDG_STATE_HOME", self.home.join(".local/state"));
+                // The ledger's user key lives in the config directory.
+                c.env("XDG_CONFIG_HOME", self.home.join(".config"));
                 c
             }
             Leg::Nobody => {

@@ -11,6 +11,7 @@ mod escapes;
 mod exec;
 mod identity;
 mod lab;
+mod ledger;
 mod library;
 mod lifecycle;
 mod overlay;

@@ -1,0 +1,275 @@
+//! `retie replay`: verify the ledger, then show one session's actions with
+//! their decisions, classes, outcomes, refusals and totals (text, Markdown
+//! for a pull request, or JSON).
+
+use std::path::PathBuf;
+
+use clap::Args;
+use serde_json::{json, Value};
+
+use crate::ledger::{self, model, verify, Ledger};
+
+#[derive(Args)]
+pub struct ReplayArgs {
+    /// The session to show (default: the last one).
+    #[arg(value_name = "SESSION", conflicts_with = "last")]
+    pub session: Option<String>,
+    /// Show the last session.
+    #[arg(long)]
+    pub last: bool,
+    #[arg(long, value_name = "PATH")]
+    pub ledger: Option<PathBuf>,
+    /// Markdown, fit to paste into a pull request.
+    #[arg(long, conflicts_with = "json")]
+    pub markdown: bool,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// UTC time of a millisecond timestamp, `YYYY-MM-DD HH:MM:SS`.
+pub fn time(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+pub fn run(a: ReplayArgs) -> i32 {
+    let path = match ledger::resolve_path(a.ledger.as_deref()) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("retie: {e}");
+            return 125;
+        }
+    };
+    let report = match verify::verify(&path) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("retie: {e}");
+            return 125;
+        }
+    };
+    if !report.intact {
+        eprintln!("retie: the ledger does not verify; refusing to replay it:");
+        if let Some(b) = &report.first_bad {
+            eprintln!(
+                "  first bad entry: {}: {}",
+                b.seq.map(|s| s.to_string()).unwrap_or_else(|| "-".into()),
+                b.what
+            );
+        }
+        return report.exit_code();
+    }
+    if let Some(why) = &report.incomplete_because {
+        eprintln!("retie: warning: the ledger is INCOMPLETE: {why}");
+    }
+    let rows = match Ledger::open(&path, false, None).and_then(|l| l.rows()) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("retie: {e}");
+            return 125;
+        }
+    };
+    let sessions = model::sessions(&rows);
+    let s = match &a.session {
+        Some(id) => sessions.iter().find(|s| &s.id == id),
+        None => sessions.last(),
+    };
+    let Some(s) = s else {
+        eprintln!(
+            "retie: {}",
+            match &a.session {
+                Some(id) => format!("no session {id} in the ledger"),
+                None => "the ledger has no session".into(),
+            }
+        );
+        return 125;
+    };
+    let t = totals(s);
+    if a.json {
+        let actions: Vec<Value> = s.actions.iter().map(action_json).collect();
+        println!(
+            "{}",
+            json!({
+                "verified": {"intact": report.intact, "complete": report.complete, "entries": report.entries},
+                "session": s.id,
+                "workspace": s.workspace(),
+                "objective": s.objective(),
+                "opened": s.opened,
+                "actions": actions,
+                "refusals": s.refusals,
+                "totals": t,
+            })
+        );
+        return report.exit_code();
+    }
+    let md = a.markdown;
+    if md {
+        println!("## retie session `{}`\n", s.id);
+        println!("- objective: {}", s.objective());
+        println!("- workspace: `{}`", s.workspace());
+        println!(
+            "- ledger: {} entries, verified intact{}\n",
+            report.entries,
+            match report.complete {
+                Some(true) => ", complete",
+                Some(false) => ", INCOMPLETE",
+                None => "",
+            }
+        );
+        println!("| # | time (UTC) | tool | command | decision | class | flags | outcome |");
+        println!("|---|---|---|---|---|---|---|---|");
+    } else {
+        println!("session {}  {}", s.id, s.workspace());
+        println!("objective: {}", s.objective());
+        println!(
+            "ledger verified: intact{}",
+            if report.complete == Some(false) {
+                ", INCOMPLETE"
+            } else {
+                ""
+            }
+        );
+    }
+    for a in &s.actions {
+        let decision = format!(
+            "{} by {}",
+            a.intent
+                .get("decision")
+                .and_then(Value::as_str)
+                .unwrap_or("?"),
+            a.intent
+                .get("decided_by")
+                .and_then(Value::as_str)
+                .unwrap_or("?")
+        );
+        let class = a
+            .intent
+            .get("class")
+            .and_then(Value::as_str)
+            .unwrap_or("?")
+            .to_string();
+        let flags = a.flags().join(", ");
+        let outcome = outcome_text(a);
+        if md {
+            println!(
+                "| {} | {} | {} | `{}` | {} | {} | {} | {} |",
+                a.id,
+                time(a.time_ms),
+                a.tool(),
+                a.command().replace('|', "\\|").replace('`', "'"),
+                decision,
+                class,
+                flags,
+                outcome.replace('|', "\\|")
+            );
+        } else {
+            println!(
+                "  [{}] {}  {}  {}\n        decision: {decision}; class: {class}{}\n        outcome: {outcome}",
+                a.id,
+                time(a.time_ms),
+                a.tool(),
+                a.command(),
+                if flags.is_empty() { String::new() } else { format!("; flags: {flags}") }
+            );
+        }
+    }
+    if !s.refusals.is_empty() {
+        if md {
+            println!("\n### Refused\n");
+        } else {
+            println!("REFUSED:");
+        }
+        for r in &s.refusals {
+            println!("- **refused**: {r}");
+        }
+    }
+    let line = format!(
+        "actions {}, refused {}, interrupted {}, not reversible {}, flagged {}, undone {}, turns {}, duration {:.1} s",
+        t["actions"], t["refused"], t["interrupted"], t["not_reversible"], t["flagged"], t["undone"], t["turns"],
+        t["duration_s"].as_f64().unwrap_or(0.0)
+    );
+    if md {
+        println!("\n**Totals**: {line}");
+    } else {
+        println!("totals: {line}");
+    }
+    report.exit_code()
+}
+
+fn outcome_text(a: &model::Action) -> String {
+    let mut s = match &a.outcome {
+        None => "INTERRUPTED: no outcome was recorded (the writer died)".to_string(),
+        Some(o) => {
+            let mut t = a.status().to_string();
+            if let Some(c) = o.get("exit_code").and_then(Value::as_i64) {
+                t.push_str(&format!(", exit {c}"));
+            }
+            if let Some(n) = o.get("changes").and_then(Value::as_u64) {
+                t.push_str(&format!(", {n} change(s)"));
+            }
+            if let Some(m) = o.get("failure").and_then(Value::as_str) {
+                t.push_str(&format!(": {m}"));
+            }
+            t
+        }
+    };
+    for u in &a.undos {
+        s.push_str(&format!(
+            "; undo: {}",
+            u.get("result").and_then(Value::as_str).unwrap_or("?")
+        ));
+    }
+    s
+}
+
+fn action_json(a: &model::Action) -> Value {
+    json!({
+        "id": a.id,
+        "time_ms": a.time_ms,
+        "tool": a.tool(),
+        "command": a.command(),
+        "decision": a.intent.get("decision"),
+        "decided_by": a.intent.get("decided_by"),
+        "class": a.intent.get("class"),
+        "flags": a.flags(),
+        "undo_plan": a.intent.get("undo"),
+        "status": a.status(),
+        "outcome": a.outcome,
+        "undos": a.undos,
+    })
+}
+
+fn totals(s: &model::Session) -> Value {
+    let refused = s.refusals.len()
+        + s.actions
+            .iter()
+            .filter(|a| matches!(a.status(), "refused"))
+            .count();
+    json!({
+        "actions": s.actions.len(),
+        "refused": refused,
+        "interrupted": s.actions.iter().filter(|a| a.outcome.is_none()).count(),
+        "not_reversible": s.actions.iter().filter(|a| !a.reversible()).count(),
+        "flagged": s.actions.iter().filter(|a| !a.flags().is_empty()).count(),
+        "undone": s.actions.iter().filter(|a| a.undone()).count(),
+        "turns": s.turns,
+        "duration_s": (s.closed_ms.unwrap_or(s.last_ms) - s.opened_ms) as f64 / 1000.0,
+    })
+}

@@ -1,0 +1,243 @@
+//! `retie undo ACTION` and `retie undo-all [--session S]`: reverse recorded
+//! actions through the snapshot store, newest first, recording each undo.
+//! Each action is reported undone, skipped (not reversible, and why) or
+//! refused (changed since, with the paths). Exit 0 when every action asked
+//! for was undone (or had been already), 1 when any was refused or failed,
+//! 2 when some were skipped and none refused; 125 when it cannot run.
+
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use retie_snapshot::{EntryState, Error as SnapError, UndoOptions};
+use serde_json::{json, Value};
+
+use super::changes::{root_owner, Snapshots};
+use crate::ledger::{self, keys, kind, model, verify, Actor, Ledger};
+
+#[derive(Args)]
+pub struct UndoArgs {
+    /// The action id (see `retie log`), or `last`.
+    #[arg(value_name = "ACTION")]
+    pub action: String,
+    #[arg(long, value_name = "PATH")]
+    pub ledger: Option<PathBuf>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct UndoAllArgs {
+    /// The session (default: the last one).
+    #[arg(long, value_name = "S")]
+    pub session: Option<String>,
+    #[arg(long, value_name = "PATH")]
+    pub ledger: Option<PathBuf>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run_one(a: UndoArgs) -> i32 {
+    run(a.ledger.as_deref(), a.json, |sessions| {
+        let all = sessions.iter().flat_map(|s| s.actions.iter());
+        let found = if a.action == "last" {
+            all.filter(|x| x.reversible() && !x.undone())
+                .max_by_key(|x| x.id)
+        } else {
+            let id: i64 = a
+                .action
+                .parse()
+                .map_err(|_| format!("{:?} is not an action id (see `retie log`)", a.action))?;
+            all.into_iter().find(|x| x.id == id)
+        };
+        found
+            .cloned()
+            .map(|x| vec![x])
+            .ok_or_else(|| format!("no action {} in the ledger (see `retie log`)", a.action))
+    })
+}
+
+pub fn run_all(a: UndoAllArgs) -> i32 {
+    run(a.ledger.as_deref(), a.json, |sessions| {
+        let s = match &a.session {
+            Some(id) => sessions.iter().find(|s| &s.id == id),
+            None => sessions.iter().rev().find(|s| !s.actions.is_empty()),
+        }
+        .ok_or_else(|| match &a.session {
+            Some(id) => format!("no session {id} in the ledger"),
+            None => "no session with actions in the ledger".into(),
+        })?;
+        let mut v = s.actions.clone();
+        v.reverse();
+        Ok(v)
+    })
+}
+
+fn run(
+    ledger_arg: Option<&Path>,
+    json_out: bool,
+    pick: impl FnOnce(&[model::Session]) -> Result<Vec<model::Action>, String>,
+) -> i32 {
+    match run_inner(ledger_arg, json_out, pick) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("retie: {e}");
+            125
+        }
+    }
+}
+
+fn run_inner(
+    ledger_arg: Option<&Path>,
+    json_out: bool,
+    pick: impl FnOnce(&[model::Session]) -> Result<Vec<model::Action>, String>,
+) -> Result<i32, String> {
+    let path = ledger::resolve_path(ledger_arg).map_err(|e| e.to_string())?;
+    let report = verify::verify(&path).map_err(|e| e.to_string())?;
+    if !report.intact {
+        return Err(format!(
+            "the ledger does not verify, so it cannot be trusted for undo: {}",
+            report
+                .first_bad
+                .map(|b| format!(
+                    "entry {}: {}",
+                    b.seq.map(|s| s.to_string()).unwrap_or_else(|| "-".into()),
+                    b.what
+                ))
+                .unwrap_or_default()
+        ));
+    }
+    let user = keys::user_key().map_err(|e| e.to_string())?;
+    let mut l = Ledger::open(&path, false, Some(&user)).map_err(|e| e.to_string())?;
+    let rows = l.rows().map_err(|e| e.to_string())?;
+    let sessions = model::sessions(&rows);
+    let actions = pick(&sessions)?;
+    let state = crate::state::dir().map_err(|e| e.to_string())?;
+    let mut results = Vec::new();
+    let (mut refused, mut skipped) = (0, 0);
+    for a in &actions {
+        let r = undo_action(a, &state);
+        match r["result"].as_str() {
+            Some("refused") | Some("failed") => refused += 1,
+            Some("skipped") => skipped += 1,
+            _ => {}
+        }
+        let mut p = r.clone();
+        if let Some(o) = p.as_object_mut() {
+            o.insert("action".into(), json!(a.id));
+        }
+        // Record it, whatever it was; a result that cannot be recorded is
+        // an error (the undo itself has happened: say so).
+        if let Err(e) = l.append(&a.session, Actor::Person, kind::UNDO, &p, &user) {
+            eprintln!(
+                "retie: action {}: {} but recording it failed: {e}",
+                a.id,
+                r["result"].as_str().unwrap_or("?")
+            );
+            refused += 1;
+        }
+        if !json_out {
+            print_result(a, &r);
+        }
+        results.push(p);
+    }
+    l.checkpoint(&user).map_err(|e| e.to_string())?;
+    if json_out {
+        println!("{}", json!({ "results": results }));
+    }
+    Ok(if refused > 0 {
+        1
+    } else if skipped > 0 {
+        2
+    } else {
+        0
+    })
+}
+
+fn print_result(a: &model::Action, r: &Value) {
+    let res = r["result"].as_str().unwrap_or("?");
+    let mut line = format!("action {}: {res}", a.id);
+    if let Some(why) = r.get("why").and_then(Value::as_str) {
+        line.push_str(&format!(" ({why})"));
+    }
+    if let Some(paths) = r.get("paths").and_then(Value::as_array) {
+        let ps: Vec<&str> = paths.iter().filter_map(Value::as_str).collect();
+        line.push_str(&format!(": changed since: {}", ps.join(", ")));
+    }
+    line.push_str(&format!("  [{}]", a.command()));
+    println!("{line}");
+}
+
+/// Undo one action; the JSON says what happened, honestly.
+fn undo_action(a: &model::Action, state: &Path) -> Value {
+    let skipped = |why: String| json!({"result": "skipped", "why": why});
+    if a.undone() {
+        return skipped("already undone".into());
+    }
+    if !a.reversible() {
+        let why = a
+            .intent
+            .pointer("/undo/why")
+            .and_then(Value::as_str)
+            .unwrap_or("no undo plan was recorded");
+        return skipped(format!("not reversible: {why}"));
+    }
+    if let Some(o) = &a.outcome {
+        if o.get("status").and_then(Value::as_str) != Some("applied") {
+            return skipped(format!(
+                "nothing to undo: its changes were not applied ({})",
+                o.get("status").and_then(Value::as_str).unwrap_or("?")
+            ));
+        }
+    }
+    let Some(cs) = a.intent.pointer("/undo/changeset").and_then(Value::as_str) else {
+        return skipped("not reversible: the undo plan names no changeset".into());
+    };
+    let ws = a
+        .intent
+        .get("workspace")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let snaps = match Snapshots::open(state, Path::new(ws)) {
+        Ok(s) => s,
+        Err(e) => {
+            return json!({"result": "failed", "why": format!("opening the snapshot store for {ws}: {e}")})
+        }
+    };
+    match snaps.journal.get(cs) {
+        Err(SnapError::UnknownEntry { .. }) => {
+            return skipped(
+                "nothing to undo: the changeset was never applied (interrupted before it reached the workspace)"
+                    .into(),
+            )
+        }
+        Err(e) => return json!({"result": "failed", "why": e.to_string()}),
+        Ok(e) if e.state == EntryState::RolledBack => {
+            return skipped(
+                "nothing to undo: crash recovery rolled the interrupted changeset back".into(),
+            )
+        }
+        Ok(_) => {}
+    }
+    match retie_snapshot::undo(
+        cs,
+        &snaps.ws,
+        &snaps.store,
+        &snaps.journal,
+        &UndoOptions::default(),
+    ) {
+        Ok(entry) => {
+            if let Ok(Some((uid, gid))) = root_owner(Path::new(ws)) {
+                if let Err(e) = snaps.ws.chown_written(&entry, uid, gid) {
+                    return json!({"result": "undone", "undo_changeset": entry.id, "warning": format!("ownership not restored: {e}")});
+                }
+            }
+            json!({"result": "undone", "undo_changeset": entry.id})
+        }
+        Err(SnapError::UndoRefused { paths, .. }) => json!({
+            "result": "refused",
+            "why": "changed since the action",
+            "paths": paths.iter().map(|m| m.path.to_string()).collect::<Vec<_>>(),
+        }),
+        Err(e) => json!({"result": "failed", "why": e.to_string()}),
+    }
+}

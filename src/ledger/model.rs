@@ -1,0 +1,163 @@
+//! Sessions and actions as read back from the entries (for log, replay
+//! and undo).
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::{kind, Row};
+
+/// One action: an intent and what followed it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Action {
+    /// The intent entry's seq: the action's id.
+    pub id: i64,
+    pub session: String,
+    pub time_ms: i64,
+    pub intent: Value,
+    /// The outcome entry's payload; `None` if the writer died before it.
+    pub outcome: Option<Value>,
+    pub outcome_time_ms: Option<i64>,
+    /// Undo entries recorded for it, oldest first.
+    pub undos: Vec<Value>,
+}
+
+impl Action {
+    pub fn tool(&self) -> String {
+        self.intent
+            .get("tool")
+            .and_then(Value::as_str)
+            .unwrap_or("?")
+            .to_string()
+    }
+    pub fn command(&self) -> String {
+        self.intent
+            .get("command")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .map(|s| s.as_str().unwrap_or("?"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .unwrap_or_default()
+    }
+    pub fn reversible(&self) -> bool {
+        self.intent
+            .pointer("/undo/reversible")
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+    }
+    pub fn status(&self) -> &'static str {
+        match &self.outcome {
+            None => "interrupted",
+            Some(o) => match o.get("status").and_then(Value::as_str) {
+                Some("applied") => "applied",
+                Some("ran") => "ran",
+                Some("refused") => "refused",
+                Some("failed") => "failed",
+                _ => "not applied",
+            },
+        }
+    }
+    pub fn undone(&self) -> bool {
+        self.undos
+            .iter()
+            .any(|u| u.get("result").and_then(Value::as_str) == Some("undone"))
+    }
+    pub fn flags(&self) -> Vec<String> {
+        self.intent
+            .get("flags")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// One session.
+#[derive(Debug, Clone, Serialize)]
+pub struct Session {
+    pub id: String,
+    pub opened_ms: i64,
+    pub closed_ms: Option<i64>,
+    pub last_ms: i64,
+    pub opened: Value,
+    pub actions: Vec<Action>,
+    pub refusals: Vec<Value>,
+    pub turns: u64,
+}
+
+impl Session {
+    pub fn workspace(&self) -> String {
+        self.opened
+            .pointer("/delegation/workspace")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    }
+    pub fn objective(&self) -> String {
+        self.opened
+            .get("objective")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    }
+}
+
+/// Group rows into sessions, in the order they were opened.
+pub fn sessions(rows: &[Row]) -> Vec<Session> {
+    let mut out: Vec<Session> = Vec::new();
+    let mut index = std::collections::HashMap::new();
+    for r in rows {
+        let k = r.kind_str();
+        let sid = r.session_str();
+        if k == kind::SESSION_OPENED {
+            index.insert(sid.clone(), out.len());
+            out.push(Session {
+                id: sid,
+                opened_ms: r.time_ms,
+                closed_ms: None,
+                last_ms: r.time_ms,
+                opened: r.payload_json(),
+                actions: Vec::new(),
+                refusals: Vec::new(),
+                turns: 0,
+            });
+            continue;
+        }
+        let Some(&i) = index.get(&sid) else { continue };
+        let s = &mut out[i];
+        s.last_ms = s.last_ms.max(r.time_ms);
+        let p = r.payload_json();
+        match k.as_str() {
+            kind::INTENT => s.actions.push(Action {
+                id: r.seq,
+                session: s.id.clone(),
+                time_ms: r.time_ms,
+                intent: p,
+                outcome: None,
+                outcome_time_ms: None,
+                undos: Vec::new(),
+            }),
+            kind::OUTCOME | kind::UNDO => {
+                let target = p.get("action").and_then(Value::as_i64);
+                if let Some(a) = s.actions.iter_mut().find(|a| Some(a.id) == target) {
+                    if k == kind::OUTCOME {
+                        a.outcome = Some(p);
+                        a.outcome_time_ms = Some(r.time_ms);
+                    } else {
+                        a.undos.push(p);
+                    }
+                }
+            }
+            kind::REFUSAL => s.refusals.push(p),
+            kind::SESSION_CLOSED => s.closed_ms = Some(r.time_ms),
+            "turn" => s.turns += 1,
+            _ => {}
+        }
+    }
+    out
+}

@@ -1,0 +1,510 @@
+//! Verification from outside: recompute every hash, check the chain, every
+//! signature (batched, on every core), every delegation and the newest
+//! checkpoint. "Intact" and "complete" are separate verdicts.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use ed25519_dalek::{Signature, VerifyingKey};
+use rusqlite::{Connection, OpenFlags};
+use serde::Serialize;
+
+use super::keys::{parse_key, user_public, Delegation};
+use super::{checkpoint_digest, hex, kind, read_rows, Checkpoint, Error, Result, Row};
+
+/// Exit codes of `retie verify`.
+pub const EXIT_INTACT: i32 = 0;
+pub const EXIT_TAMPERED: i32 = 1;
+pub const EXIT_INCOMPLETE: i32 = 2;
+
+/// One thing wrong.
+#[derive(Debug, Clone, Serialize)]
+pub struct Problem {
+    /// The entry (seq) it concerns; `None` for a checkpoint or the file.
+    pub seq: Option<i64>,
+    pub what: String,
+}
+
+/// The result of a verification.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub ledger: String,
+    pub entries: u64,
+    pub sessions: u64,
+    pub intact: bool,
+    /// `None` when there is no checkpoint to compare with.
+    pub complete: Option<bool>,
+    pub verdict: &'static str,
+    pub first_bad: Option<Problem>,
+    pub problems: Vec<Problem>,
+    pub incomplete_because: Option<String>,
+    pub checkpoint: Option<CheckpointSeen>,
+    pub user_key: Option<String>,
+    pub user_key_source: &'static str,
+    pub head: Option<String>,
+    pub verify_ms: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckpointSeen {
+    pub count: u64,
+    pub head: String,
+    pub line: usize,
+}
+
+impl Report {
+    pub fn exit_code(&self) -> i32 {
+        if !self.intact {
+            EXIT_TAMPERED
+        } else if self.complete == Some(false) {
+            EXIT_INCOMPLETE
+        } else {
+            EXIT_INTACT
+        }
+    }
+}
+
+/// A delegation accepted so far, by key.
+struct Granted {
+    d: Delegation,
+    /// The root-to-leaf chain's tightest expiry.
+    not_after_ms: i64,
+}
+
+/// Verify the ledger at `path` (which must exist).
+pub fn verify(path: &Path) -> Result<Report> {
+    let t0 = std::time::Instant::now();
+    if !path.exists() {
+        return Err(Error::Missing(path.to_path_buf()));
+    }
+    let mut problems: Vec<Problem> = Vec::new();
+    let rows = match open_ro(path).and_then(|c| read_rows(&c)) {
+        Ok(r) => r,
+        Err(e) => {
+            problems.push(Problem {
+                seq: None,
+                what: format!("the database cannot be read as a ledger: {e}"),
+            });
+            Vec::new()
+        }
+    };
+    // Whose ledger: the user key in the config directory, else the one the
+    // first entry names.
+    let genesis_key = rows
+        .first()
+        .filter(|r| r.kind == kind::LEDGER_OPENED.as_bytes())
+        .and_then(|r| {
+            r.payload_json()
+                .get("user_key")
+                .and_then(|v| v.as_str())
+                .and_then(parse_key)
+        });
+    let (user, source) = match user_public() {
+        Some(k) => (Some(k), "config"),
+        None => (genesis_key, "ledger"),
+    };
+    if let (Some(u), Some(g)) = (user, genesis_key) {
+        if u != g {
+            problems.push(Problem {
+                seq: rows.first().map(|r| r.seq),
+                what: format!(
+                    "the ledger was opened by key {} but the user key is {}",
+                    hex(g.as_bytes()),
+                    hex(u.as_bytes())
+                ),
+            });
+        }
+    }
+    if user.is_none() && !rows.is_empty() {
+        problems.push(Problem {
+            seq: rows.first().map(|r| r.seq),
+            what: "no user key in the config directory and no ledger_opened entry naming one"
+                .into(),
+        });
+    }
+    let mut granted: HashMap<[u8; 32], Granted> = HashMap::new();
+    let mut sessions = 0u64;
+    let mut to_check: Vec<(usize, VerifyingKey)> = Vec::with_capacity(rows.len());
+    let mut prev_hash: Vec<u8> = vec![0; 32];
+    let mut expected: i64 = 1;
+    for (i, r) in rows.iter().enumerate() {
+        let bad = |what: String| Problem {
+            seq: Some(r.seq),
+            what,
+        };
+        if r.seq != expected {
+            problems.push(bad(if r.seq > expected {
+                format!(
+                    "entries {expected}..{} are missing (the sequence jumps to {})",
+                    r.seq - 1,
+                    r.seq
+                )
+            } else {
+                format!(
+                    "sequence number {} out of order (expected {expected})",
+                    r.seq
+                )
+            }));
+        }
+        expected = r.seq.saturating_add(1);
+        if r.prev != prev_hash {
+            problems.push(bad(
+                "its previous-hash does not match the entry before it (an entry was removed, inserted or reordered)".into(),
+            ));
+        }
+        prev_hash = r.hash.clone();
+        if r.recompute()[..] != r.hash[..] {
+            problems.push(bad(
+                "its hash does not match its contents (time, session, actor, kind or payload edited)".into(),
+            ));
+        }
+        let signer: Option<[u8; 32]> = r.signer.clone().try_into().ok();
+        let Some(signer) = signer.and_then(|b| VerifyingKey::from_bytes(&b).ok().map(|k| (b, k)))
+        else {
+            problems.push(bad("its signer key is malformed".into()));
+            continue;
+        };
+        let (signer_bytes, signer_key) = signer;
+        if signer_key.is_weak() {
+            problems.push(bad("signed by a weak (small-order) key".into()));
+            continue;
+        }
+        let is_user = user.is_some_and(|u| u == signer_key);
+        let k = r.kind_str();
+        if !is_user {
+            match granted.get(&signer_bytes) {
+                None => problems.push(bad(format!(
+                    "signed by key {} that no delegation covers",
+                    hex(&signer_bytes)
+                ))),
+                Some(g) => {
+                    if g.d.session != r.session_str() {
+                        problems.push(bad(format!(
+                            "written for session {} by a key delegated only for session {}",
+                            r.session_str(),
+                            g.d.session
+                        )));
+                    }
+                    if r.time_ms > g.not_after_ms {
+                        problems.push(bad(format!(
+                            "written at {} ms, after its delegation expired at {} ms",
+                            r.time_ms, g.not_after_ms
+                        )));
+                    }
+                    if r.actor != b"agent" {
+                        problems.push(bad(format!(
+                            "actor {} signed by an agent key",
+                            r.actor_str()
+                        )));
+                    }
+                    if k == kind::INTENT {
+                        let p = r.payload_json();
+                        let effect = p.get("effect").and_then(|e| e.as_str()).unwrap_or("");
+                        if !g.d.effects.iter().any(|e| e == effect) {
+                            problems.push(bad(format!(
+                                "effect {effect:?} is outside its delegation ({})",
+                                g.d.effects.join(", ")
+                            )));
+                        }
+                    }
+                }
+            }
+        }
+        if k == kind::SESSION_OPENED {
+            sessions += 1;
+        }
+        if k == kind::SESSION_OPENED || k == kind::DELEGATION {
+            let p = r.payload_json();
+            match p
+                .get("delegation")
+                .cloned()
+                .map(serde_json::from_value::<Delegation>)
+            {
+                Some(Ok(d)) => match accept(&d, &signer_bytes, is_user, &granted) {
+                    Ok(exp) => {
+                        if d.session != r.session_str() {
+                            problems.push(bad(
+                                "its delegation names another session than the entry".into(),
+                            ));
+                        }
+                        if let Some(kb) = parse_key(&d.key).map(|k| k.to_bytes()) {
+                            granted.insert(
+                                kb,
+                                Granted {
+                                    d,
+                                    not_after_ms: exp,
+                                },
+                            );
+                        }
+                    }
+                    Err(why) => problems.push(bad(format!("its delegation is invalid: {why}"))),
+                },
+                Some(Err(e)) => problems.push(bad(format!("its delegation is malformed: {e}"))),
+                None if k == kind::DELEGATION => {
+                    problems.push(bad("a delegation entry without a delegation".into()))
+                }
+                None => {}
+            }
+        }
+        to_check.push((i, signer_key));
+    }
+    for p in check_signatures(&rows, &to_check) {
+        problems.push(p);
+    }
+    // Checkpoints.
+    let (newest, mut cp_problems) = read_checkpoints(path, user.as_ref());
+    problems.append(&mut cp_problems);
+    let n = rows.len() as u64;
+    let mut complete = None;
+    let mut incomplete_because = None;
+    if let Some(cp) = &newest {
+        if cp.count > n {
+            complete = Some(false);
+            incomplete_because = Some(format!(
+                "the newest checkpoint (line {}) counts {} entries but the ledger holds {n}: its tail was cut off",
+                cp.line, cp.count
+            ));
+        } else {
+            complete = Some(true);
+            if cp.count > 0 {
+                let at = rows.get(cp.count as usize - 1);
+                if at.map(|r| hex(&r.hash)) != Some(cp.head.clone()) {
+                    problems.push(Problem {
+                        seq: at.map(|r| r.seq),
+                        what: format!(
+                            "the chain diverges from the checkpoint (line {}) at entry {}: its head there was {}",
+                            cp.line, cp.count, cp.head
+                        ),
+                    });
+                }
+            }
+        }
+    }
+    problems.sort_by_key(|p| p.seq.unwrap_or(i64::MAX));
+    let intact = problems.is_empty();
+    let first_bad = problems.first().cloned();
+    let verdict = if !intact {
+        "tampered"
+    } else if complete == Some(false) {
+        "incomplete"
+    } else {
+        "intact"
+    };
+    Ok(Report {
+        ledger: path.display().to_string(),
+        entries: n,
+        sessions,
+        intact,
+        complete,
+        verdict,
+        first_bad,
+        problems,
+        incomplete_because,
+        checkpoint: newest.map(|c| CheckpointSeen {
+            count: c.count,
+            head: c.head,
+            line: c.line,
+        }),
+        user_key: user.map(|u| hex(u.as_bytes())),
+        user_key_source: source,
+        head: rows.last().map(|r| hex(&r.hash)),
+        verify_ms: t0.elapsed().as_secs_f64() * 1000.0,
+    })
+}
+
+fn open_ro(path: &Path) -> rusqlite::Result<Connection> {
+    let c = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    c.busy_timeout(std::time::Duration::from_secs(60))?;
+    Ok(c)
+}
+
+/// Is `d` a valid delegation written by `signer`? Returns its effective
+/// expiry (the tightest along its chain).
+fn accept(
+    d: &Delegation,
+    signer: &[u8; 32],
+    signer_is_user: bool,
+    granted: &HashMap<[u8; 32], Granted>,
+) -> std::result::Result<i64, String> {
+    if hex(signer) != d.parent {
+        return Err("its parent is not the key that wrote the entry".into());
+    }
+    d.check_signature()?;
+    if parse_key(&d.key).is_none() {
+        return Err("its key is malformed".into());
+    }
+    if signer_is_user {
+        return Ok(d.not_after_ms);
+    }
+    let Some(parent) = granted.get(signer) else {
+        return Err("its parent key has no delegation itself".into());
+    };
+    if let Some(e) = d.effects.iter().find(|e| !parent.d.effects.contains(e)) {
+        return Err(format!(
+            "it grants effect {e:?} that its parent does not hold"
+        ));
+    }
+    if d.workspace != parent.d.workspace {
+        return Err("it names another workspace than its parent".into());
+    }
+    Ok(d.not_after_ms.min(parent.not_after_ms))
+}
+
+/// Every signature: batches on every core; a failing batch is re-checked
+/// one by one (strictly) to name the entry.
+fn check_signatures(rows: &[Row], items: &[(usize, VerifyingKey)]) -> Vec<Problem> {
+    const CHUNK: usize = 256;
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .clamp(1, 8);
+    let per = items.len().div_ceil(threads).max(CHUNK);
+    let check_part = |part: &[(usize, VerifyingKey)]| -> Vec<Problem> {
+        let mut out = Vec::new();
+        for chunk in part.chunks(CHUNK) {
+            let mut msgs: Vec<&[u8]> = Vec::with_capacity(chunk.len());
+            let mut sigs = Vec::with_capacity(chunk.len());
+            let mut keys = Vec::with_capacity(chunk.len());
+            let mut malformed = false;
+            for (i, k) in chunk {
+                let r = &rows[*i];
+                match <[u8; 64]>::try_from(r.sig.as_slice()) {
+                    Ok(s) => {
+                        msgs.push(&r.hash);
+                        sigs.push(Signature::from_bytes(&s));
+                        keys.push(*k);
+                    }
+                    Err(_) => malformed = true,
+                }
+            }
+            if !malformed && ed25519_dalek::verify_batch(&msgs, &sigs, &keys).is_ok() {
+                continue;
+            }
+            for (i, k) in chunk {
+                let r = &rows[*i];
+                let ok = <[u8; 64]>::try_from(r.sig.as_slice())
+                    .ok()
+                    .map(|s| k.verify_strict(&r.hash, &Signature::from_bytes(&s)).is_ok())
+                    .unwrap_or(false);
+                if !ok {
+                    out.push(Problem {
+                        seq: Some(r.seq),
+                        what: format!(
+                            "its signature does not verify under key {}",
+                            hex(k.as_bytes())
+                        ),
+                    });
+                }
+            }
+        }
+        out
+    };
+    if items.len() <= CHUNK * 2 || threads == 1 {
+        return check_part(items);
+    }
+    std::thread::scope(|s| {
+        let handles: Vec<_> = items
+            .chunks(per)
+            .map(|part| s.spawn(move || check_part(part)))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    vec![Problem {
+                        seq: None,
+                        what: "a verification thread panicked".into(),
+                    }]
+                })
+            })
+            .collect()
+    })
+}
+
+pub struct NewestCheckpoint {
+    pub count: u64,
+    pub head: String,
+    pub line: usize,
+}
+
+/// The newest valid checkpoint, and every problem with the file.
+fn read_checkpoints(
+    ledger: &Path,
+    user: Option<&VerifyingKey>,
+) -> (Option<NewestCheckpoint>, Vec<Problem>) {
+    let p = super::checkpoint_path(ledger);
+    let mut problems = Vec::new();
+    let text = match std::fs::read(&p) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (None, problems),
+        Err(e) => {
+            problems.push(Problem {
+                seq: None,
+                what: format!("the checkpoint file {} cannot be read: {e}", p.display()),
+            });
+            return (None, problems);
+        }
+    };
+    let mut newest: Option<NewestCheckpoint> = None;
+    for (i, line) in String::from_utf8_lossy(&text).lines().enumerate() {
+        let ln = i + 1;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let mut bad = |what: String| {
+            problems.push(Problem {
+                seq: None,
+                what: format!("checkpoint line {ln}: {what}"),
+            })
+        };
+        let cp: Checkpoint = match serde_json::from_str(line) {
+            Ok(c) => c,
+            Err(e) => {
+                bad(format!("malformed ({e})"));
+                continue;
+            }
+        };
+        let Some(u) = user else {
+            bad("no user key to check it against".into());
+            continue;
+        };
+        if cp.key != hex(u.as_bytes()) {
+            bad(format!(
+                "signed by key {} which is not the user key (forged)",
+                cp.key
+            ));
+            continue;
+        }
+        let head = super::unhex(&cp.head).unwrap_or_default();
+        let sig = super::unhex(&cp.sig).and_then(|b| <[u8; 64]>::try_from(b).ok());
+        let ok = sig.is_some_and(|s| {
+            u.verify_strict(
+                &checkpoint_digest(cp.count, &head),
+                &Signature::from_bytes(&s),
+            )
+            .is_ok()
+        });
+        if !ok {
+            bad(format!(
+                "its signature does not verify (forged checkpoint of {} entries)",
+                cp.count
+            ));
+            continue;
+        }
+        let newer = match &newest {
+            None => true,
+            Some(n) => cp.count >= n.count,
+        };
+        if newer {
+            newest = Some(NewestCheckpoint {
+                count: cp.count,
+                head: cp.head,
+                line: ln,
+            });
+        }
+    }
+    (newest, problems)
+}

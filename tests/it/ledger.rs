@@ -1,0 +1,576 @@
+//! The ledger: `sandbox exec` records intent before and outcome after;
+//! `retie verify` (a separate process) detects edits made by raw SQL and by
+//! byte edits, a truncated tail, keys without delegation, expired
+//! delegations and forged checkpoints; crashes leave a verifiable ledger;
+//! concurrent writers lose nothing; undo-all restores the tree.
+//!
+//! Tests that edit the database from this test process run as the invoking
+//! user only (they are about the file, not about who runs retie); the
+//! end-to-end ones run on both legs.
+
+use std::io::BufRead;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+
+use sha2::{Digest, Sha256};
+
+use crate::harness::*;
+
+fn write(s: &Scratch, rel: &str, text: &str) {
+    let p = s.ws.join(rel);
+    if let Some(d) = p.parent() {
+        std::fs::create_dir_all(d).expect("mkdir");
+    }
+    std::fs::write(&p, text).expect("write");
+    if s.leg == Leg::Nobody {
+        for q in [p.as_path()]
+            .into_iter()
+            .chain(p.ancestors().skip(1).take_while(|a| a.starts_with(&s.ws)))
+        {
+            std::os::unix::fs::chown(q, Some(NOBODY), Some(NOBODY)).expect("chown");
+        }
+    }
+}
+
+fn run(s: &Scratch, args: &[&str]) -> Output {
+    let mut c = s.retie();
+    c.args(args).stdin(Stdio::null());
+    c.output().expect("run retie")
+}
+
+fn json_out(o: &Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}\n{}", stdout(o), stderr(o)))
+}
+
+fn verify_json(s: &Scratch, ledger: &Path) -> (i32, serde_json::Value) {
+    let o = run(s, &["verify", "--json", "--ledger", path_str(ledger)]);
+    (o.status.code().unwrap_or(-1), json_out(&o))
+}
+
+/// The workspace's tree: every path, type, mode and content, hashed.
+fn tree_hash(root: &Path) -> String {
+    fn walk(dir: &Path, root: &Path, h: &mut Sha256) {
+        let mut names: Vec<_> = std::fs::read_dir(dir)
+            .expect("read_dir")
+            .map(|e| e.expect("entry").path())
+            .collect();
+        names.sort();
+        for p in names {
+            let m = std::fs::symlink_metadata(&p).expect("stat");
+            let rel = p.strip_prefix(root).expect("prefix");
+            h.update(rel.to_string_lossy().as_bytes());
+            h.update(m.mode().to_be_bytes());
+            if m.is_dir() {
+                walk(&p, root, h);
+            } else if m.is_file() {
+                h.update(std::fs::read(&p).expect("read"));
+            } else {
+                h.update(
+                    std::fs::read_link(&p)
+                        .expect("readlink")
+                        .to_string_lossy()
+                        .as_bytes(),
+                );
+            }
+        }
+    }
+    let mut h = Sha256::new();
+    walk(root, root, &mut h);
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn default_ledger(s: &Scratch) -> PathBuf {
+    s.home.join(".local/state/retie/ledger.db")
+}
+
+fn last_session(s: &Scratch) -> serde_json::Value {
+    let o = run(s, &["log", "--json"]);
+    assert_code(&o, 0, "log");
+    json_out(&o)["sessions"]
+        .as_array()
+        .and_then(|a| a.last().cloned())
+        .expect("a session")
+}
+
+#[test]
+fn exec_records_intent_and_outcome_and_verifies() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        write(&s, "a.txt", "one\n");
+        let o = s.sh("echo two >> a.txt; echo new > b.txt");
+        assert_code(&o, 0, "overlay exec");
+        let o = s.exec(&["--workspace-mode", "direct"], &["sh", "-c", "cat a.txt"]);
+        assert_code(&o, 0, "direct exec");
+        // A run that changes nothing records nothing.
+        let o = s.sh("true");
+        assert_code(&o, 0, "no-op exec");
+        let (code, v) = verify_json(&s, &default_ledger(&s));
+        assert_eq!(code, 0, "{v}");
+        assert_eq!(v["intact"], true);
+        assert_eq!(v["complete"], true);
+        assert_eq!(v["sessions"], 2, "{v}");
+        let o = run(&s, &["log", "--json"]);
+        assert_code(&o, 0, "log");
+        let log = json_out(&o);
+        let sessions = log["sessions"].as_array().expect("sessions");
+        assert_eq!(sessions[0]["actions"][0]["status"], "applied");
+        assert_eq!(sessions[0]["actions"][0]["reversible"], true);
+        assert_eq!(sessions[1]["actions"][0]["status"], "ran");
+        assert_eq!(sessions[1]["actions"][0]["reversible"], false);
+        let sid = sessions[0]["session"].as_str().expect("id");
+        let o = run(&s, &["replay", sid, "--markdown"]);
+        assert_code(&o, 0, "replay");
+        let md = stdout(&o);
+        assert!(md.contains("| # | time (UTC) |"), "{md}");
+        assert!(md.contains("applied") && md.contains("**Totals**"), "{md}");
+        let o = run(&s, &["replay", "--last", "--json"]);
+        assert_code(&o, 0, "replay json");
+        let r = json_out(&o);
+        assert_eq!(r["totals"]["not_reversible"], 1, "{r}");
+        // The key files are private.
+        let key = s.home.join(".config/retie/user.key");
+        assert_eq!(
+            std::fs::metadata(&key)
+                .expect("user key")
+                .permissions()
+                .mode()
+                & 0o777,
+            0o600
+        );
+    }
+}
+
+/// A ledger of a few sessions, built by the binary; returns its path.
+fn build(s: &Scratch, name: &str) -> PathBuf {
+    let p = s.root.path().join(name);
+    for _ in 0..2 {
+        let o = run(
+            s,
+            &[
+                "__ledger",
+                "append",
+                "--ledger",
+                path_str(&p),
+                "--count",
+                "10",
+            ],
+        );
+        assert_code(&o, 0, "append");
+    }
+    let (code, v) = verify_json(s, &p);
+    assert_eq!(code, 0, "fresh ledger must verify: {v}");
+    p
+}
+
+fn sql(p: &Path, stmts: &str) {
+    let c = rusqlite::Connection::open(p).expect("open");
+    c.execute_batch(stmts).expect("sql");
+}
+
+#[track_caller]
+fn assert_tampered(s: &Scratch, p: &Path, seq: Option<i64>, what: &str) {
+    let (code, v) = verify_json(s, p);
+    assert_eq!(code, 1, "expected tampered: {v}");
+    assert_eq!(v["intact"], false);
+    assert_eq!(v["verdict"], "tampered");
+    let first = &v["first_bad"];
+    if let Some(seq) = seq {
+        assert_eq!(first["seq"], seq, "{v}");
+    }
+    assert!(
+        first["what"].as_str().unwrap_or("").contains(what),
+        "expected {what:?} in {first}"
+    );
+    // The text form names it too.
+    let o = run(s, &["verify", "--ledger", path_str(p)]);
+    assert_code(&o, 1, "verify text");
+    assert!(stdout(&o).contains("verdict:  tampered"), "{}", stdout(&o));
+}
+
+#[test]
+fn raw_sql_edits_are_detected() {
+    let s = Scratch::new(Leg::Invoker);
+    // An edited payload (the triggers are dropped first: they stop
+    // accidents, not an attacker).
+    let p = build(&s, "edit.db");
+    sql(
+        &p,
+        r#"DROP TRIGGER entries_no_update; UPDATE entries SET payload = '{"n":999,"pid":1}' WHERE seq = 10;"#,
+    );
+    assert_tampered(&s, &p, Some(10), "hash does not match its contents");
+
+    // The triggers hold without that.
+    let p = build(&s, "trig.db");
+    let c = rusqlite::Connection::open(&p).expect("open");
+    let e = c
+        .execute("DELETE FROM entries WHERE seq = 3", [])
+        .expect_err("the trigger must refuse");
+    assert!(e.to_string().contains("append-only"), "{e}");
+    drop(c);
+
+    // A middle entry deleted.
+    let p = build(&s, "delete.db");
+    sql(
+        &p,
+        "DROP TRIGGER entries_no_delete; DELETE FROM entries WHERE seq = 10;",
+    );
+    assert_tampered(&s, &p, Some(11), "missing");
+
+    // Two entries swapped (contents moved, sequence numbers kept).
+    let p = build(&s, "swap.db");
+    sql(
+        &p,
+        "DROP TRIGGER entries_no_update;
+         UPDATE entries SET seq = -1 WHERE seq = 8;
+         UPDATE entries SET seq = 8 WHERE seq = 9;
+         UPDATE entries SET seq = 9 WHERE seq = -1;",
+    );
+    assert_tampered(&s, &p, Some(8), "");
+
+    // The tail cut off: the chain is intact, the checkpoint says more.
+    let p = build(&s, "trunc.db");
+    sql(
+        &p,
+        "DROP TRIGGER entries_no_delete; DELETE FROM entries WHERE seq > 20;",
+    );
+    let (code, v) = verify_json(&s, &p);
+    assert_eq!(code, 2, "expected incomplete: {v}");
+    assert_eq!(v["intact"], true, "{v}");
+    assert_eq!(v["complete"], false, "{v}");
+    assert!(
+        v["incomplete_because"]
+            .as_str()
+            .unwrap_or("")
+            .contains("tail was cut off"),
+        "{v}"
+    );
+    // Cut and re-grown past the checkpoint with a rewritten history: it
+    // diverges from the checkpoint.
+    let o = run(
+        &s,
+        &[
+            "__ledger",
+            "append",
+            "--ledger",
+            path_str(&p),
+            "--count",
+            "5",
+            "--no-checkpoint",
+        ],
+    );
+    assert_code(&o, 0, "regrow");
+    assert_tampered(&s, &p, None, "diverges from the checkpoint");
+}
+
+#[test]
+fn byte_edits_to_the_file_are_detected() {
+    let s = Scratch::new(Leg::Invoker);
+    let p = build(&s, "bytes.db");
+    // Make sure everything is in the main file (no WAL left).
+    sql(&p, "PRAGMA wal_checkpoint(TRUNCATE);");
+    let mut bytes = std::fs::read(&p).expect("read");
+    // Every copy of one payload's bytes (SQLite may leave stale copies in
+    // a page's free space; the live cell is among them).
+    let needle = br#"{"n":7,"#;
+    let hits: Vec<usize> = bytes
+        .windows(needle.len())
+        .enumerate()
+        .filter(|(_, w)| *w == needle)
+        .map(|(i, _)| i)
+        .collect();
+    assert!(!hits.is_empty(), "payload bytes not found in the file");
+    for at in hits {
+        bytes[at + 5] = b'8';
+    }
+    std::fs::write(&p, &bytes).expect("write");
+    let (code, v) = verify_json(&s, &p);
+    assert_eq!(code, 1, "{v}");
+    assert!(
+        v["first_bad"]["what"]
+            .as_str()
+            .unwrap_or("")
+            .contains("hash does not match"),
+        "{v}"
+    );
+    // A clobbered header: a clear verdict, not a crash; nothing else lost.
+    let p = build(&s, "header.db");
+    let mut bytes = std::fs::read(&p).expect("read");
+    bytes[..16].copy_from_slice(b"not a database!!");
+    std::fs::write(&p, &bytes).expect("write");
+    let (code, v) = verify_json(&s, &p);
+    assert_eq!(code, 1, "{v}");
+    assert!(
+        v["first_bad"]["what"]
+            .as_str()
+            .unwrap_or("")
+            .contains("cannot be read"),
+        "{v}"
+    );
+    assert_eq!(
+        std::fs::read(&p).expect("read"),
+        bytes,
+        "verify changed the file"
+    );
+    // No ledger at all: exit 125, said plainly.
+    let o = run(&s, &["verify", "--ledger", "/nonexistent/ledger.db"]);
+    assert_code(&o, 125, "missing ledger");
+    assert!(stderr(&o).contains("no ledger at"), "{}", stderr(&o));
+}
+
+#[test]
+fn keys_delegations_and_checkpoints_are_checked() {
+    let s = Scratch::new(Leg::Invoker);
+    // An entry signed by a key that no delegation covers.
+    let p = build(&s, "rogue.db");
+    let o = run(
+        &s,
+        &[
+            "__ledger",
+            "append",
+            "--ledger",
+            path_str(&p),
+            "--count",
+            "2",
+            "--forge",
+            "rogue-key",
+        ],
+    );
+    assert_code(&o, 0, "rogue append");
+    assert_tampered(&s, &p, None, "no delegation covers");
+
+    // Entries written after their delegation expired.
+    let p = build(&s, "expired.db");
+    let o = run(
+        &s,
+        &[
+            "__ledger",
+            "append",
+            "--ledger",
+            path_str(&p),
+            "--count",
+            "2",
+            "--forge",
+            "expired",
+        ],
+    );
+    assert_code(&o, 0, "expired append");
+    assert_tampered(&s, &p, None, "after its delegation expired");
+
+    // A forged checkpoint: claims more entries, signature made up.
+    let p = build(&s, "forged.db");
+    let cp = PathBuf::from(format!("{}.checkpoints", p.display()));
+    let line = serde_json::json!({
+        "count": 100, "head": "00".repeat(32), "time_ms": 0,
+        "key": serde_json::from_str::<serde_json::Value>(
+            std::fs::read_to_string(&cp).expect("cp").lines().next().expect("line")
+        ).expect("json")["key"],
+        "sig": "11".repeat(64),
+    });
+    let mut text = std::fs::read_to_string(&cp).expect("cp");
+    text.push_str(&format!("{line}\n"));
+    std::fs::write(&cp, text).expect("write cp");
+    assert_tampered(&s, &p, None, "forged checkpoint");
+}
+
+/// Spawn `retie sandbox exec` with a stall point; kill -9 it there.
+fn kill_at(s: &Scratch, stage: &str, script: &str) {
+    let mut c = s.retie();
+    c.args(["sandbox", "exec", "-w"])
+        .arg(&s.ws)
+        .args(["--", "sh", "-c", script])
+        .env("RETIE_LEDGER_STALL", stage)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().expect("spawn");
+    let err = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+            if line.contains("ledger stall at") {
+                let _ = tx.send(());
+            }
+        }
+    });
+    let reached = rx.recv_timeout(std::time::Duration::from_secs(60)).is_ok();
+    let _ = child.kill(); // SIGKILL
+    let _ = child.wait();
+    assert!(reached, "the writer never reached the stall point {stage}");
+}
+
+#[test]
+fn crash_between_intent_and_outcome_leaves_an_honest_ledger() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        write(&s, "f.txt", "start\n");
+        for round in 0..3 {
+            // Killed after the intent, before the changes reach the tree.
+            kill_at(&s, "intent", "echo changed > f.txt");
+            assert_eq!(
+                std::fs::read_to_string(s.ws.join("f.txt")).expect("f"),
+                "start\n"
+            );
+            let (code, v) = verify_json(&s, &default_ledger(&s));
+            assert_eq!(code, 0, "round {round}: {v}");
+            let sess = last_session(&s);
+            let a = &sess["actions"][0];
+            assert_eq!(a["status"], "interrupted", "{sess}");
+            let id = a["id"].to_string();
+            let o = run(&s, &["undo", &id]);
+            assert_code(&o, 2, "undo of a never-applied action is skipped");
+            assert!(stdout(&o).contains("never applied"), "{}", stdout(&o));
+
+            // Killed after the changes were applied, before the outcome.
+            kill_at(&s, "applied", "echo changed > f.txt");
+            assert_eq!(
+                std::fs::read_to_string(s.ws.join("f.txt")).expect("f"),
+                "changed\n"
+            );
+            let (code, v) = verify_json(&s, &default_ledger(&s));
+            assert_eq!(code, 0, "round {round}: {v}");
+            let sess = last_session(&s);
+            let a = &sess["actions"][0];
+            assert_eq!(a["status"], "interrupted", "{sess}");
+            let id = a["id"].to_string();
+            let o = run(&s, &["undo", &id]);
+            assert_code(&o, 0, "undo of an applied, interrupted action");
+            assert!(stdout(&o).contains("undone"), "{}", stdout(&o));
+            assert_eq!(
+                std::fs::read_to_string(s.ws.join("f.txt")).expect("f"),
+                "start\n"
+            );
+        }
+        let (code, v) = verify_json(&s, &default_ledger(&s));
+        assert_eq!(code, 0, "{v}");
+    }
+}
+
+#[test]
+fn four_concurrent_writers_lose_nothing() {
+    let s = Scratch::new(Leg::Invoker);
+    let p = s.root.path().join("conc.db");
+    let o = run(
+        &s,
+        &[
+            "__ledger",
+            "append",
+            "--ledger",
+            path_str(&p),
+            "--count",
+            "1",
+        ],
+    );
+    assert_code(&o, 0, "seed");
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            let mut c = s.retie();
+            c.args([
+                "__ledger",
+                "append",
+                "--ledger",
+                path_str(&p),
+                "--count",
+                "1000",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+            c.spawn().expect("spawn")
+        })
+        .collect();
+    for c in children {
+        let o = c.wait_with_output().expect("wait");
+        assert_code(&o, 0, "concurrent append");
+        assert!(!stderr(&o).contains("busy"), "{}", stderr(&o));
+    }
+    let (code, v) = verify_json(&s, &p);
+    assert_eq!(code, 0, "{v}");
+    // genesis, then 5 sessions of open + N + close
+    assert_eq!(v["entries"], 1 + (2 + 1) + 4 * (2 + 1000), "{v}");
+    let c = rusqlite::Connection::open(&p).expect("open");
+    let notes: i64 = c
+        .query_row(
+            "SELECT count(*) FROM entries WHERE kind = 'note'",
+            [],
+            |r| r.get(0),
+        )
+        .expect("count");
+    assert_eq!(notes, 4001);
+}
+
+#[test]
+fn undo_all_returns_the_tree_to_its_start() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        write(&s, "a.txt", "alpha\n");
+        write(&s, "src/b.txt", "beta\n");
+        write(&s, "gone.txt", "bye\n");
+        let start = tree_hash(&s.ws);
+        let o = s.sh("echo more >> a.txt; echo c > c.txt");
+        assert_code(&o, 0, "first");
+        let sid = last_session(&s)["session"]
+            .as_str()
+            .expect("sid")
+            .to_string();
+        let join = ["--session", sid.as_str()];
+        let o = s.exec(
+            &join,
+            &["sh", "-c", "rm gone.txt; mkdir -p d/e; echo x > d/e/x"],
+        );
+        assert_code(&o, 0, "second");
+        let o = s.exec(
+            &join,
+            &["sh", "-c", "echo edit > src/b.txt; chmod 600 a.txt"],
+        );
+        assert_code(&o, 0, "third");
+        // An unsandboxed (direct) action: no pre-images, so not reversible.
+        let mut d = vec!["--workspace-mode", "direct"];
+        d.extend_from_slice(&join);
+        let o = s.exec(&d, &["sh", "-c", "cat a.txt > /dev/null"]);
+        assert_code(&o, 0, "direct");
+        assert_ne!(tree_hash(&s.ws), start);
+        let o = run(&s, &["undo-all", "--session", &sid, "--json"]);
+        assert_code(&o, 2, "undo-all with a skipped action");
+        let r = json_out(&o);
+        let results: Vec<&str> = r["results"]
+            .as_array()
+            .expect("results")
+            .iter()
+            .map(|x| x["result"].as_str().unwrap_or("?"))
+            .collect();
+        assert_eq!(results, ["skipped", "undone", "undone", "undone"], "{r}");
+        assert_eq!(tree_hash(&s.ws), start, "the tree is back to its start");
+        // Recorded, and verifiable.
+        let o = run(&s, &["replay", &sid, "--json"]);
+        assert_code(&o, 0, "replay");
+        assert_eq!(json_out(&o)["totals"]["undone"], 3);
+        // Again: everything already undone or skipped, nothing claimed.
+        let o = run(&s, &["undo-all", "--session", &sid]);
+        assert_code(&o, 2, "second undo-all");
+        assert!(stdout(&o).contains("already undone"), "{}", stdout(&o));
+    }
+}
+
+#[test]
+fn undo_refuses_when_the_tree_changed_since() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        write(&s, "a.txt", "one\n");
+        let o = s.sh("echo two > a.txt");
+        assert_code(&o, 0, "exec");
+        write(&s, "a.txt", "edited by hand\n");
+        let o = run(&s, &["undo", "last"]);
+        assert_code(&o, 1, "refused undo");
+        let out = stdout(&o);
+        assert!(out.contains("refused") && out.contains("a.txt"), "{out}");
+        assert_eq!(
+            std::fs::read_to_string(s.ws.join("a.txt")).expect("a"),
+            "edited by hand\n"
+        );
+        let o = run(&s, &["replay", "--last"]);
+        assert_code(&o, 0, "replay");
+        assert!(stdout(&o).contains("undo: refused"), "{}", stdout(&o));
+    }
+}
