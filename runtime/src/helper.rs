@@ -34,6 +34,9 @@ pub struct Request {
     /// The final environment, `K=V`.
     pub env: Vec<String>,
     pub ro_binds: Vec<(PathBuf, PathBuf)>,
+    /// The network mode (a lab mode names the lab's keeper).
+    #[serde(default)]
+    pub net: crate::spec::NetMode,
 }
 
 /// The helper's answer.
@@ -58,13 +61,15 @@ impl Request {
                 .iter()
                 .map(|b| (b.host.clone(), b.inside.clone()))
                 .collect(),
+            net: spec.net.clone(),
         }
     }
 
     fn to_spec(&self) -> Result<SandboxSpec> {
         let mut b = Sandbox::builder(&self.argv)
             .workspace(&self.workspace)
-            .profile(self.profile.clone());
+            .profile(self.profile.clone())
+            .network(self.net.clone());
         if let Some(ms) = self.timeout_ms {
             b = b.timeout(Duration::from_millis(ms));
         }

@@ -18,10 +18,12 @@ use crate::profile::{Limits, Profile};
 pub const ROOT_INVOKED_HOST_ID: u32 = 65534;
 
 /// How the sandbox reaches the network.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum NetMode {
     /// A fresh network namespace with only `lo`; AF_INET, AF_INET6 and
     /// AF_NETLINK sockets are refused by seccomp, TCP by Landlock.
+    #[default]
     None,
     /// A fresh network namespace on a veth into a lab: a /30 of the lab
     /// pool, one host route to the lab, no default route, IPv6 off.
@@ -34,7 +36,7 @@ pub enum NetMode {
 }
 
 /// A running lab, as a sandbox needs it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LabNet {
     /// The lab's name (also a host name inside the sandbox).
     pub name: String,

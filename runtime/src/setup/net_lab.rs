@@ -292,3 +292,66 @@ fn wire_sandbox(ns: &LabNs) -> std::io::Result<()> {
     own.add_link_route(eth, LAB_ADDRESS)?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::LabNet;
+
+    fn lab() -> NetMode {
+        NetMode::Lab(LabNet {
+            name: "t".into(),
+            keeper_pid: 1,
+            ports: vec![8080],
+        })
+    }
+
+    #[test]
+    fn pool_slots_are_disjoint_30s_inside_the_lab_range() {
+        let (l1, s1) = slot_addresses(1);
+        assert_eq!(
+            (l1, s1),
+            (Ipv4Addr::new(10, 77, 0, 5), Ipv4Addr::new(10, 77, 0, 6))
+        );
+        let (l, s) = slot_addresses(POOL_SIZE - 1);
+        assert_eq!(
+            (l, s),
+            (
+                Ipv4Addr::new(10, 77, 255, 253),
+                Ipv4Addr::new(10, 77, 255, 254)
+            )
+        );
+        let mut seen = std::collections::HashSet::new();
+        for i in 1..POOL_SIZE {
+            let (l, s) = slot_addresses(i);
+            assert_eq!(u32::from(l) / 4, u32::from(s) / 4, "one /30 per slot");
+            assert_ne!(l, LAB_ADDRESS);
+            assert_ne!(s, LAB_ADDRESS);
+            assert!(seen.insert(u32::from(l) / 4), "slot {i} overlaps");
+        }
+    }
+
+    #[test]
+    fn the_lab_seccomp_table_compiles_and_only_filters_socket() {
+        let lab = crate::setup::seccomp::compile_all(&lab());
+        let none = crate::setup::seccomp::compile_all(&NetMode::None);
+        assert!(lab.is_ok() && none.is_ok());
+        assert!(crate::setup::seccomp::DENY_LAB_NETWORK
+            .iter()
+            .all(|d| d.name == "socket"));
+    }
+
+    #[test]
+    fn the_helper_request_carries_the_lab() {
+        let ws = tempfile::tempdir().expect("tempdir");
+        let spec = crate::Sandbox::builder(["true"])
+            .workspace(ws.path())
+            .network(lab())
+            .build()
+            .expect("spec");
+        let req = crate::helper::Request::from_spec(&spec);
+        let text = serde_json::to_string(&req).expect("json");
+        let back: crate::helper::Request = serde_json::from_str(&text).expect("parse");
+        assert_eq!(back.net, lab());
+    }
+}
