@@ -144,6 +144,12 @@ fn start_time(pid: i32) -> Option<u64> {
     f.nth(18)?.parse().ok()
 }
 
+/// Parent pid of `pid` (field 4 of /proc/PID/stat).
+fn ppid(pid: i32) -> Option<i32> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    s[s.rfind(')')? + 2..].split(' ').nth(1)?.parse().ok()
+}
+
 fn alive(r: &LabRecord) -> bool {
     start_time(r.pid) == Some(r.pid_start)
 }
@@ -216,6 +222,13 @@ pub fn resolve_net(spec: &str) -> Result<NetMode, CliError> {
         },
     };
     let r = find(name)?;
+    // The keeper must still be the holder's child (not a reused pid).
+    if ppid(r.keeper_pid) != Some(r.pid) {
+        return Err(CliError::Usage(format!(
+            "lab {}: its namespace keeper {} is gone; `retie lab down {}` and start it again",
+            r.name, r.keeper_pid, r.name
+        )));
+    }
     Ok(NetMode::Lab(LabNet {
         name: r.name,
         keeper_pid: r.keeper_pid,

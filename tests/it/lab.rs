@@ -51,6 +51,7 @@ try:
     socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP); print("raw=allowed")
 except OSError as e:
     print("raw=" + errno.errorcode.get(e.errno, "?"))
+print("ipv6_addresses=" + str(len(open("/proc/net/if_inet6").read().split()) if __import__("os").path.exists("/proc/net/if_inet6") else 0))
 routes = open("/proc/net/route").read().splitlines()[1:]
 print("default_route=" + ("yes" if any(l.split()[1] == "00000000" for l in routes) else "no"))
 try:
@@ -213,6 +214,7 @@ fn a_lab_sandbox_reaches_the_lab_port_and_nothing_else() {
             ("netlink", "EPERM"),
             ("raw", "EPERM"),
             ("default_route", "no"),
+            ("ipv6_addresses", "0"),
             ("dns", "failed"),
         ];
         for (k, v) in want {
@@ -563,5 +565,33 @@ fn selftest_has_a_passing_lab_section() {
             .count();
         assert!(host_rows >= 2, "{leg:?}: host listener rows: {rows:?}");
         assert!(rows.iter().all(|r| r["pass"] == true), "{leg:?}: {rows:?}");
+    }
+}
+
+#[test]
+fn lab_mode_without_a_lab_is_a_clear_error() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let o = s.exec(&["--workspace-mode", "direct", "--net", "lab"], &["true"]);
+        assert_code(&o, 125, "no lab");
+        assert!(
+            stderr(&o).contains("retie lab up"),
+            "{leg:?}: {}",
+            stderr(&o)
+        );
+        let o = s.exec(
+            &["--workspace-mode", "direct", "--net", "lab:nope"],
+            &["true"],
+        );
+        assert_code(&o, 125, "unknown lab");
+        assert!(stderr(&o).contains("nope"), "{leg:?}: {}", stderr(&o));
+        let o = s.exec(&["--net", "internet"], &["true"]);
+        assert_code(&o, 125, "bad --net");
+        assert!(stderr(&o).contains("lab:NAME"), "{leg:?}: {}", stderr(&o));
+        let o = lab_up(&s, &["--name", "Bad_Name", "--port", "1", "--", "true"]);
+        assert_code(&o, 125, "bad lab name");
+        let o = lab_up(&s, &["--name", "noport", "--", "true"]);
+        assert_code(&o, 125, "lab without ports");
+        assert!(stderr(&o).contains("--port"), "{leg:?}: {}", stderr(&o));
     }
 }
