@@ -13,7 +13,7 @@
 //! namespaces, and every veth in them, with it.
 
 use std::io::Read;
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::AsRawFd;
 
 use crate::error::{Result, RuntimeError};
 use crate::setup::net_lab::{ipv6_off, LAB_ADDRESS};
@@ -67,10 +67,7 @@ pub fn spawn_keeper(uid: u32, gid: u32) -> Result<Keeper> {
     }
     drop(wr);
     let mut text = String::new();
-    // SAFETY: we own `rd`; the File takes a duplicate of it.
-    let mut f = unsafe { std::fs::File::from_raw_fd(libc::dup(rd.as_raw_fd())) };
-    drop(rd);
-    let _ = f.read_to_string(&mut text);
+    let _ = std::fs::File::from(rd).read_to_string(&mut text);
     if text.starts_with('R') {
         return Ok(Keeper { pid });
     }

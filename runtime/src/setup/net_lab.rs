@@ -107,7 +107,7 @@ pub unsafe fn clone_into_lab(
     }
     if pid == 0 {
         drop(rd);
-        match stage(ns, net, identity, flags) {
+        match stage(ns, net, identity, flags, wr.as_raw_fd()) {
             Ok(Some(init_pid)) => {
                 let _ = crate::sys::write_all(wr.as_raw_fd(), format!("P{init_pid}\n").as_bytes());
                 // SAFETY: ending the stage without running exit handlers.
@@ -126,14 +126,30 @@ pub unsafe fn clone_into_lab(
     }
     drop(wr);
     let mut text = String::new();
-    // SAFETY: `rd` is our fresh pipe end; File takes it over.
-    let mut f = unsafe { File::from_raw_fd(libc::dup(rd.as_raw_fd())) };
-    drop(rd);
-    let _ = f.read_to_string(&mut text);
+    let _ = File::from(rd).read_to_string(&mut text);
     let mut status = 0;
     // SAFETY: reaping our own child, valid out-pointer.
     unsafe { libc::waitpid(pid, &mut status, 0) };
-    let line = text.trim_end();
+    // "C<pid>": init was cloned (it is our child: reap it if the stage
+    // then failed and killed it); then "P<pid>" (ready) or "E<message>".
+    let cloned: Option<i32> = text
+        .lines()
+        .find_map(|l| l.strip_prefix('C'))
+        .and_then(|p| p.parse().ok());
+    let line = text
+        .lines()
+        .find(|l| !l.starts_with('C'))
+        .unwrap_or("")
+        .trim_end();
+    if !line.starts_with('P') {
+        if let Some(init) = cloned {
+            // SAFETY: reaping our own (killed) child, no out-pointer.
+            unsafe {
+                libc::kill(init, libc::SIGKILL);
+                libc::waitpid(init, std::ptr::null_mut(), 0);
+            }
+        }
+    }
     if let Some(p) = line.strip_prefix('P') {
         let init: i32 = p
             .parse()
@@ -170,6 +186,7 @@ fn stage(
     net: &NetMode,
     id: &Identity,
     flags: libc::c_int,
+    report: RawFd,
 ) -> std::result::Result<Option<i32>, String> {
     let os = |what: &str| format!("{what}: {}", std::io::Error::last_os_error());
     // 1. The sandbox's host identity as the effective ids (no capability
@@ -223,6 +240,7 @@ fn stage(
         return Ok(None);
     }
     let init = ret as i32;
+    let _ = crate::sys::write_all(report, format!("C{init}\n").as_bytes());
     // 5. Its id maps, from the parent user namespace.
     if let Err(e) = super::userns::write_maps(init, id) {
         // SAFETY: signalling the child we just cloned.
