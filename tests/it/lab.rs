@@ -43,6 +43,15 @@ print("host_address=" + tcp(host_ip, host_port))
 print("host_address_lab_port=" + tcp(host_ip, 8080))
 print("public_literal=" + tcp("1.1.1.1", 8080))
 print("ipv6=" + tcp("::1", host_port, socket.AF_INET6))
+def udp(h, p):
+    try:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b"x", (h, p)); return "sent"
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+# Landlock does not cover UDP before ABI 10: the routes alone stop it.
+print("udp_host_address=" + udp(host_ip, host_port))
+print("udp_host_loopback=" + udp("127.0.0.1", host_port))
+print("udp_public_literal=" + udp("1.1.1.1", 53))
 try:
     socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0); print("netlink=allowed")
 except OSError as e:
@@ -211,6 +220,9 @@ fn a_lab_sandbox_reaches_the_lab_port_and_nothing_else() {
             ("host_address_lab_port", "ENETUNREACH"),
             ("public_literal", "ENETUNREACH"),
             ("ipv6", "EPERM"),
+            ("udp_host_address", "ENETUNREACH"),
+            ("udp_host_loopback", "ENETUNREACH"),
+            ("udp_public_literal", "ENETUNREACH"),
             ("netlink", "EPERM"),
             ("raw", "EPERM"),
             ("default_route", "no"),
