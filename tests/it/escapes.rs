@@ -176,25 +176,29 @@ fn sandbox_runs_unprivileged_on_the_host() {
             .args(["sandbox", "exec", "--", "sleep", &m])
             .spawn()
             .expect("spawn");
-        assert!(
-            wait_until(5.0, || pids_with(&m).len() >= 2),
-            "sandbox did not start"
-        );
         let expected = if is_root() {
             NOBODY
         } else {
             // SAFETY: getuid cannot fail.
             unsafe { libc::getuid() }
         };
-        // The sleep process (a child of the sandbox's init).
-        let pids: Vec<i32> = pids_with(&m)
-            .into_iter()
-            .filter(|p| {
-                std::fs::read_to_string(format!("/proc/{p}/comm"))
-                    .map(|c| c.trim() == "sleep")
-                    .unwrap_or(false)
-            })
-            .collect();
+        // The sleep process itself (a child of the sandbox's init), once it
+        // has exec'd: retie's own processes carry the marker too.
+        let sleepers = || -> Vec<i32> {
+            pids_with(&m)
+                .into_iter()
+                .filter(|p| {
+                    std::fs::read_to_string(format!("/proc/{p}/comm"))
+                        .map(|c| c.trim() == "sleep")
+                        .unwrap_or(false)
+                })
+                .collect()
+        };
+        assert!(
+            wait_until(5.0, || !sleepers().is_empty()),
+            "{leg:?}: sandbox did not start"
+        );
+        let pids = sleepers();
         assert_eq!(pids.len(), 1, "{leg:?}: {pids:?}");
         let uid = host_uid(pids[0]).expect("uid");
         assert_eq!(
