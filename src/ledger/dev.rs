@@ -25,6 +25,8 @@ pub enum Forge {
     RogueKey,
     /// The session's delegation expires before its entries are written.
     Expired,
+    /// A sub-agent delegation that grants an effect its parent lacks.
+    SubAgentEscalates,
 }
 
 #[derive(Args)]
@@ -41,6 +43,10 @@ pub struct AppendArgs {
     /// Do not close the session nor write a checkpoint.
     #[arg(long)]
     pub no_checkpoint: bool,
+    /// Also delegate from the session key to a sub-agent key, which then
+    /// appends COUNT entries of its own.
+    #[arg(long)]
+    pub sub_agent: bool,
 }
 
 #[derive(Args)]
@@ -104,6 +110,38 @@ fn append(a: AppendArgs) -> Result<()> {
             &s.key,
         )?;
     }
+    if a.sub_agent || a.forge == Some(Forge::SubAgentEscalates) {
+        let child = keys::generate()?;
+        let effects: &[&str] = if a.forge == Some(Forge::SubAgentEscalates) {
+            &["note", "exec"]
+        } else {
+            &["note"]
+        };
+        let d = super::keys::Delegation::issue(
+            &s.key,
+            &child.verifying_key(),
+            &s.id,
+            "/dev/null",
+            effects,
+            super::now_ms() + 3_600_000,
+        );
+        l.append(
+            &s.id,
+            Actor::Agent,
+            kind::DELEGATION,
+            &json!({ "delegation": d, "to": "sub-agent" }),
+            &s.key,
+        )?;
+        for i in 0..a.count {
+            l.append(
+                &s.id,
+                Actor::Agent,
+                kind::NOTE,
+                &json!({"sub": i, "pid": std::process::id()}),
+                &child,
+            )?;
+        }
+    }
     if a.forge == Some(Forge::RogueKey) {
         let rogue = keys::generate()?;
         l.append(
@@ -159,46 +197,54 @@ fn bench(b: BenchArgs) -> Result<()> {
     )
     .map_err(sq)?;
     let payload = json!({"n": 0, "pid": 0}).to_string();
-    let t = Instant::now();
-    for i in 0..n {
-        let tx = bare
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .map_err(sq)?;
-        tx.prepare_cached("INSERT INTO entries (time_ms, session, actor, kind, payload, prev, hash, signer, sig) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)")
-            .and_then(|mut s| {
-                s.execute(rusqlite::params![
-                    i as i64,
-                    "0123456789abcdef",
-                    "agent",
-                    "note",
-                    payload,
-                    &[0u8; 32][..],
-                    &[1u8; 32][..],
-                    &[2u8; 32][..],
-                    &[3u8; 64][..]
-                ])
-            })
-            .map_err(sq)?;
-        tx.commit().map_err(sq)?;
-    }
-    let bare_rate = n as f64 / t.elapsed().as_secs_f64();
-    drop(bare);
-
     let user = keys::generate()?;
     let lp = tmp.path().join("ledger.db");
     let mut l = Ledger::open(&lp, true, Some(&user))?;
     let s = open_session(&mut l, &user, "/dev/null", json!({}), &["note"], 3_600_000)?;
-    let t = Instant::now();
-    for i in 0..n {
-        l.append(
-            &s.id,
-            Actor::Agent,
-            kind::NOTE,
-            &json!({"n": i, "pid": 0}),
-            &s.key,
-        )?;
+    // Interleaved rounds of 100, so both sides see the same disk weather.
+    let (mut bare_s, mut ledger_s) = (0.0f64, 0.0f64);
+    let mut i = 0u64;
+    while i < n {
+        let round = (n - i).min(100);
+        let t = Instant::now();
+        for j in i..i + round {
+            let tx = bare
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                .map_err(sq)?;
+            tx.prepare_cached("INSERT INTO entries (time_ms, session, actor, kind, payload, prev, hash, signer, sig) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)")
+                .and_then(|mut s| {
+                    s.execute(rusqlite::params![
+                        j as i64,
+                        "0123456789abcdef",
+                        "agent",
+                        "note",
+                        payload,
+                        &[0u8; 32][..],
+                        &[1u8; 32][..],
+                        &[2u8; 32][..],
+                        &[3u8; 64][..]
+                    ])
+                })
+                .map_err(sq)?;
+            tx.commit().map_err(sq)?;
+        }
+        bare_s += t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        for j in i..i + round {
+            l.append(
+                &s.id,
+                Actor::Agent,
+                kind::NOTE,
+                &json!({"n": j, "pid": 0}),
+                &s.key,
+            )?;
+        }
+        ledger_s += t.elapsed().as_secs_f64();
+        i += round;
     }
-    let ledger_rate = n as f64 / t.elapsed().as_secs_f64();
+    let bare_rate = n as f64 / bare_s;
+    let ledger_rate = n as f64 / ledger_s;
+    drop(bare);
     drop(l);
 
     // Verification: a large ledger built without fsync (it is the reading

@@ -123,6 +123,7 @@ pub fn verify(path: &Path) -> Result<Report> {
         });
     }
     let mut granted: HashMap<[u8; 32], Granted> = HashMap::new();
+    let mut key_cache: HashMap<[u8; 32], Option<(VerifyingKey, bool)>> = HashMap::new();
     let mut sessions = 0u64;
     let mut to_check: Vec<(usize, VerifyingKey)> = Vec::with_capacity(rows.len());
     let mut prev_hash: Vec<u8> = vec![0; 32];
@@ -159,16 +160,24 @@ pub fn verify(path: &Path) -> Result<Report> {
             ));
         }
         let signer: Option<[u8; 32]> = r.signer.clone().try_into().ok();
-        let Some(signer) = signer.and_then(|b| VerifyingKey::from_bytes(&b).ok().map(|k| (b, k)))
-        else {
-            problems.push(bad("its signer key is malformed".into()));
-            continue;
+        // Decompressing a key and checking its order cost more than the
+        // rest of the row: once per key.
+        let parsed = signer.map(|b| {
+            *key_cache
+                .entry(b)
+                .or_insert_with(|| VerifyingKey::from_bytes(&b).ok().map(|k| (k, k.is_weak())))
+        });
+        let (signer_bytes, signer_key) = match (signer, parsed) {
+            (Some(b), Some(Some((k, false)))) => (b, k),
+            (Some(_), Some(Some((_, true)))) => {
+                problems.push(bad("signed by a weak (small-order) key".into()));
+                continue;
+            }
+            _ => {
+                problems.push(bad("its signer key is malformed".into()));
+                continue;
+            }
         };
-        let (signer_bytes, signer_key) = signer;
-        if signer_key.is_weak() {
-            problems.push(bad("signed by a weak (small-order) key".into()));
-            continue;
-        }
         let is_user = user.is_some_and(|u| u == signer_key);
         let k = r.kind_str();
         if !is_user {
@@ -280,6 +289,32 @@ pub fn verify(path: &Path) -> Result<Report> {
             }
         }
     }
+    // What an earlier verification of this ledger saw: a checkpoint that
+    // lives where the writer does not write.
+    let seen = read_seen(path);
+    if let Some(sn) = &seen {
+        if sn.count > n {
+            complete = Some(false);
+            incomplete_because.get_or_insert_with(|| {
+                format!(
+                    "an earlier verification saw {} entries but the ledger holds {n}: its tail was cut off",
+                    sn.count
+                )
+            });
+        } else if sn.count > 0 {
+            complete.get_or_insert(true);
+            let at = rows.get(sn.count as usize - 1);
+            if at.map(|r| hex(&r.hash)) != Some(sn.head.clone()) {
+                problems.push(Problem {
+                    seq: at.map(|r| r.seq),
+                    what: format!(
+                        "the chain diverges at entry {} from the head an earlier verification saw ({})",
+                        sn.count, sn.head
+                    ),
+                });
+            }
+        }
+    }
     problems.sort_by_key(|p| p.seq.unwrap_or(i64::MAX));
     let intact = problems.is_empty();
     let first_bad = problems.first().cloned();
@@ -290,6 +325,11 @@ pub fn verify(path: &Path) -> Result<Report> {
     } else {
         "intact"
     };
+    if problems.is_empty() && complete != Some(false) && n > 0 {
+        if let Some(last) = rows.last() {
+            write_seen(path, n, &hex(&last.hash));
+        }
+    }
     Ok(Report {
         ledger: path.display().to_string(),
         entries: n,
@@ -507,4 +547,46 @@ fn read_checkpoints(
         }
     }
     (newest, problems)
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Seen {
+    count: u64,
+    head: String,
+}
+
+/// `STATE/retie/verified/HASH.json`, HASH of the ledger's absolute path.
+fn seen_path(ledger: &Path) -> Option<std::path::PathBuf> {
+    use sha2::Digest;
+    let abs = std::fs::canonicalize(ledger).ok()?;
+    let h = sha2::Sha256::digest(abs.as_os_str().as_encoded_bytes());
+    let base = super::xdg_base("XDG_STATE_HOME", ".local/state").ok()?;
+    Some(
+        base.join("retie")
+            .join("verified")
+            .join(format!("{}.json", &hex(&h)[..32])),
+    )
+}
+
+fn read_seen(ledger: &Path) -> Option<Seen> {
+    let text = std::fs::read(seen_path(ledger)?).ok()?;
+    serde_json::from_slice(&text).ok()
+}
+
+/// Remember the head of an intact, complete ledger (best effort: a
+/// verifier that cannot write its memory still verifies).
+fn write_seen(ledger: &Path, count: u64, head: &str) {
+    let Some(p) = seen_path(ledger) else { return };
+    if read_seen(ledger).is_some_and(|s| s.count >= count) {
+        return;
+    }
+    let Some(dir) = p.parent() else { return };
+    if super::mkdir_private(dir).is_err() {
+        return;
+    }
+    let tmp = p.with_extension(format!("tmp{}", std::process::id()));
+    let body = serde_json::json!({"count": count, "head": head}).to_string();
+    if std::fs::write(&tmp, body).is_ok() && std::fs::rename(&tmp, &p).is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
 }

@@ -246,6 +246,21 @@ fn raw_sql_edits_are_detected() {
             .contains("tail was cut off"),
         "{v}"
     );
+    // With the checkpoint file gone too, the verifier's own memory of the
+    // head it saw still says so.
+    let cp = PathBuf::from(format!("{}.checkpoints", p.display()));
+    let saved = std::fs::read(&cp).expect("checkpoints");
+    std::fs::remove_file(&cp).expect("rm checkpoints");
+    let (code, v) = verify_json(&s, &p);
+    assert_eq!(code, 2, "expected incomplete without checkpoints: {v}");
+    assert!(
+        v["incomplete_because"]
+            .as_str()
+            .unwrap_or("")
+            .contains("earlier verification"),
+        "{v}"
+    );
+    std::fs::write(&cp, saved).expect("restore checkpoints");
     // Cut and re-grown past the checkpoint with a rewritten history: it
     // diverges from the checkpoint.
     let o = run(
@@ -357,6 +372,40 @@ fn keys_delegations_and_checkpoints_are_checked() {
     );
     assert_code(&o, 0, "expired append");
     assert_tampered(&s, &p, None, "after its delegation expired");
+
+    // A sub-agent delegated by the session key (a tree): fine. One whose
+    // delegation grants more than its parent holds: named.
+    let p = build(&s, "sub.db");
+    let o = run(
+        &s,
+        &[
+            "__ledger",
+            "append",
+            "--ledger",
+            path_str(&p),
+            "--count",
+            "3",
+            "--sub-agent",
+        ],
+    );
+    assert_code(&o, 0, "sub-agent append");
+    let (code, v) = verify_json(&s, &p);
+    assert_eq!(code, 0, "a sub-agent delegation is valid: {v}");
+    let o = run(
+        &s,
+        &[
+            "__ledger",
+            "append",
+            "--ledger",
+            path_str(&p),
+            "--count",
+            "3",
+            "--forge",
+            "sub-agent-escalates",
+        ],
+    );
+    assert_code(&o, 0, "escalating sub-agent append");
+    assert_tampered(&s, &p, None, "does not hold");
 
     // A forged checkpoint: claims more entries, signature made up.
     let p = build(&s, "forged.db");
