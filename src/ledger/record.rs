@@ -109,6 +109,28 @@ pub fn plan_for(cs: &Changeset, allow_blocked: bool) -> Value {
     })
 }
 
+/// `p` with its longest existing ancestor resolved (symlinks and all).
+fn real_path(p: &Path) -> Option<PathBuf> {
+    let abs = if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        std::env::current_dir().ok()?.join(p)
+    };
+    let mut base = abs.as_path();
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(r) = std::fs::canonicalize(base) {
+            let mut out = r;
+            for c in rest.iter().rev() {
+                out.push(c);
+            }
+            return Some(out);
+        }
+        rest.push(base.file_name()?.to_owned());
+        base = base.parent()?;
+    }
+}
+
 /// The undo plan of a direct-mode run: there is none.
 pub fn plan_direct() -> Value {
     json!({
@@ -164,6 +186,26 @@ impl Recorder {
             }),
             action: None,
         };
+        // Never within the command's reach: a ledger inside the workspace is
+        // refused, unless overlay mode protects it (it lies in retie's state
+        // directory, whose changes are never applied).
+        let path = super::resolve_path(ledger_arg)?;
+        if let Some(real) = real_path(&path) {
+            if real.starts_with(workspace) {
+                let protected = mode == "overlay"
+                    && crate::state::dir()
+                        .ok()
+                        .and_then(|d| std::fs::canonicalize(d).ok())
+                        .is_some_and(|d| real.starts_with(d));
+                if !protected {
+                    return Err(Error::Invalid(format!(
+                        "the ledger {} lies inside the workspace {}, within the sandboxed command's reach; keep it outside (--ledger, RETIE_LEDGER)",
+                        path.display(),
+                        workspace.display()
+                    )));
+                }
+            }
+        }
         // Joining: check the session now, before anything runs.
         if let Some(id) = r.join.clone() {
             let s = join_session(&r.ensure()?.0, &id)?;

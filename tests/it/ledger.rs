@@ -623,3 +623,25 @@ fn undo_refuses_when_the_tree_changed_since() {
         assert!(stdout(&o).contains("undo: refused"), "{}", stdout(&o));
     }
 }
+
+#[test]
+fn a_ledger_inside_the_workspace_is_refused() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        for mode in ["overlay", "direct"] {
+            let inside = s.ws.join("sub/ledger.db");
+            let o = s.exec(
+                &["--workspace-mode", mode, "--ledger", path_str(&inside)],
+                &["sh", "-c", "echo ran > ran.txt"],
+            );
+            assert_code(&o, 125, "ledger inside the workspace");
+            assert!(
+                stderr(&o).contains("inside the workspace"),
+                "{}",
+                stderr(&o)
+            );
+            assert!(!s.ws.join("ran.txt").exists(), "{mode}: the command ran");
+            assert!(!inside.exists());
+        }
+    }
+}
