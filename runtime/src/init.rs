@@ -76,6 +76,11 @@ pub fn main(args: InitArgs<'_>) -> ! {
     if pid == 0 {
         setup::exec::exec_command(&args.spec.argv, &args.spec.env, args.stdio, status);
     }
+    // The child makes itself a group leader too; doing it here as well
+    // closes the race where a forwarded signal arrives before the child
+    // got that far (a signal to a group that does not exist yet is lost).
+    // SAFETY: setpgid on our own child, integer arguments only.
+    unsafe { libc::setpgid(pid, pid) };
     reap(pid, status)
 }
 
@@ -200,8 +205,13 @@ fn reap(cmd: libc::pid_t, status_fd: RawFd) -> ! {
             continue;
         }
         if sig != libc::SIGCHLD {
-            // SAFETY: signalling our own child's process group.
-            unsafe { libc::kill(-cmd, sig) };
+            // SAFETY: signalling our own child's process group, or the
+            // child alone if it has left that group.
+            unsafe {
+                if libc::kill(-cmd, sig) < 0 {
+                    libc::kill(cmd, sig);
+                }
+            }
             continue;
         }
         loop {

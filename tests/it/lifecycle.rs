@@ -63,8 +63,8 @@ fn signals_to_retie_are_forwarded_to_the_command() {
     }
 }
 
-/// Start `script` in a sandbox and wait until at least three processes
-/// carry the marker (supervisor, init or shell, and a sleeper).
+/// Start `script` in a sandbox and wait until a `sleep` carrying the marker
+/// runs: by then the shell has run everything before it (traps included).
 fn start_sleepers(s: &Scratch, script: &str, m: &str) -> std::process::Child {
     let child = s
         .retie()
@@ -73,8 +73,15 @@ fn start_sleepers(s: &Scratch, script: &str, m: &str) -> std::process::Child {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
+    let sleeping = || {
+        pids_with(m).into_iter().any(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/comm"))
+                .map(|c| c.trim() == "sleep")
+                .unwrap_or(false)
+        })
+    };
     assert!(
-        wait_until(5.0, || pids_with(m).len() >= 3),
+        wait_until(10.0, sleeping),
         "{:?}: sandbox did not start",
         s.leg
     );
