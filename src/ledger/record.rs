@@ -233,7 +233,9 @@ impl Recorder {
                 "origin": "retie sandbox exec",
                 "provider": null,
                 "model": null,
-                "policy_digest": null,
+                // The policy in force: `sandbox exec` runs no gate yet, but
+                // the shipped policy is what a replay should be read against.
+                "policy_digest": retie_policy::Policy::shipped().ok().map(|p| p.digest().to_hex()),
                 "system_prompt_digest": null,
                 "profile": self.base["profile"],
             });

@@ -470,25 +470,41 @@ pub struct NewestCheckpoint {
     pub line: usize,
 }
 
-/// The newest valid checkpoint, and every problem with the file.
+/// The newest valid checkpoint, and every problem with the checkpoint
+/// files: the one next to the ledger and, when the user names one in
+/// `RETIE_CHECKPOINT_COPY`, its copy (kept somewhere the writer of the
+/// ledger cannot reach, it survives a rewrite of both files beside it).
 fn read_checkpoints(
     ledger: &Path,
     user: Option<&VerifyingKey>,
 ) -> (Option<NewestCheckpoint>, Vec<Problem>) {
-    let p = super::checkpoint_path(ledger);
+    let mut newest: Option<NewestCheckpoint> = None;
     let mut problems = Vec::new();
-    let text = match std::fs::read(&p) {
+    let mut files = vec![super::checkpoint_path(ledger)];
+    files.extend(super::checkpoint_copy_path());
+    for p in files {
+        read_checkpoint_file(&p, user, &mut newest, &mut problems);
+    }
+    (newest, problems)
+}
+
+fn read_checkpoint_file(
+    p: &Path,
+    user: Option<&VerifyingKey>,
+    newest: &mut Option<NewestCheckpoint>,
+    problems: &mut Vec<Problem>,
+) {
+    let text = match std::fs::read(p) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (None, problems),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
         Err(e) => {
             problems.push(Problem {
                 seq: None,
                 what: format!("the checkpoint file {} cannot be read: {e}", p.display()),
             });
-            return (None, problems);
+            return;
         }
     };
-    let mut newest: Option<NewestCheckpoint> = None;
     for (i, line) in String::from_utf8_lossy(&text).lines().enumerate() {
         let ln = i + 1;
         if line.trim().is_empty() {
@@ -497,7 +513,7 @@ fn read_checkpoints(
         let mut bad = |what: String| {
             problems.push(Problem {
                 seq: None,
-                what: format!("checkpoint line {ln}: {what}"),
+                what: format!("{} line {ln}: {what}", p.display()),
             })
         };
         let cp: Checkpoint = match serde_json::from_str(line) {
@@ -534,19 +550,18 @@ fn read_checkpoints(
             ));
             continue;
         }
-        let newer = match &newest {
+        let newer = match &*newest {
             None => true,
             Some(n) => cp.count >= n.count,
         };
         if newer {
-            newest = Some(NewestCheckpoint {
+            *newest = Some(NewestCheckpoint {
                 count: cp.count,
                 head: cp.head,
                 line: ln,
             });
         }
     }
-    (newest, problems)
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]

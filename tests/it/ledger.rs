@@ -645,3 +645,44 @@ fn a_ledger_inside_the_workspace_is_refused() {
         }
     }
 }
+
+#[test]
+fn a_named_checkpoint_copy_catches_a_cut_tail_when_everything_beside_the_ledger_is_gone() {
+    let s = Scratch::new(Leg::Invoker);
+    let copy = s.root.path().join("elsewhere").join("checkpoints");
+    std::fs::create_dir_all(copy.parent().expect("parent")).expect("mkdir");
+    let p = s.root.path().join("copied.db");
+    let with_copy = |args: &[&str]| {
+        let mut c = s.retie();
+        c.args(args)
+            .env("RETIE_CHECKPOINT_COPY", &copy)
+            .stdin(Stdio::null());
+        c.output().expect("run retie")
+    };
+    let o = with_copy(&[
+        "__ledger",
+        "append",
+        "--ledger",
+        path_str(&p),
+        "--count",
+        "10",
+    ]);
+    assert_code(&o, 0, "append");
+    assert!(copy.exists(), "the named copy was not written");
+    // Cut the tail, and remove both the checkpoint file next to the ledger
+    // and the verifier's memory of the head it saw.
+    sql(
+        &p,
+        "DROP TRIGGER entries_no_delete; DELETE FROM entries WHERE seq > 5;",
+    );
+    std::fs::remove_file(format!("{}.checkpoints", p.display())).expect("rm checkpoints");
+    let _ = std::fs::remove_dir_all(s.home.join(".local/state/retie/verified"));
+    // Without the copy nothing can tell; with it, the cut is caught.
+    let (code, v) = verify_json(&s, &p);
+    assert_eq!(code, 0, "nothing left to compare against: {v}");
+    let _ = std::fs::remove_dir_all(s.home.join(".local/state/retie/verified"));
+    let o = with_copy(&["verify", "--ledger", path_str(&p), "--json"]);
+    assert_code(&o, 2, "incomplete via the named copy");
+    let v = json_out(&o);
+    assert_eq!(v["complete"], false, "{v}");
+}
