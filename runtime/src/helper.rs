@@ -34,6 +34,9 @@ pub struct Request {
     /// The final environment, `K=V`.
     pub env: Vec<String>,
     pub ro_binds: Vec<(PathBuf, PathBuf)>,
+    /// Directories hidden from the command.
+    #[serde(default)]
+    pub masks: Vec<PathBuf>,
     /// The network mode (a lab mode names the lab's keeper).
     #[serde(default)]
     pub net: crate::spec::NetMode,
@@ -61,6 +64,7 @@ impl Request {
                 .iter()
                 .map(|b| (b.host.clone(), b.inside.clone()))
                 .collect(),
+            masks: spec.masks.clone(),
             net: spec.net.clone(),
         }
     }
@@ -72,6 +76,9 @@ impl Request {
             .network(self.net.clone());
         if let Some(ms) = self.timeout_ms {
             b = b.timeout(Duration::from_millis(ms));
+        }
+        for m in &self.masks {
+            b = b.mask(m);
         }
         for (h, i) in &self.ro_binds {
             b = b.ro_bind(h, i);

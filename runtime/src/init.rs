@@ -113,6 +113,8 @@ fn setup_and_wait(args: &InitArgs<'_>) -> StepResult<setup::landlock::Enforced> 
     // under one of them.
     setup::workspace::mount_scratch(spec)?;
     setup::workspace::mount_workspace(spec, args.idmapped.as_ref())?;
+    // retie's own ledger or state, if they live in the workspace.
+    setup::workspace::mask_dirs(spec)?;
     // From here on the host's tree is unreachable.
     setup::rootfs::detach_old_root()?;
     setup::rootfs::seal_root()?;

@@ -123,6 +123,7 @@ pub struct SandboxSpec {
     pub(crate) limits: Limits,
     pub(crate) timeout: Option<Duration>,
     pub(crate) ro_binds: Vec<RoBind>,
+    pub(crate) masks: Vec<PathBuf>,
     pub(crate) identity: Identity,
     pub(crate) hostname: CString,
 }
@@ -158,6 +159,10 @@ impl SandboxSpec {
     pub fn net(&self) -> &NetMode {
         &self.net
     }
+    /// Directories hidden from the command.
+    pub fn masks(&self) -> &[PathBuf] {
+        &self.masks
+    }
     /// The time limit, if any.
     pub fn timeout(&self) -> Option<Duration> {
         self.timeout
@@ -188,6 +193,7 @@ pub struct SandboxBuilder {
     env_set: BTreeMap<String, OsString>,
     env_pass: Vec<String>,
     ro_binds: Vec<RoBind>,
+    masks: Vec<PathBuf>,
 }
 
 /// Entry point of the builder API.
@@ -214,6 +220,7 @@ impl Sandbox {
             env_set: BTreeMap::new(),
             env_pass: Vec::new(),
             ro_binds: Vec::new(),
+            masks: Vec::new(),
         }
     }
 }
@@ -268,6 +275,14 @@ impl SandboxBuilder {
             host: host.into(),
             inside: inside.into(),
         });
+        self
+    }
+
+    /// Hide a directory inside the workspace from the command: an empty,
+    /// read-only tmpfs covers it (retie's ledger or state, when they live
+    /// in the workspace).
+    pub fn mask(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.masks.push(dir.into());
         self
     }
 
@@ -326,6 +341,14 @@ impl SandboxBuilder {
                 }
             }
         }
+        for m in &self.masks {
+            if !m.is_absolute() || !m.starts_with(&workspace) || *m == workspace {
+                return Err(invalid(format!(
+                    "mask {}: must be an absolute directory strictly inside the workspace",
+                    m.display()
+                )));
+            }
+        }
         for b in &self.ro_binds {
             if !b.inside.is_absolute() || !b.host.is_absolute() {
                 return Err(invalid(format!(
@@ -380,6 +403,7 @@ impl SandboxBuilder {
             limits,
             timeout: self.timeout,
             ro_binds: self.ro_binds,
+            masks: self.masks,
             identity,
             hostname: c"retie".to_owned(),
         })

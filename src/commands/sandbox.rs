@@ -169,6 +169,9 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
         mode,
         &args.profile,
     )?;
+    if let Some(dir) = rec.mask() {
+        b = b.mask(dir);
+    }
     let mut overlay = None;
     if args.workspace_mode == ModeArg::Overlay {
         let state = crate::state::dir()?;

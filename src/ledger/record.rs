@@ -2,6 +2,7 @@
 //! joins one), the intent with the undo plan before any change reaches the
 //! workspace, the outcome after.
 
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use ed25519_dalek::SigningKey;
@@ -159,9 +160,17 @@ pub struct Recorder {
     base: Value,
     /// The intent's seq once written.
     pub action: Option<i64>,
+    /// The ledger's directory, when it lies inside the workspace and must
+    /// be masked in the sandbox.
+    mask: Option<PathBuf>,
 }
 
 impl Recorder {
+    /// The directory the sandbox must not see (the ledger lives in it).
+    pub fn mask(&self) -> Option<&Path> {
+        self.mask.as_deref()
+    }
+
     /// Open the ledger (creating it and the user key on first use).
     pub fn open(
         ledger_arg: Option<&Path>,
@@ -185,24 +194,34 @@ impl Recorder {
                 "profile": profile,
             }),
             action: None,
+            mask: None,
         };
-        // Never within the command's reach: a ledger inside the workspace is
-        // refused, unless overlay mode protects it (it lies in retie's state
-        // directory, whose changes are never applied).
+        // Never within the command's reach. A ledger inside the workspace
+        // gets its directory masked in the sandbox (an empty read-only
+        // tmpfs covers it: the ledger, its WAL, checkpoints and keys). A
+        // ledger directly in the workspace's root cannot be masked without
+        // hiding the workspace itself, so that is refused.
         let path = super::resolve_path(ledger_arg)?;
         if let Some(real) = real_path(&path) {
             if real.starts_with(workspace) {
-                let protected = mode == "overlay"
-                    && crate::state::dir()
-                        .ok()
-                        .and_then(|d| std::fs::canonicalize(d).ok())
-                        .is_some_and(|d| real.starts_with(d));
-                if !protected {
-                    return Err(Error::Invalid(format!(
-                        "the ledger {} lies inside the workspace {}, within the sandboxed command's reach; keep it outside (--ledger, RETIE_LEDGER)",
-                        path.display(),
-                        workspace.display()
-                    )));
+                match real.parent() {
+                    Some(dir) if dir != workspace && dir.starts_with(workspace) => {
+                        // It must exist before the run, or the command
+                        // could create it (and plant files) unmasked.
+                        std::fs::DirBuilder::new()
+                            .recursive(true)
+                            .mode(0o700)
+                            .create(dir)
+                            .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+                        r.mask = Some(dir.to_path_buf());
+                    }
+                    _ => {
+                        return Err(Error::Invalid(format!(
+                            "the ledger {} lies in the root of the workspace {}, within the sandboxed command's reach; keep it in a directory of its own or outside (--ledger, RETIE_LEDGER)",
+                            path.display(),
+                            workspace.display()
+                        )))
+                    }
                 }
             }
         }

@@ -625,24 +625,53 @@ fn undo_refuses_when_the_tree_changed_since() {
 }
 
 #[test]
-fn a_ledger_inside_the_workspace_is_refused() {
+fn a_ledger_inside_the_workspace_is_masked_from_the_command() {
     for leg in legs() {
         let s = Scratch::new(leg);
+        let inside = s.ws.join("sub/ledger.db");
         for mode in ["overlay", "direct"] {
-            let inside = s.ws.join("sub/ledger.db");
             let o = s.exec(
                 &["--workspace-mode", mode, "--ledger", path_str(&inside)],
-                &["sh", "-c", "echo ran > ran.txt"],
+                &[
+                    "sh",
+                    "-c",
+                    "ls -A sub 2>&1; echo forged > sub/ledger.db 2>/dev/null && echo WROTE; echo ran > ran.txt",
+                ],
             );
-            assert_code(&o, 125, "ledger inside the workspace");
+            assert_code(&o, 0, &format!("{mode}: ledger inside the workspace"));
+            let out = stdout(&o);
             assert!(
-                stderr(&o).contains("inside the workspace"),
-                "{}",
-                stderr(&o)
+                !out.contains("ledger.db") && !out.contains("WROTE"),
+                "{leg:?} {mode}: the command reached the ledger:\n{out}"
             );
-            assert!(!s.ws.join("ran.txt").exists(), "{mode}: the command ran");
-            assert!(!inside.exists());
+            assert_eq!(
+                std::fs::read_to_string(s.ws.join("ran.txt"))
+                    .ok()
+                    .as_deref(),
+                Some("ran\n")
+            );
+            std::fs::remove_file(s.ws.join("ran.txt")).expect("rm");
         }
+        assert!(inside.exists(), "{leg:?}: nothing was recorded");
+        let o = s
+            .retie()
+            .args(["verify", "--ledger", path_str(&inside)])
+            .output()
+            .expect("verify");
+        assert_code(&o, 0, "the masked ledger verifies");
+        // A ledger in the workspace's root cannot be masked: refused.
+        let root_level = s.ws.join("ledger.db");
+        let o = s.exec(
+            &["--ledger", path_str(&root_level)],
+            &["sh", "-c", "echo ran > ran.txt"],
+        );
+        assert_code(&o, 125, "ledger in the workspace root");
+        assert!(
+            stderr(&o).contains("root of the workspace"),
+            "{}",
+            stderr(&o)
+        );
+        assert!(!s.ws.join("ran.txt").exists(), "the command ran");
     }
 }
 

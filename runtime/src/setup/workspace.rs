@@ -110,6 +110,26 @@ pub fn mount_workspace(spec: &SandboxSpec, idmapped: Option<&IdmapTrees>) -> Ste
     Ok(())
 }
 
+/// Inside, after the workspace is mounted: cover each masked directory
+/// with an empty, read-only tmpfs. A mask that does not exist yet has
+/// nothing to hide.
+pub fn mask_dirs(spec: &SandboxSpec) -> StepResult {
+    for m in &spec.masks {
+        if !m.is_dir() {
+            continue;
+        }
+        super::mount(
+            STEP,
+            Some(Path::new("tmpfs")),
+            m,
+            Some("tmpfs"),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC | libc::MS_RDONLY,
+            Some("mode=000,size=4k"),
+        )?;
+    }
+    Ok(())
+}
+
 /// Root-invoked overlay: the layers are idmapped trees the supervisor
 /// opened (the sandbox user may not be able to walk to the state
 /// directory). They are attached in a private staging tmpfs, the overlay
