@@ -193,6 +193,17 @@ pub struct Changeset {
 }
 
 impl Changeset {
+    /// The changes an apply with `allow_blocked` would make, in order:
+    /// the applicable ones, then (if allowed) the blocked ones.
+    pub fn to_apply(&self, allow_blocked: bool) -> impl Iterator<Item = &Change> {
+        self.changes.iter().chain(
+            self.blocked
+                .iter()
+                .filter(move |_| allow_blocked)
+                .map(|b| &b.change),
+        )
+    }
+
     /// Computes the changeset of `upper` over `lower` with no protected paths.
     pub fn compute(lower: &Path, upper: &Path) -> Result<Changeset> {
         Changeset::compute_with(lower, upper, &ComputeOptions::default())

@@ -180,7 +180,7 @@ pub fn handle(
         "blocked": cs.blocked.iter().map(|b| json!({"path": b.change.path.as_str(), "reason": b.reason})).collect::<Vec<_>>(),
         "refused": cs.refused.iter().map(|r| json!({"path": r.path, "reason": r.reason})).collect::<Vec<_>>(),
     });
-    let applicable = cs.changes.len() + if allow_blocked { cs.blocked.len() } else { 0 };
+    let applicable = cs.to_apply(allow_blocked).count();
     if applicable == 0 {
         return Ok(Handled {
             json: with(base, "applied", false),
@@ -310,14 +310,8 @@ fn change_json(c: &Change) -> serde_json::Value {
 
 fn summary(cs: &Changeset, allow_blocked: bool) -> String {
     let mut counts = std::collections::BTreeMap::new();
-    let all = cs.changes.iter().chain(
-        cs.blocked
-            .iter()
-            .filter(|_| allow_blocked)
-            .map(|b| &b.change),
-    );
     let mut n = 0;
-    for c in all {
+    for c in cs.to_apply(allow_blocked) {
         *counts.entry(kind_name(&c.kind)).or_insert(0) += 1;
         n += 1;
     }
@@ -354,16 +348,7 @@ fn sigil(k: &ChangeKind) -> char {
 fn print_review(cs: &Changeset, ws: &Path, upper: &Path, allow_blocked: bool) {
     let mut err = std::io::stderr().lock();
     let _ = writeln!(err, "retie: changes made by the command:");
-    let all: Vec<&Change> = cs
-        .changes
-        .iter()
-        .chain(
-            cs.blocked
-                .iter()
-                .filter(|_| allow_blocked)
-                .map(|b| &b.change),
-        )
-        .collect();
+    let all: Vec<&Change> = cs.to_apply(allow_blocked).collect();
     for c in &all {
         let _ = writeln!(err, "  {} {}", sigil(&c.kind), c.path);
     }

@@ -223,16 +223,7 @@ pub fn resolve_path(arg: Option<&Path>) -> Result<PathBuf> {
 
 /// `$VAR` if absolute, else `$HOME/fallback`.
 pub(crate) fn xdg_base(var: &'static str, fallback: &str) -> Result<PathBuf> {
-    std::env::var_os(var)
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .map(PathBuf::from)
-                .filter(|p| p.is_absolute())
-                .map(|h| h.join(fallback))
-        })
-        .ok_or(Error::NoHome(var))
+    crate::state::xdg_base(var, fallback).ok_or(Error::NoHome(var))
 }
 
 pub(crate) fn mkdir_private(d: &Path) -> Result<()> {

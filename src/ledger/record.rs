@@ -92,14 +92,7 @@ pub fn join_session(ledger: &Ledger, id: &str) -> Result<Session> {
 /// The undo plan of a changeset about to be applied.
 pub fn plan_for(cs: &Changeset, allow_blocked: bool) -> Value {
     let paths: Vec<&str> = cs
-        .changes
-        .iter()
-        .chain(
-            cs.blocked
-                .iter()
-                .filter(|_| allow_blocked)
-                .map(|b| &b.change),
-        )
+        .to_apply(allow_blocked)
         .map(|c| c.path.as_str())
         .collect();
     json!({

@@ -230,3 +230,21 @@ pub fn host_uid(pid: i32) -> Option<u32> {
 pub fn path_str(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
 }
+
+/// Write `text` to `rel` in the workspace (creating directories), owned by
+/// the leg's user.
+pub fn write(s: &Scratch, rel: &str, text: &str) {
+    let p = s.ws.join(rel);
+    if let Some(d) = p.parent() {
+        std::fs::create_dir_all(d).expect("mkdir");
+    }
+    std::fs::write(&p, text).expect("write");
+    if s.leg == Leg::Nobody {
+        for q in [p.as_path()]
+            .into_iter()
+            .chain(p.ancestors().skip(1).take_while(|a| a.starts_with(&s.ws)))
+        {
+            chown(q, Some(NOBODY), Some(NOBODY)).expect("chown");
+        }
+    }
+}

@@ -6,22 +6,6 @@ use std::process::Stdio;
 
 use crate::harness::*;
 
-fn write(s: &Scratch, rel: &str, text: &str) {
-    let p = s.ws.join(rel);
-    if let Some(d) = p.parent() {
-        std::fs::create_dir_all(d).expect("mkdir");
-    }
-    std::fs::write(&p, text).expect("write");
-    if s.leg == Leg::Nobody {
-        for q in [p.as_path()]
-            .into_iter()
-            .chain(p.ancestors().skip(1).take_while(|a| a.starts_with(&s.ws)))
-        {
-            std::os::unix::fs::chown(q, Some(NOBODY), Some(NOBODY)).expect("chown");
-        }
-    }
-}
-
 fn read(s: &Scratch, rel: &str) -> Option<String> {
     std::fs::read_to_string(s.ws.join(rel)).ok()
 }
