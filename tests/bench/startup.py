@@ -1,6 +1,14 @@
 #!/usr/bin/env python3
 """Side-by-side start-up benchmark: `true` under retie and under bubblewrap.
 
+Two retie rows:
+- `retie-runtime`: the runtime alone, through `retie __sandbox-helper`
+  (the entry the agent uses; the caller records in the ledger around it).
+  This is the figure comparable to bubblewrap, which records nothing.
+- `retie-cli`: `retie sandbox exec --workspace-mode direct`, which also
+  opens a ledger session and durably records the action before and after
+  the run.
+
 Both run in the same loop, interleaved and alternating which goes first, so
 machine noise hits them alike. Prints medians, p90s and the ratio, plus the
 peak RSS of retie's supervising helper process. Nothing here asserts a time:
@@ -19,12 +27,13 @@ import tempfile
 import time
 
 
-def spawn_time(argv, cwd):
+def spawn_time(argv, cwd, env=None):
     """Wall time of one fork+exec+wait of argv, in ms; checks it succeeded."""
     t0 = time.perf_counter_ns()
-    pid = os.posix_spawn(argv[0], argv, os.environ, file_actions=[
+    pid = os.posix_spawn(argv[0], argv, env or os.environ, file_actions=[
         (os.POSIX_SPAWN_OPEN, 1, "/dev/null", os.O_WRONLY, 0),
         (os.POSIX_SPAWN_OPEN, 2, "/dev/null", os.O_WRONLY, 0),
+        (os.POSIX_SPAWN_OPEN, 3, "/dev/null", os.O_WRONLY, 0),
     ]) if cwd is None else None
     if pid is None:
         raise RuntimeError("cwd unsupported")
@@ -56,10 +65,25 @@ def main():
     true = shutil.which("true")
 
     ws = tempfile.mkdtemp(prefix="retie-bench-")
+    state = tempfile.mkdtemp(prefix="retie-bench-state-")
+    import tomllib
+    profile = tomllib.load(open(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                             "../../rootfs/host.toml"), "rb"))
+    request = json.dumps({
+        "argv": ["true"], "workspace": ws, "profile": profile, "timeout_ms": None,
+        "env": ["PATH=/usr/bin:/bin", "HOME=/tmp", "TERM=dumb", "LANG=C.UTF-8", "USER=bench"],
+        "ro_binds": [],
+    })
+    envs = {
+        "retie-runtime": dict(os.environ, RETIE_HELPER_REQUEST=request),
+        "retie-cli": dict(os.environ, XDG_STATE_HOME=state, XDG_CONFIG_HOME=state),
+    }
     try:
         cmds = {
-            # direct mode: the workspace bound read-write, as bubblewrap does
-            "retie": [retie, "sandbox", "exec", "-w", ws, "--workspace-mode", "direct", "--", "true"],
+            # the runtime alone, direct workspace bind as bubblewrap does
+            "retie-runtime": [retie, "__sandbox-helper", "--reply-fd", "3"],
+            # the CLI: the same sandbox, plus a ledger session recorded durably
+            "retie-cli": [retie, "sandbox", "exec", "-w", ws, "--workspace-mode", "direct", "--", "true"],
             # bubblewrap with comparable isolation: every namespace, a new
             # session, parent-death kill, read-only /usr (and the merged-/usr
             # links), proc, dev, tmpfs /tmp, the workspace bound read-write.
@@ -73,21 +97,29 @@ def main():
         }
         for name, argv in cmds.items():  # warm up, and fail early
             for _ in range(5):
-                spawn_time(argv, None)
+                spawn_time(argv, None, envs.get(name))
         times = {k: [] for k in cmds}
         order = list(cmds)
         for i in range(args.runs):
             for name in (order if i % 2 == 0 else reversed(order)):
-                times[name].append(spawn_time(cmds[name], None))
+                times[name].append(spawn_time(cmds[name], None, envs.get(name)))
 
         rss = []
         for _ in range(20):
-            out = subprocess.run([retie, "sandbox", "exec", "-w", ws, "--workspace-mode", "direct",
-                                  "--json", "--", "true"],
-                                 capture_output=True, text=True, check=True)
-            rss.append(json.loads(out.stderr.strip().splitlines()[-1])["helper_max_rss_kib"])
+            r, w = os.pipe()
+            pid = os.posix_spawn(retie, [retie, "__sandbox-helper", "--reply-fd", "3"], envs["retie-runtime"],
+                                 file_actions=[(os.POSIX_SPAWN_DUP2, w, 3),
+                                               (os.POSIX_SPAWN_OPEN, 1, "/dev/null", os.O_WRONLY, 0)])
+            os.close(w)
+            reply = b""
+            while chunk := os.read(r, 65536):
+                reply += chunk
+            os.close(r)
+            os.waitpid(pid, 0)
+            rss.append(json.loads(reply)["outcome"]["helper_max_rss_kib"])
     finally:
         shutil.rmtree(ws, ignore_errors=True)
+        shutil.rmtree(state, ignore_errors=True)
 
     med = {k: statistics.median(v) for k, v in times.items()}
     summary = {
@@ -95,17 +127,19 @@ def main():
         "uid": os.geteuid(),
         "median_ms": {k: round(v, 3) for k, v in med.items()},
         "p90_ms": {k: round(pct(v, 0.9), 3) for k, v in times.items()},
-        "ratio_retie_over_bwrap": round(med["retie"] / med["bwrap"], 3),
+        "ratio_retie_over_bwrap": round(med["retie-runtime"] / med["bwrap"], 3),
+        "ledger_cost_ms": round(med["retie-cli"] - med["retie-runtime"], 3),
         "helper_peak_rss_kib": max(rss),
     }
     if args.json:
         print(json.dumps(summary))
         return
     print(f"start-up of `true`, {args.runs} interleaved runs each, uid {os.geteuid()}")
-    print(f"{'':8}{'median ms':>12}{'p90 ms':>10}")
+    print(f"{'':15}{'median ms':>12}{'p90 ms':>10}")
     for k in cmds:
-        print(f"{k:8}{med[k]:>12.3f}{pct(times[k], 0.9):>10.3f}")
-    print(f"ratio retie/bwrap (median): {summary['ratio_retie_over_bwrap']:.3f}  (target <= 0.8)")
+        print(f"{k:15}{med[k]:>12.3f}{pct(times[k], 0.9):>10.3f}")
+    print(f"ratio retie-runtime/bwrap (median): {summary['ratio_retie_over_bwrap']:.3f}  (target <= 0.8)")
+    print(f"the CLI's ledger recording adds {summary['ledger_cost_ms']:.2f} ms (median)")
     print(f"retie helper peak RSS: {max(rss)} KiB ({max(rss) / 1024:.1f} MiB; target < 8 MiB)")
 
 
