@@ -46,6 +46,15 @@ const REQUIRED_PROBES: &[&str] = &[
     "DNS resolution fails",
     "environment is clean",
     "Landlock enforced inside",
+    // The lab section (a throwaway lab, probed from a lab sandbox and from
+    // inside the lab).
+    "lab sandbox: lab port reachable",
+    "lab sandbox: undeclared lab port refused (Landlock)",
+    "lab sandbox: no default route",
+    "lab sandbox: DNS resolution fails",
+    "lab sandbox: IPv6 socket refused",
+    "lab itself: no default route",
+    "lab itself: no uplink (only lo and sandbox veths)",
 ];
 
 #[test]
@@ -86,6 +95,16 @@ fn selftest_passes_and_covers_every_escape() {
             })
             .count();
         assert!(tcp >= 1, "{leg:?}: no TCP listener probed");
+        // The lab sandbox probed both host listeners too.
+        let lab_host = probes
+            .iter()
+            .filter(|p| {
+                p["probe"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("lab ") && n.contains("host listener"))
+            })
+            .count();
+        assert!(lab_host >= 2, "{leg:?}: lab host-listener rows: {lab_host}");
         // The selftest must clean its canary up.
         let home = match leg {
             Leg::Invoker => std::env::var("HOME").unwrap_or_default(),

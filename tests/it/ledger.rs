@@ -126,21 +126,20 @@ fn exec_records_intent_and_outcome_and_verifies() {
     }
 }
 
+/// `retie __ledger append --ledger P --count N EXTRA...` (test-only
+/// appends, forged keys and sub-agents included).
+fn append(s: &Scratch, p: &Path, count: u32, extra: &[&str]) -> Output {
+    let n = count.to_string();
+    let mut args = vec!["__ledger", "append", "--ledger", path_str(p), "--count", &n];
+    args.extend_from_slice(extra);
+    run(s, &args)
+}
+
 /// A ledger of a few sessions, built by the binary; returns its path.
 fn build(s: &Scratch, name: &str) -> PathBuf {
     let p = s.root.path().join(name);
     for _ in 0..2 {
-        let o = run(
-            s,
-            &[
-                "__ledger",
-                "append",
-                "--ledger",
-                path_str(&p),
-                "--count",
-                "10",
-            ],
-        );
+        let o = append(s, &p, 10, &[]);
         assert_code(&o, 0, "append");
     }
     let (code, v) = verify_json(s, &p);
@@ -247,18 +246,7 @@ fn raw_sql_edits_are_detected() {
     std::fs::write(&cp, saved).expect("restore checkpoints");
     // Cut and re-grown past the checkpoint with a rewritten history: it
     // diverges from the checkpoint.
-    let o = run(
-        &s,
-        &[
-            "__ledger",
-            "append",
-            "--ledger",
-            path_str(&p),
-            "--count",
-            "5",
-            "--no-checkpoint",
-        ],
-    );
+    let o = append(&s, &p, 5, &["--no-checkpoint"]);
     assert_code(&o, 0, "regrow");
     assert_tampered(&s, &p, None, "diverges from the checkpoint");
 }
@@ -323,71 +311,24 @@ fn keys_delegations_and_checkpoints_are_checked() {
     let s = Scratch::new(Leg::Invoker);
     // An entry signed by a key that no delegation covers.
     let p = build(&s, "rogue.db");
-    let o = run(
-        &s,
-        &[
-            "__ledger",
-            "append",
-            "--ledger",
-            path_str(&p),
-            "--count",
-            "2",
-            "--forge",
-            "rogue-key",
-        ],
-    );
+    let o = append(&s, &p, 2, &["--forge", "rogue-key"]);
     assert_code(&o, 0, "rogue append");
     assert_tampered(&s, &p, None, "no delegation covers");
 
     // Entries written after their delegation expired.
     let p = build(&s, "expired.db");
-    let o = run(
-        &s,
-        &[
-            "__ledger",
-            "append",
-            "--ledger",
-            path_str(&p),
-            "--count",
-            "2",
-            "--forge",
-            "expired",
-        ],
-    );
+    let o = append(&s, &p, 2, &["--forge", "expired"]);
     assert_code(&o, 0, "expired append");
     assert_tampered(&s, &p, None, "after its delegation expired");
 
     // A sub-agent delegated by the session key (a tree): fine. One whose
     // delegation grants more than its parent holds: named.
     let p = build(&s, "sub.db");
-    let o = run(
-        &s,
-        &[
-            "__ledger",
-            "append",
-            "--ledger",
-            path_str(&p),
-            "--count",
-            "3",
-            "--sub-agent",
-        ],
-    );
+    let o = append(&s, &p, 3, &["--sub-agent"]);
     assert_code(&o, 0, "sub-agent append");
     let (code, v) = verify_json(&s, &p);
     assert_eq!(code, 0, "a sub-agent delegation is valid: {v}");
-    let o = run(
-        &s,
-        &[
-            "__ledger",
-            "append",
-            "--ledger",
-            path_str(&p),
-            "--count",
-            "3",
-            "--forge",
-            "sub-agent-escalates",
-        ],
-    );
+    let o = append(&s, &p, 3, &["--forge", "sub-agent-escalates"]);
     assert_code(&o, 0, "escalating sub-agent append");
     assert_tampered(&s, &p, None, "does not hold");
 
@@ -484,17 +425,7 @@ fn crash_between_intent_and_outcome_leaves_an_honest_ledger() {
 fn four_concurrent_writers_lose_nothing() {
     let s = Scratch::new(Leg::Invoker);
     let p = s.root.path().join("conc.db");
-    let o = run(
-        &s,
-        &[
-            "__ledger",
-            "append",
-            "--ledger",
-            path_str(&p),
-            "--count",
-            "1",
-        ],
-    );
+    let o = append(&s, &p, 1, &[]);
     assert_code(&o, 0, "seed");
     let children: Vec<_> = (0..4)
         .map(|_| {
