@@ -56,6 +56,11 @@ pub enum RuntimeError {
         exit_code: i32,
     },
 
+    /// The status channel from the sandbox's init carried something init
+    /// did not write. Nothing it said is reported as retie's own.
+    #[error("the sandbox's status channel was tampered with ({why}); nothing it reported is trusted, and the run counts as failed")]
+    Channel { why: String },
+
     /// The helper process misbehaved (bad status, protocol error).
     #[error("sandbox helper: {0}")]
     Helper(String),

@@ -89,8 +89,17 @@ fn setup_and_wait(args: &InitArgs<'_>) -> StepResult<setup::landlock::Enforced> 
     let spec = args.spec;
     // A dying supervisor takes the sandbox with it.
     arm_parent_death()?;
-    // The supervisor writes our id maps (and idmaps the workspace) first.
+    // The supervisor writes our id maps (and idmaps the workspace) first;
+    // it needs us dumpable for that (our /proc entries stay ours).
     wait_for_go(args.go.as_raw_fd())?;
+    // From here on nothing in the sandbox may read or open anything of
+    // ours through /proc: not our memory (a copy of the caller's, with its
+    // environment), not our status pipe. Non-dumpable makes every
+    // /proc/1/{environ,mem,fd,...} access need CAP_SYS_PTRACE over the
+    // caller's namespace, which nothing inside has. The caller's
+    // environment is scrubbed from our copy as well.
+    make_undumpable()?;
+    scrub_environment();
     // Become the sandbox user before touching the filesystem: files created
     // from here on need a mapped owner, and a root-invoked sandbox must not
     // act as host root even during set-up. The namespace capabilities stay
@@ -98,6 +107,8 @@ fn setup_and_wait(args: &InitArgs<'_>) -> StepResult<setup::landlock::Enforced> 
     // parent-death signal, so arm it again and make sure the supervisor did
     // not die in between.
     setup::identity::become_user(&spec.identity)?;
+    // A credential change resets dumpability to fs.suid_dumpable.
+    make_undumpable()?;
     arm_parent_death()?;
     check_parent_alive(args.go.as_raw_fd())?;
 
@@ -134,7 +145,52 @@ fn setup_and_wait(args: &InitArgs<'_>) -> StepResult<setup::landlock::Enforced> 
     setup::fds::cloexec_all()?;
     // Last: the seccomp filter (it also sets NO_NEW_PRIVS).
     setup::seccomp::install(&filters)?;
+    // Checked, not assumed: the command is forked from us next.
+    make_undumpable()?;
     Ok(enforced)
+}
+
+/// PR_SET_DUMPABLE 0, then read it back.
+fn make_undumpable() -> StepResult {
+    // SAFETY: prctl(PR_SET_DUMPABLE) takes integer arguments and only
+    // changes this process's dumpable flag.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } < 0 {
+        return Err(SetupError::last_os("init", "PR_SET_DUMPABLE"));
+    }
+    // SAFETY: PR_GET_DUMPABLE reads a flag of this process.
+    match unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) } {
+        0 => Ok(()),
+        v => Err(SetupError {
+            step: "init",
+            message: format!("the sandbox's init is still dumpable ({v}) after PR_SET_DUMPABLE 0"),
+            hint: None,
+        }),
+    }
+}
+
+/// Overwrite the caller's environment strings in our copy of its memory
+/// (init is a clone of the supervisor, not an exec of it). The command
+/// gets the spec's environment, built before the clone.
+fn scrub_environment() {
+    extern "C" {
+        static mut environ: *mut *mut libc::c_char;
+    }
+    // SAFETY: init is single-threaded and nothing reads the environment
+    // concurrently. `environ` is a NULL-terminated array of pointers to
+    // NUL-terminated strings that we own (inherited from the clone); each
+    // string is zeroed within its own strlen, and the array is left in
+    // place (every entry becomes the empty string).
+    unsafe {
+        let mut p = std::ptr::addr_of!(environ).read();
+        if p.is_null() {
+            return;
+        }
+        while !(*p).is_null() {
+            let s = *p;
+            std::ptr::write_bytes(s, 0, libc::strlen(s));
+            p = p.add(1);
+        }
+    }
 }
 
 fn arm_parent_death() -> StepResult {

@@ -170,7 +170,10 @@ pub fn run(spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
 
     let mut buf = Vec::new();
     let _ = sys::read_to_end(status_r.as_raw_fd(), &mut buf);
-    let reports = Report::parse_all(&buf);
+    // Only init and the command's pre-exec child can reach this pipe; a
+    // report that breaks the protocol means something else did, and nothing
+    // it says (a "fix" to run, an exit code) is believed.
+    let reports = Report::parse_strict(&buf).map_err(|why| RuntimeError::Channel { why })?;
     let mut ready = None;
     let mut ended = None;
     for r in reports {

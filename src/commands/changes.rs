@@ -63,6 +63,11 @@ impl OverlayRun {
         })
     }
 
+    /// Did the command write anything into the upper layer?
+    pub fn has_writes(&self) -> bool {
+        std::fs::read_dir(&self.upper).is_ok_and(|mut d| d.next().is_some())
+    }
+
     /// Keep the run's directories (the changes were not applied).
     pub fn keep(&mut self) {
         self.keep = true;

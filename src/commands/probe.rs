@@ -120,6 +120,70 @@ fn c(s: &str) -> CString {
     CString::new(s).unwrap_or_default()
 }
 
+/// The sandbox's init (PID 1) is retie's own process: a copy of the
+/// caller's memory and environment, and the status pipe retie believes.
+/// Nothing of it may be read or opened from inside. Each probe must fail
+/// with EACCES (the ptrace access check of a non-dumpable process).
+pub fn init_process_probes() -> Vec<ProbeResult> {
+    let mut out = Vec::new();
+    let mut row = |probe: &str, r: std::io::Result<String>| {
+        let (observed, pass) = match r {
+            Err(e) if e.raw_os_error() == Some(libc::EACCES) => ("EACCES".to_string(), true),
+            Err(e) => (
+                e.raw_os_error().map_or_else(|| e.to_string(), ename),
+                false,
+            ),
+            Ok(what) => (format!("succeeded: {what}"), false),
+        };
+        out.push(ProbeResult {
+            probe: probe.into(),
+            expected: "EACCES".into(),
+            observed,
+            pass,
+        });
+    };
+    row(
+        "another process's environment unreadable (/proc/1/environ)",
+        std::fs::read("/proc/1/environ").map(|b| format!("{} bytes", b.len())),
+    );
+    row(
+        "another process's memory unreadable (/proc/1/mem)",
+        std::fs::File::open("/proc/1/mem").map(|_| "opened".into()),
+    );
+    row(
+        "another process's fd table unlistable (/proc/1/fd)",
+        std::fs::read_dir("/proc/1/fd").map(|d| format!("{} entries", d.count())),
+    );
+    // Every descriptor init could hold, opened for writing the way a forged
+    // status report would be: all must fail.
+    let opened: Vec<String> = (0..64)
+        .filter_map(|n| {
+            let p = format!("/proc/1/fd/{n}");
+            match std::fs::OpenOptions::new().write(true).open(&p) {
+                Ok(_) => Some(format!("{n}")),
+                Err(e) if e.raw_os_error() == Some(libc::EACCES) => None,
+                Err(e) => Some(format!(
+                    "{n}:{}",
+                    e.raw_os_error().map_or_else(|| e.to_string(), ename)
+                )),
+            }
+        })
+        .collect();
+    row(
+        "another process's fds unopenable (/proc/1/fd/0..63 for writing)",
+        if opened.is_empty() {
+            Err(std::io::Error::from_raw_os_error(libc::EACCES))
+        } else {
+            Ok(format!("not refused: {}", opened.join(" ")))
+        },
+    );
+    row(
+        "another process's root and cwd unreachable (/proc/1/root)",
+        std::fs::read_link("/proc/1/root").map(|p| p.display().to_string()),
+    );
+    out
+}
+
 /// Run the battery and print the results.
 pub fn run(args: ProbeArgs) -> i32 {
     let results = battery(&args);
@@ -450,6 +514,7 @@ fn battery(args: &ProbeArgs) -> Vec<ProbeResult> {
         format!("{} pids: {}", pids.len(), pids.join(",")),
         pids.len() <= 2,
     );
+    b.out.extend(init_process_probes());
     if let Some(hp) = args.host_pid {
         // SAFETY: kill with a pid and signal; expected to fail.
         let r = unsafe { libc::kill(hp, libc::SIGTERM) };

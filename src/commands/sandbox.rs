@@ -211,7 +211,22 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
         rec.intent(record::plan_direct())?;
     }
     let started = std::time::SystemTime::now();
-    let outcome = rec.after_run(retie_runtime::run(&spec, Stdio::Inherit))?;
+    let ran = retie_runtime::run(&spec, Stdio::Inherit);
+    if ran.is_err() {
+        // Whatever went wrong, the command may have written into the upper
+        // layer before it (a tampered status channel is reported only after
+        // the command ended): keep those writes for the person to inspect.
+        if let Some((_, _, run, _)) = overlay.as_mut() {
+            if run.has_writes() {
+                run.keep();
+                eprintln!(
+                    "retie: the run failed; the command's writes were not applied and are kept in {}",
+                    run.upper.display()
+                );
+            }
+        }
+    }
+    let outcome = rec.after_run(ran)?;
     let handled = match overlay {
         None => None,
         Some((_, _, mut run, _)) if outcome.timed_out => {

@@ -433,6 +433,9 @@ pub fn lab_probe(args: LabProbeArgs) -> i32 {
                 );
             }
         }
+        for r in super::probe::init_process_probes() {
+            row(&format!("lab sandbox: {}", r.probe), "EACCES", r.observed);
+        }
         row(
             "lab sandbox: DNS resolution fails",
             "fails",
