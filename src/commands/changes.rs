@@ -121,22 +121,32 @@ pub struct Handled {
     pub failure: Option<String>,
 }
 
-/// Paths the changeset touches whose lower version (or parent directory)
-/// changed after `since`: the command saw an older version of them. The
-/// lower is read-only to the command, so only someone else can have changed
-/// it. O(changes): only affected paths are examined.
-fn changed_during_run(ws: &Path, cs: &Changeset, since: SystemTime) -> Vec<String> {
-    let changed = |p: &Path| {
-        std::fs::symlink_metadata(p)
-            .map(|m| {
-                let ctime = UNIX_EPOCH
-                    + Duration::new(
-                        m.ctime().max(0) as u64,
-                        m.ctime_nsec().clamp(0, 999_999_999) as u32,
-                    );
-                ctime > since
-            })
-            .unwrap_or(false)
+/// Paths of the changeset the command worked on an older version of: the
+/// real workspace changed there after `since` (the lower is read-only to
+/// the command, so only someone else changed it). O(changes × depth).
+///
+/// For a path that exists now, its own ctime tells. For a path that is
+/// absent now, what matters is whether it existed when the command
+/// started: removing an entry changes its directory, so the nearest
+/// ancestor that still exists (the workspace root included) has a ctime
+/// after `since` exactly when something beneath it was removed or
+/// re-created during the run. This fires also on an unrelated entry added
+/// beside a path the command created: conservative, never silent.
+///
+/// `since` must come from [`coarse_now`], read before the sandbox starts:
+/// the kernel stamps a change with its coarse clock or a finer one, never
+/// with less than the coarse clock's value at that moment, so every change
+/// made after `since` carries a time at or after it. A change made within
+/// the same tick just before the start also counts: conservative.
+pub(crate) fn changed_during_run(ws: &Path, cs: &Changeset, since: SystemTime) -> Vec<String> {
+    let ctime = |p: &Path| {
+        std::fs::symlink_metadata(p).ok().map(|m| {
+            UNIX_EPOCH
+                + Duration::new(
+                    u64::try_from(m.ctime()).unwrap_or(0),
+                    u32::try_from(m.ctime_nsec()).unwrap_or(0),
+                )
+        })
     };
     let mut out = Vec::new();
     for c in cs
@@ -145,12 +155,70 @@ fn changed_during_run(ws: &Path, cs: &Changeset, since: SystemTime) -> Vec<Strin
         .chain(cs.blocked.iter().map(|b| &b.change))
     {
         let p = ws.join(c.path.as_str());
-        let parent_changed = p.parent().is_some_and(|d| d != ws && changed(d));
-        if changed(&p) || parent_changed {
+        let changed = match ctime(&p) {
+            Some(t) => t >= since,
+            None => p
+                .ancestors()
+                .skip(1)
+                .take_while(|a| a.starts_with(ws))
+                .find_map(|a| ctime(a))
+                // The workspace itself is gone: nothing can be applied.
+                .map_or(true, |t| t >= since),
+        };
+        if changed {
             out.push(c.path.to_string());
         }
     }
     out
+}
+
+/// Return once the coarse clock has moved past its current value: after
+/// retie itself changed the workspace (creating a directory to mask), so
+/// that change does not look like one made during the run.
+pub fn wait_for_next_tick() {
+    let t0 = coarse_now();
+    while coarse_now() <= t0 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The kernel's coarse real-time clock, the one file timestamps come from.
+pub fn coarse_now() -> SystemTime {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::RealtimeCoarse);
+    UNIX_EPOCH
+        + Duration::new(
+            u64::try_from(t.tv_sec).unwrap_or(0),
+            u32::try_from(t.tv_nsec).unwrap_or(0),
+        )
+}
+
+/// Serializes the conflict check and the apply of every retie process on
+/// one workspace, so two runs that finish together cannot both pass the
+/// check before either applies.
+pub struct ApplyLock {
+    _file: std::fs::File,
+}
+
+impl ApplyLock {
+    pub fn take(state: &Path, ws: &Path) -> Result<ApplyLock, CliError> {
+        let dir = state.join("locks");
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| CliError::io(format!("creating {}", dir.display()), e))?;
+        let name = blake3::hash(ws.as_os_str().as_encoded_bytes()).to_hex();
+        let p = dir.join(format!("{}.lock", &name[..32]));
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&p)
+            .map_err(|e| CliError::io(format!("opening {}", p.display()), e))?;
+        rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive)
+            .map_err(|e| CliError::io(format!("locking {}", p.display()), e.into()))?;
+        Ok(ApplyLock { _file: f })
+    }
 }
 
 /// Compute the changeset of `run` and do what `mode` says. `started` is
@@ -192,6 +260,7 @@ pub fn handle(
             failure: None,
         });
     }
+    let _lock = ApplyLock::take(state, &ws_path)?;
     let stale = changed_during_run(&ws_path, &cs, started);
     if !stale.is_empty() && mode != ChangesMode::Discard {
         return Ok(conflict(run, base, stale));

@@ -129,10 +129,7 @@ pub fn init_process_probes() -> Vec<ProbeResult> {
     let mut row = |probe: &str, r: std::io::Result<String>| {
         let (observed, pass) = match r {
             Err(e) if e.raw_os_error() == Some(libc::EACCES) => ("EACCES".to_string(), true),
-            Err(e) => (
-                e.raw_os_error().map_or_else(|| e.to_string(), ename),
-                false,
-            ),
+            Err(e) => (e.raw_os_error().map_or_else(|| e.to_string(), ename), false),
             Ok(what) => (format!("succeeded: {what}"), false),
         };
         out.push(ProbeResult {

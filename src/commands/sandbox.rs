@@ -202,15 +202,13 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
         b = b.env_pass(name);
     }
     let spec = b.build()?;
-    // A file edited before this moment has a ctime at or below it (coarse
-    // or fine-grained). One edited within a clock tick after it may look
-    // older, but that is before the sandbox has even finished its set-up,
-    // so the command saw the edited version anyway.
     if overlay.is_none() {
         // Direct mode writes the workspace in place: record that before.
         rec.intent(record::plan_direct())?;
     }
-    let started = std::time::SystemTime::now();
+    // Every change to the real workspace from here on carries a ctime at
+    // or after this (see changes::changed_during_run).
+    let started = changes::coarse_now();
     let ran = retie_runtime::run(&spec, Stdio::Inherit);
     if ran.is_err() {
         // Whatever went wrong, the command may have written into the upper

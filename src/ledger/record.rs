@@ -201,11 +201,16 @@ impl Recorder {
                     Some(dir) if dir != workspace && dir.starts_with(workspace) => {
                         // It must exist before the run, or the command
                         // could create it (and plant files) unmasked.
-                        std::fs::DirBuilder::new()
-                            .recursive(true)
-                            .mode(0o700)
-                            .create(dir)
-                            .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+                        if !dir.is_dir() {
+                            std::fs::DirBuilder::new()
+                                .recursive(true)
+                                .mode(0o700)
+                                .create(dir)
+                                .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+                            // retie's own change to the workspace must not
+                            // count as the person's (see changed_during_run).
+                            crate::commands::changes::wait_for_next_tick();
+                        }
                         r.mask = Some(dir.to_path_buf());
                     }
                     _ => {

@@ -113,10 +113,7 @@ fn selftest_passes_and_covers_every_escape() {
             .count();
         assert!(lab_host >= 2, "{leg:?}: lab host-listener rows: {lab_host}");
         // The selftest must clean its canary up.
-        let home = match leg {
-            Leg::Invoker => std::env::var("HOME").unwrap_or_default(),
-            Leg::Nobody => path_str(&s.home).to_string(),
-        };
+        let home = path_str(&s.home).to_string();
         let left: Vec<_> = std::fs::read_dir(&home)
             .map(|d| {
                 d.filter_map(|e| e.ok())

@@ -107,11 +107,12 @@ impl Scratch {
     pub fn retie(&self) -> Command {
         let mut cmd = match self.leg {
             Leg::Invoker => {
-                // Keep retie's state (overlay runs, snapshots) in the scratch
-                // area; HOME stays real so the self-test plants its canary in
-                // the invoking user's real home.
+                // Keep retie's state (overlay runs, snapshots), config and
+                // home in the scratch area: a test never touches the
+                // invoking user's real home or state.
                 let mut c = Command::new(bin(Leg::Invoker));
-                c.env("XDG_STATE_HOME", self.home.join(".local/state"));
+                c.env("HOME", &self.home)
+                    .env("XDG_STATE_HOME", self.home.join(".local/state"));
                 // The ledger's user key lives in the config directory.
                 c.env("XDG_CONFIG_HOME", self.home.join(".config"));
                 c
@@ -232,8 +233,17 @@ pub fn path_str(p: &Path) -> &str {
 }
 
 /// Write `text` to `rel` in the workspace (creating directories), owned by
-/// the leg's user.
+/// the leg's user. Returns after one tick of the kernel's coarse clock
+/// (4 ms at HZ=250): retie counts a change stamped within the tick its run
+/// starts in as made during the run (a conservative conflict), and a test
+/// that writes and runs at once must not hit that on purpose.
 pub fn write(s: &Scratch, rel: &str, text: &str) {
+    write_now(s, rel, text);
+    std::thread::sleep(std::time::Duration::from_millis(11));
+}
+
+/// [`write`] without the wait: for edits made while a run is going on.
+pub fn write_now(s: &Scratch, rel: &str, text: &str) {
     let p = s.ws.join(rel);
     if let Some(d) = p.parent() {
         std::fs::create_dir_all(d).expect("mkdir");

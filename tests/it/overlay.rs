@@ -230,6 +230,123 @@ fn a_workspace_edited_during_the_run_is_a_conflict_and_nothing_is_applied() {
     }
 }
 
+/// Start `script` in a sandbox on the scratch workspace, let it run for
+/// half a second, do what a person does to the real workspace, and wait.
+fn with_person_during_run(
+    s: &Scratch,
+    script: &str,
+    person: impl FnOnce(),
+) -> std::process::Output {
+    let child = s
+        .retie()
+        .args(["sandbox", "exec", "--json", "--", "sh", "-c", script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    person();
+    child.wait_with_output().expect("wait")
+}
+
+/// Walls issue, item 2: a file the person deleted while the command ran
+/// came back (a missing path counted as unchanged; the workspace root was
+/// never checked).
+#[test]
+fn a_file_deleted_during_the_run_is_a_conflict_and_stays_deleted() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        write(&s, "shared.txt", "base\n");
+        let o = with_person_during_run(&s, "echo sandbox >> shared.txt; sleep 1", || {
+            std::fs::remove_file(s.ws.join("shared.txt")).expect("rm");
+        });
+        assert_code(&o, 125, "deleted during the run");
+        assert!(stderr(&o).contains("shared.txt"), "{}", stderr(&o));
+        assert_eq!(
+            read(&s, "shared.txt"),
+            None,
+            "{leg:?}: the deleted file came back"
+        );
+        assert!(
+            runs_left(&s) >= 1,
+            "{leg:?}: the command's changes were not kept"
+        );
+    }
+}
+
+/// The same at depth: the person removes a whole directory the command
+/// changed a file in, or creates the file the command also creates.
+#[test]
+fn deep_deletions_and_double_creations_are_conflicts() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        write(&s, "a/b/c.txt", "base\n");
+        let o = with_person_during_run(&s, "echo sandbox >> a/b/c.txt; sleep 1", || {
+            std::fs::remove_dir_all(s.ws.join("a")).expect("rm -r");
+        });
+        assert_code(&o, 125, "directory deleted during the run");
+        assert!(
+            !s.ws.join("a").exists(),
+            "{leg:?}: the deleted tree came back"
+        );
+
+        let s = Scratch::new(leg);
+        write(&s, "keep.txt", "x\n");
+        let o = with_person_during_run(&s, "mkdir -p d; echo sandbox > d/new.txt; sleep 1", || {
+            write_now(&s, "d/new.txt", "person\n");
+        });
+        assert_code(&o, 125, "created on both sides");
+        assert_eq!(read(&s, "d/new.txt").as_deref(), Some("person\n"));
+    }
+}
+
+/// Two sandboxes on one workspace: the one that finishes second worked on
+/// a version the first one changed, so it must not undo the first's delete.
+#[test]
+fn concurrent_runs_on_one_workspace_do_not_undo_each_other() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        write(&s, "g.txt", "base\n");
+        let spawn = |script: &str| {
+            s.retie()
+                .args(["sandbox", "exec", "--", "sh", "-c", script])
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn")
+        };
+        let slow = spawn("echo B >> g.txt; sleep 1");
+        let fast = spawn("rm g.txt; sleep 0.3");
+        let fast = fast.wait_with_output().expect("wait");
+        let slow = slow.wait_with_output().expect("wait");
+        assert_code(&fast, 0, "the first run");
+        assert_code(&slow, 125, "the second run");
+        assert_eq!(
+            read(&s, "g.txt"),
+            None,
+            "{leg:?}: the second run undid the first's delete"
+        );
+    }
+}
+
+/// Nothing changed in the real workspace: new files and directories in
+/// the root and below apply without a conflict.
+#[test]
+fn creations_in_an_untouched_workspace_apply() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        write(&s, "old.txt", "x\n");
+        let o =
+            s.sh("sleep 0.1; echo 1 > top.txt; mkdir -p n/m; echo 2 > n/m/deep.txt; rm old.txt");
+        assert_code(&o, 0, "creations");
+        assert_eq!(read(&s, "top.txt").as_deref(), Some("1\n"));
+        assert_eq!(read(&s, "n/m/deep.txt").as_deref(), Some("2\n"));
+        assert_eq!(read(&s, "old.txt"), None);
+    }
+}
+
 #[test]
 fn review_asks_on_the_terminal() {
     if std::process::Command::new("script")
@@ -249,6 +366,8 @@ fn review_asks_on_the_terminal() {
         );
         let mut child = std::process::Command::new("script")
             .args(["-qec", &cmd, "/dev/null"])
+            .env("XDG_STATE_HOME", s.home.join(".local/state"))
+            .env("XDG_CONFIG_HOME", s.home.join(".config"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -281,7 +400,9 @@ fn review_without_a_terminal_applies_nothing_and_keeps_the_changes() {
     let s = Scratch::new(Leg::Invoker);
     write(&s, "a.txt", "old\n");
     let mut cmd = std::process::Command::new("setsid");
-    cmd.arg(bin(Leg::Invoker))
+    cmd.env("XDG_STATE_HOME", s.home.join(".local/state"))
+        .env("XDG_CONFIG_HOME", s.home.join(".config"))
+        .arg(bin(Leg::Invoker))
         .args([
             "sandbox",
             "exec",
@@ -299,6 +420,20 @@ fn review_without_a_terminal_applies_nothing_and_keeps_the_changes() {
     assert_code(&o, 125, "no tty");
     assert!(stderr(&o).contains("no terminal"), "{}", stderr(&o));
     assert_eq!(read(&s, "a.txt").as_deref(), Some("old\n"));
+    // Kept, with the change in it, in the test's own state directory.
+    assert_eq!(runs_left(&s), 1);
+    let runs = s.home.join(".local/state/retie/runs");
+    let run = std::fs::read_dir(&runs)
+        .expect("runs")
+        .next()
+        .expect("a run")
+        .expect("entry");
+    assert_eq!(
+        std::fs::read_to_string(run.path().join("upper/a.txt"))
+            .ok()
+            .as_deref(),
+        Some("new\n")
+    );
 }
 
 #[test]
