@@ -54,14 +54,15 @@ impl Report {
         for (i, line) in body.split(|b| *b == b'\n').enumerate() {
             let r: Report = serde_json::from_slice(line)
                 .map_err(|_| format!("line {} is not a status report", i + 1))?;
-            let legal = match (out.last(), &r) {
-                (None, Report::Ready { .. } | Report::SetupFailed { .. }) => true,
-                (Some(Report::Ready { .. }), Report::ExecFailed { .. } | Report::Exited { .. }) => {
-                    true
-                }
-                (Some(Report::ExecFailed { .. }), Report::Exited { .. }) => true,
-                _ => false,
-            };
+            let legal = matches!(
+                (out.last(), &r),
+                (None, Report::Ready { .. } | Report::SetupFailed { .. })
+                    | (
+                        Some(Report::Ready { .. }),
+                        Report::ExecFailed { .. } | Report::Exited { .. }
+                    )
+                    | (Some(Report::ExecFailed { .. }), Report::Exited { .. })
+            );
             if !legal {
                 return Err(format!("report {} ({}) is out of order", i + 1, r.kind()));
             }

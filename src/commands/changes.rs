@@ -161,7 +161,7 @@ pub(crate) fn changed_during_run(ws: &Path, cs: &Changeset, since: SystemTime) -
                 .ancestors()
                 .skip(1)
                 .take_while(|a| a.starts_with(ws))
-                .find_map(|a| ctime(a))
+                .find_map(&ctime)
                 // The workspace itself is gone: nothing can be applied.
                 .map_or(true, |t| t >= since),
         };
