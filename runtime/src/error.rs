@@ -48,7 +48,7 @@ pub enum RuntimeError {
     },
 
     /// The command could not be executed inside the sandbox.
-    #[error("cannot run `{program}` in the sandbox: {reason}")]
+    #[error("cannot run `{}` in the sandbox: {reason}", program.escape_debug())]
     Exec {
         program: String,
         reason: String,

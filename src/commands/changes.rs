@@ -15,6 +15,7 @@ use retie_snapshot::{
 use serde_json::json;
 
 use crate::error::CliError;
+use crate::ui::{visible, visible_line};
 
 /// What to do with the changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -339,7 +340,7 @@ fn conflict(run: &mut OverlayRun, base: serde_json::Value, list: Vec<String>) ->
     run.keep();
     let msg = format!(
         "the workspace changed while the command ran, so its changes were made against an older version; nothing was applied. Conflicting: {}. The command's changes are kept in {}",
-        list.join(", "),
+        list.iter().map(|p| visible(p)).collect::<Vec<_>>().join(", "),
         run.upper.display()
     );
     Handled {
@@ -397,13 +398,13 @@ fn report_blocked_and_refused(cs: &Changeset, allow_blocked: bool) {
     if !cs.blocked.is_empty() && !allow_blocked {
         eprintln!("retie: blocked, not applied (a sandbox may not plant these; --allow-blocked applies them):");
         for b in &cs.blocked {
-            eprintln!("  {} ({:?})", b.change.path, b.reason);
+            eprintln!("  {} ({:?})", visible(b.change.path.as_str()), b.reason);
         }
     }
     if !cs.refused.is_empty() {
         eprintln!("retie: refused, never applied:");
         for r in &cs.refused {
-            eprintln!("  {} ({:?})", r.path, r.reason);
+            eprintln!("  {} ({:?})", visible(&r.path.to_string()), r.reason);
         }
     }
 }
@@ -424,20 +425,25 @@ fn print_review(cs: &Changeset, ws: &Path, upper: &Path, allow_blocked: bool) {
     let _ = writeln!(err, "retie: changes made by the command:");
     let all: Vec<&Change> = cs.to_apply(allow_blocked).collect();
     for c in &all {
-        let _ = writeln!(err, "  {} {}", sigil(&c.kind), c.path);
+        let _ = writeln!(err, "  {} {}", sigil(&c.kind), visible(c.path.as_str()));
     }
     for c in &all {
         let old = text_of(c.base.as_ref(), &ws.join(c.path.as_str()));
         let new = text_of(c.new.as_ref(), &upper.join(c.path.as_str()));
         if let (Some(old), Some(new)) = (old, new) {
+            // Every line of the diff, headers included, is shown with its
+            // control characters escaped: file content must not move the
+            // cursor or erase what the person is reading.
             let diff = similar::TextDiff::from_lines(&old, &new);
-            let _ = write!(
-                err,
-                "{}",
-                diff.unified_diff()
-                    .context_radius(3)
-                    .header(&format!("a/{}", c.path), &format!("b/{}", c.path))
-            );
+            let name = visible(c.path.as_str());
+            let text = diff
+                .unified_diff()
+                .context_radius(3)
+                .header(&format!("a/{name}"), &format!("b/{name}"))
+                .to_string();
+            for line in text.lines() {
+                let _ = writeln!(err, "{}", visible_line(line));
+            }
         }
     }
 }

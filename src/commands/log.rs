@@ -53,8 +53,8 @@ pub fn run(a: LogArgs) -> i32 {
     }
     for s in &sessions {
         println!(
-            "session {}  {}  {}  {:?}",
-            s.id,
+            "session {}  {}  {}  \"{}\"",
+            crate::ui::visible(&s.id),
             crate::commands::replay::time(s.opened_ms),
             s.workspace(),
             s.objective()

@@ -121,7 +121,7 @@ pub fn run(a: ReplayArgs) -> i32 {
     }
     let md = a.markdown;
     if md {
-        println!("## retie session `{}`\n", s.id);
+        println!("## retie session `{}`\n", crate::ui::visible(&s.id));
         println!("- objective: {}", s.objective());
         println!("- workspace: `{}`", s.workspace());
         println!(
@@ -136,7 +136,7 @@ pub fn run(a: ReplayArgs) -> i32 {
         println!("| # | time (UTC) | tool | command | decision | class | flags | outcome |");
         println!("|---|---|---|---|---|---|---|---|");
     } else {
-        println!("session {}  {}", s.id, s.workspace());
+        println!("session {}  {}", crate::ui::visible(&s.id), s.workspace());
         println!("objective: {}", s.objective());
         println!(
             "ledger verified: intact{}",
@@ -165,6 +165,8 @@ pub fn run(a: ReplayArgs) -> i32 {
             .and_then(Value::as_str)
             .unwrap_or("?")
             .to_string();
+        let decision = crate::ui::visible(&decision);
+        let class = crate::ui::visible(&class);
         let flags = a.flags().join(", ");
         let outcome = outcome_text(a);
         if md {
@@ -197,7 +199,7 @@ pub fn run(a: ReplayArgs) -> i32 {
             println!("REFUSED:");
         }
         for r in &s.refusals {
-            println!("- **refused**: {r}");
+            println!("- **refused**: {}", crate::ui::visible(&r.to_string()));
         }
     }
     let line = format!(
@@ -225,7 +227,7 @@ fn outcome_text(a: &model::Action) -> String {
                 t.push_str(&format!(", {n} change(s)"));
             }
             if let Some(m) = o.get("failure").and_then(Value::as_str) {
-                t.push_str(&format!(": {m}"));
+                t.push_str(&format!(": {}", crate::ui::visible(m)));
             }
             t
         }

@@ -1,6 +1,7 @@
 //! Sessions and actions as read back from the entries (for log, replay
 //! and undo).
 
+use crate::ui::{shell_line, visible};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -22,22 +23,24 @@ pub struct Action {
 }
 
 impl Action {
+    /// The tool, for display (control characters escaped).
     pub fn tool(&self) -> String {
-        self.intent
-            .get("tool")
-            .and_then(Value::as_str)
-            .unwrap_or("?")
-            .to_string()
+        visible(
+            self.intent
+                .get("tool")
+                .and_then(Value::as_str)
+                .unwrap_or("?"),
+        )
     }
+    /// The command line, quoted so it pastes back into a shell, control
+    /// characters shown as `$'…'` escapes.
     pub fn command(&self) -> String {
         self.intent
             .get("command")
             .and_then(Value::as_array)
             .map(|a| {
-                a.iter()
-                    .map(|s| s.as_str().unwrap_or("?"))
-                    .collect::<Vec<_>>()
-                    .join(" ")
+                let args: Vec<&str> = a.iter().map(|s| s.as_str().unwrap_or("?")).collect();
+                shell_line(&args)
             })
             .unwrap_or_default()
     }
@@ -68,11 +71,7 @@ impl Action {
         self.intent
             .get("flags")
             .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(|s| s.as_str().map(String::from))
-                    .collect()
-            })
+            .map(|a| a.iter().filter_map(|s| s.as_str().map(visible)).collect())
             .unwrap_or_default()
     }
 }
@@ -91,19 +90,23 @@ pub struct Session {
 }
 
 impl Session {
+    /// The workspace, for display (control characters escaped).
     pub fn workspace(&self) -> String {
-        self.opened
-            .pointer("/delegation/workspace")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string()
+        visible(
+            self.opened
+                .pointer("/delegation/workspace")
+                .and_then(Value::as_str)
+                .unwrap_or(""),
+        )
     }
+    /// The objective, for display (control characters escaped).
     pub fn objective(&self) -> String {
-        self.opened
-            .get("objective")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string()
+        visible(
+            self.opened
+                .get("objective")
+                .and_then(Value::as_str)
+                .unwrap_or(""),
+        )
     }
 }
 

@@ -1,5 +1,8 @@
 //! Terminal output helpers.
 
+pub mod escape;
+pub use escape::{shell_line, visible, visible_line};
+
 /// Print a table with a header row, columns padded to their widest cell.
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();

