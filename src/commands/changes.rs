@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use retie_snapshot::{
-    apply, recover, ApplyOptions, Change, ChangeKind, Changeset, ComputeOptions,
+    apply, recover, ApplyOptions, BlockReason, Change, ChangeKind, Changeset, ComputeOptions,
     Error as SnapError, Journal, Node, RelPath, Store, Workspace,
 };
 use serde_json::json;
@@ -230,6 +230,7 @@ impl ApplyLock {
 pub fn handle(
     mode: ChangesMode,
     allow_blocked: bool,
+    retie_dirs: &[PathBuf],
     state: &Path,
     snaps: &Snapshots,
     run: &mut OverlayRun,
@@ -238,21 +239,35 @@ pub fn handle(
     before_apply: &mut dyn FnMut(&Changeset) -> Result<(), CliError>,
 ) -> Result<Handled, CliError> {
     let ws_path = snaps.ws.path().to_path_buf();
-    let protected: Vec<RelPath> = state
-        .strip_prefix(&ws_path)
-        .ok()
-        .and_then(|rel| RelPath::new(&rel.to_string_lossy()).ok())
-        .into_iter()
+    let protected: Vec<RelPath> = retie_dirs
+        .iter()
+        .map(PathBuf::as_path)
+        .chain([state])
+        .filter_map(|d| d.strip_prefix(&ws_path).ok())
+        .filter_map(|rel| RelPath::new(&rel.to_string_lossy()).ok())
         .collect();
-    let cs = Changeset::compute_with(&ws_path, &run.upper, &ComputeOptions { protected })
+    let mut cs = Changeset::compute_with(&ws_path, &run.upper, &ComputeOptions { protected })
         .map_err(snap)?;
+    // retie's own files are never applied, not even with --allow-blocked.
+    let (never, blocked): (Vec<_>, Vec<_>) = std::mem::take(&mut cs.blocked)
+        .into_iter()
+        .partition(|b| b.reason == BlockReason::Protected);
+    cs.blocked = blocked;
+    if !never.is_empty() {
+        eprintln!("retie: refused, never applied (retie's own keys, ledger or state):");
+        for b in &never {
+            eprintln!("  {}", visible(b.change.path.as_str()));
+        }
+    }
     report_blocked_and_refused(&cs, allow_blocked);
     let base = json!({
         "id": cs.id,
         "mode": mode_name(mode),
         "changes": cs.changes.iter().map(change_json).collect::<Vec<_>>(),
         "blocked": cs.blocked.iter().map(|b| json!({"path": b.change.path.as_str(), "reason": b.reason})).collect::<Vec<_>>(),
-        "refused": cs.refused.iter().map(|r| json!({"path": r.path, "reason": r.reason})).collect::<Vec<_>>(),
+        "refused": cs.refused.iter().map(|r| json!({"path": r.path, "reason": r.reason}))
+            .chain(never.iter().map(|b| json!({"path": b.change.path.as_str(), "reason": "retie_state"})))
+            .collect::<Vec<_>>(),
     });
     let applicable = cs.to_apply(allow_blocked).count();
     if applicable == 0 {

@@ -2,6 +2,7 @@
 
 use std::io::Write;
 use std::os::fd::FromRawFd;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -161,6 +162,10 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
         ModeArg::Overlay => "overlay",
         ModeArg::Direct => "direct",
     };
+    // retie's own directories first: a workspace inside one is refused
+    // before the ledger is even opened.
+    let ledger_path = crate::ledger::resolve_path(args.ledger.as_deref())?;
+    guard_retie_dirs(&ws, None, &ledger_path)?;
     let mut rec = Recorder::open(
         args.ledger.as_deref(),
         args.session.clone(),
@@ -169,7 +174,8 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
         mode,
         &args.profile,
     )?;
-    if let Some(dir) = rec.mask() {
+    let guarded = guard_retie_dirs(&ws, rec.mask(), &ledger_path)?;
+    for dir in &guarded {
         b = b.mask(dir);
     }
     let mut overlay = None;
@@ -243,6 +249,7 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
             let h = changes::handle(
                 args.changes,
                 allow_blocked,
+                &guarded,
                 &state,
                 &snaps,
                 &mut run,
@@ -264,6 +271,79 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
     };
     rec.finish();
     Ok((outcome, handled))
+}
+
+/// retie's own directories (config with the user key, state, data, the
+/// ledger's directory, the checkpoint copy's) that lie inside the
+/// workspace: each is created if missing and returned, to be masked in the
+/// sandbox (an empty read-only tmpfs) and never written by a changeset.
+/// A workspace that is one of them, or lies inside one, is refused.
+fn guard_retie_dirs(
+    ws: &std::path::Path,
+    ledger_mask: Option<&std::path::Path>,
+    ledger: &std::path::Path,
+) -> Result<Vec<PathBuf>, CliError> {
+    let mut out: Vec<PathBuf> = ledger_mask
+        .map(std::path::Path::to_path_buf)
+        .into_iter()
+        .collect();
+    let mut created = false;
+    for (what, dir) in crate::state::retie_dirs(Some(ledger)) {
+        let real = real_path(&dir);
+        if ws == real {
+            return Err(CliError::Usage(format!(
+                "retie's own {what} directory {} is the root of the workspace: a sandboxed command must never reach retie's keys, ledger or state; keep it in a directory of its own or outside (--ledger, RETIE_LEDGER, XDG_*_HOME)",
+                crate::ui::visible(&real.display().to_string())
+            )));
+        }
+        if ws.starts_with(&real) {
+            return Err(CliError::Usage(format!(
+                "the workspace {} lies inside retie's own {what} directory {}: a sandboxed command must never reach retie's keys, ledger or state; choose another workspace",
+                crate::ui::visible(&ws.display().to_string()),
+                crate::ui::visible(&real.display().to_string())
+            )));
+        }
+        if !real.starts_with(ws) || out.contains(&real) {
+            continue;
+        }
+        if !real.is_dir() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&real)
+                .map_err(|e| CliError::io(format!("creating {}", real.display()), e))?;
+            created = true;
+        }
+        out.push(real);
+    }
+    if created {
+        // retie's own change to the workspace must not look like one made
+        // during the run (see changes::changed_during_run).
+        changes::wait_for_next_tick();
+    }
+    Ok(out)
+}
+
+/// `p` with its longest existing ancestor resolved (symlinks and all).
+fn real_path(p: &std::path::Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut base = p;
+    loop {
+        if let Ok(r) = std::fs::canonicalize(base) {
+            let mut out = r;
+            for c in rest.iter().rev() {
+                out.push(c);
+            }
+            return out;
+        }
+        match (base.file_name(), base.parent()) {
+            (Some(n), Some(parent)) => {
+                rest.push(n.to_owned());
+                base = parent;
+            }
+            _ => return p.to_path_buf(),
+        }
+    }
 }
 
 /// The documented shape of `--json`.

@@ -358,6 +358,42 @@ impl Ledger {
         &self.path
     }
 
+    /// The user key this ledger was started with (its genesis entry).
+    pub fn genesis_user_key(&self) -> Result<Option<String>> {
+        let payload: Option<String> = self
+            .conn
+            .query_row(
+                "SELECT payload FROM entries WHERE kind = ?1 ORDER BY seq LIMIT 1",
+                [kind::LEDGER_OPENED],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| self.sql(e))?;
+        Ok(payload
+            .and_then(|p| serde_json::from_str::<serde_json::Value>(&p).ok())
+            .and_then(|v| v.get("user_key").and_then(|k| k.as_str()).map(String::from)))
+    }
+
+    /// Refuse to write under a user key other than the one the ledger was
+    /// started with: a replaced key file (planted by a sandboxed command
+    /// that could reach it, or swapped by hand) is reported at the next
+    /// run, before anything runs, not only by `retie verify`.
+    pub fn check_user_key(&self, user: &SigningKey) -> Result<()> {
+        let mine = hex(user.verifying_key().as_bytes());
+        match self.genesis_user_key()? {
+            Some(k) if k != mine => Err(Error::Key {
+                path: keys::user_key_path()?,
+                why: format!(
+                    "this is not the key the ledger {} was started with (it was {}…, this one is {}…): the key file was replaced. Nothing was run. Restore the original key, or start a new ledger elsewhere (--ledger or RETIE_LEDGER); `retie verify` checks the old one",
+                    self.path.display(),
+                    &k[..k.len().min(16)],
+                    &mine[..16]
+                ),
+            }),
+            _ => Ok(()),
+        }
+    }
+
     fn sql(&self, source: rusqlite::Error) -> Error {
         Error::Sqlite {
             path: self.path.clone(),

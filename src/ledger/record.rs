@@ -145,7 +145,7 @@ fn stall(stage: &str) {
 /// Records one `sandbox exec`.
 pub struct Recorder {
     ledger_arg: Option<PathBuf>,
-    /// Opened on first use (a run that changes nothing touches no ledger).
+    /// Opened before the run.
     open: Option<(Ledger, SigningKey)>,
     join: Option<String>,
     session: Option<Session>,
@@ -223,6 +223,9 @@ impl Recorder {
                 }
             }
         }
+        // Open the ledger now: a replaced user key is refused before
+        // anything runs.
+        r.ensure()?;
         // Joining: check the session now, before anything runs.
         if let Some(id) = r.join.clone() {
             let s = join_session(&r.ensure()?.0, &id)?;
@@ -236,6 +239,7 @@ impl Recorder {
             let user = keys::user_key()?;
             let path = super::resolve_path(self.ledger_arg.as_deref())?;
             let ledger = Ledger::open(&path, true, Some(&user))?;
+            ledger.check_user_key(&user)?;
             self.open = Some((ledger, user));
         }
         self.open

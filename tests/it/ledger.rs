@@ -630,3 +630,96 @@ fn a_named_checkpoint_copy_catches_a_cut_tail_when_everything_beside_the_ledger_
     let v = json_out(&o);
     assert_eq!(v["complete"], false, "{v}");
 }
+
+/// Walls issue, item 4: with the home directory as the workspace, the
+/// command read and replaced `~/.config/retie/user.key`, and later runs
+/// went on under the new key without a word.
+#[test]
+fn retie_dirs_inside_the_workspace_are_masked_and_a_replaced_key_is_refused() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let home_exec = |mode: &str, script: &str| {
+            s.retie()
+                .args(["sandbox", "exec", "--workspace-mode", mode, "-w"])
+                .arg(&s.home)
+                .args(["--", "sh", "-c", script])
+                .current_dir(&s.home)
+                .stdin(std::process::Stdio::null())
+                .output()
+                .expect("run")
+        };
+        // The first run creates the key, the state and the ledger.
+        let o = home_exec("overlay", "true");
+        assert_code(&o, 0, "first run");
+        let key = s.home.join(".config/retie/user.key");
+        let original = std::fs::read(&key).expect("user key");
+        for mode in ["overlay", "direct"] {
+            let o = home_exec(
+                mode,
+                "cat .config/retie/user.key 2>&1; ls -A .config/retie .local/state/retie 2>&1; \
+                 echo 00 > .config/retie/user.key 2>/dev/null && echo WROTE-KEY; \
+                 mkdir -p .local/state/retie/x 2>/dev/null && echo WROTE-STATE; echo ran > ran.txt",
+            );
+            assert_code(&o, 0, &format!("{leg:?} {mode}"));
+            let out = stdout(&o);
+            assert!(
+                !out.contains(&String::from_utf8_lossy(&original).trim().to_string())
+                    && !out
+                        .lines()
+                        .any(|l| l.trim() == "user.key" || l.trim() == "ledger.db")
+                    && !out.contains("WROTE"),
+                "{leg:?} {mode}: the command reached retie's own files:\n{out}"
+            );
+            assert_eq!(
+                std::fs::read(&key).expect("key"),
+                original,
+                "{leg:?} {mode}"
+            );
+            assert_eq!(
+                std::fs::read_to_string(s.home.join("ran.txt"))
+                    .ok()
+                    .as_deref(),
+                Some("ran\n")
+            );
+            std::fs::remove_file(s.home.join("ran.txt")).expect("rm");
+        }
+        let o = s.retie().arg("verify").output().expect("verify");
+        assert_code(&o, 0, "the ledger verifies");
+        // A key replaced behind retie's back is refused at the next run,
+        // before anything runs.
+        let other = "11".repeat(32);
+        std::fs::write(&key, format!("{other}\n")).expect("replace key");
+        let o = home_exec("overlay", "echo ran > ran.txt");
+        assert_code(&o, 125, "replaced key");
+        assert!(
+            stderr(&o).contains("was replaced"),
+            "{leg:?}: {}",
+            stderr(&o)
+        );
+        assert!(!s.home.join("ran.txt").exists(), "{leg:?}: the command ran");
+    }
+}
+
+/// A workspace inside retie's own state is refused outright.
+#[test]
+fn a_workspace_inside_retie_state_is_refused() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let o = s.sh("true");
+        assert_code(&o, 0, "first run");
+        let state = s.home.join(".local/state/retie");
+        let o = s
+            .retie()
+            .args(["sandbox", "exec", "-w"])
+            .arg(&state)
+            .args(["--", "true"])
+            .output()
+            .expect("run");
+        assert_code(&o, 125, "workspace inside retie's state");
+        assert!(
+            stderr(&o).contains("inside retie's own state"),
+            "{}",
+            stderr(&o)
+        );
+    }
+}
