@@ -170,8 +170,15 @@ pub fn handle(
         .and_then(|rel| RelPath::new(&rel.to_string_lossy()).ok())
         .into_iter()
         .collect();
-    let cs = Changeset::compute_with(&ws_path, &run.upper, &ComputeOptions { protected })
-        .map_err(snap)?;
+    // A home workspace: its shell start-up files, .ssh... are plants too.
+    let home_workspace = std::env::var_os("HOME")
+        .and_then(|h| std::fs::canonicalize(h).ok())
+        .is_some_and(|h| h == ws_path);
+    let opts = ComputeOptions {
+        protected,
+        home_workspace,
+    };
+    let cs = Changeset::compute_with(&ws_path, &run.upper, &opts).map_err(snap)?;
     report_blocked_and_refused(&cs, allow_blocked);
     let base = json!({
         "id": cs.id,
