@@ -896,6 +896,28 @@ mod tests {
     }
 
     #[test]
+    fn docs_list_every_entry() {
+        let doc = include_str!("../../docs/snapshot.md");
+        let mut missing = String::new();
+        for p in PLANTS {
+            if !doc.contains(&format!("| `{}` |", p.name)) {
+                missing += &format!("  entry {}\n", p.name);
+            }
+            for pat in p.rule.patterns() {
+                if !doc.contains(&format!("`{pat}`")) {
+                    missing += &format!("  {} pattern {pat}\n", p.name);
+                }
+            }
+        }
+        for n in NOT_PLANTS {
+            if !doc.contains(&format!("| `{}` |", n.path)) {
+                missing += &format!("  not-plant {}\n", n.path);
+            }
+        }
+        assert!(missing.is_empty(), "docs/snapshot.md lacks:\n{missing}");
+    }
+
+    #[test]
     fn glob_semantics() {
         let g = |p: &str, s: &str| {
             glob(
