@@ -17,9 +17,10 @@
 //!   metacopy/redirect xattrs are refused and reported, never applied.
 //!
 //! Renames appear as delete + create (overlay with `userxattr` has no
-//! redirects). Changes to `.git/hooks/**`, `.git/config`, a `.git` replaced by
-//! a file or symlink, setuid/setgid files and caller-protected paths are
-//! reported as blocked.
+//! redirects). Code-running plants (the table in [`crate::plants`]: git
+//! hooks and config wherever a git dir is, `.envrc`, editors' auto-run
+//! files, setuid/setgid files and directories, a home directory's start-up
+//! files) and caller-protected paths are reported as blocked.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -33,6 +34,7 @@ use crate::error::{Error, Result};
 use crate::fsx::{self, Root};
 use crate::journal::new_id;
 use crate::node::Node;
+use crate::plants::{self, Plant};
 use crate::relpath::RelPath;
 
 /// How one path changed.
@@ -99,19 +101,38 @@ impl Change {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BlockReason {
-    /// `.git/hooks/**`: a planted hook would run later outside the sandbox.
-    GitHook,
-    /// `.git/config` or `.git/config.worktree` (core.hooksPath, fsmonitor...).
-    GitConfig,
-    /// A `.git` replaced by a file or symlink (gitdir redirection).
-    GitDir,
+    /// A code-running plant: something outside the sandbox would run it
+    /// later. Carries the name of the [`crate::PLANTS`] entry it matches
+    /// (see [`BlockReason::plant`] for the entry and its reason).
+    Plant(String),
     /// A caller-protected path (ledger, state files).
     Protected,
-    /// A file with the setuid or setgid bit.
-    SetId,
     /// Depends on another blocked change (a parent's creation, or a
     /// directory removal whose entries are blocked).
     DependsOnBlocked,
+}
+
+impl BlockReason {
+    /// The plants-table entry, for [`BlockReason::Plant`].
+    pub fn plant(&self) -> Option<&'static Plant> {
+        match self {
+            BlockReason::Plant(name) => plants::plant(name),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for BlockReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BlockReason::Plant(name) => match plants::plant(name) {
+                Some(p) => write!(f, "{name}: {}", p.reason),
+                None => write!(f, "{name}"),
+            },
+            BlockReason::Protected => f.write_str("protected path"),
+            BlockReason::DependsOnBlocked => f.write_str("depends on a blocked change"),
+        }
+    }
 }
 
 /// A change that is applied only with [`crate::ApplyOptions::allow_blocked`].
@@ -173,6 +194,11 @@ pub struct ComputeOptions {
     /// Paths (and everything beneath them) whose changes are blocked, e.g.
     /// the ledger and state files when they live inside the workspace.
     pub protected: Vec<RelPath>,
+    /// The workspace is a home directory: the [`crate::PLANTS`] entries of
+    /// scope [`crate::Scope::Home`] (shell start-up files, `.ssh`, ...)
+    /// apply too. The caller decides (e.g. workspace == the invoking
+    /// user's `$HOME`).
+    pub home_workspace: bool,
 }
 
 /// Everything a command changed in the workspace, computed from the upper.
@@ -226,7 +252,8 @@ impl Changeset {
             .map_err(|e| Error::io("open", lower, e.into()))?;
         w.walk(ufd.as_fd(), Some(lfd.as_fd()), None, false)?;
         w.changes.sort_by(|a, b| a.path.cmp(&b.path));
-        let (changes, blocked) = classify(w.changes, &opts.protected);
+        let (changes, blocked) =
+            classify(w.changes, opts, &mut |dir| lower_has_head(&lower_root, dir));
         Ok(Changeset {
             id: new_id(),
             lower: lower.to_path_buf(),
@@ -479,11 +506,45 @@ impl Walker {
     }
 }
 
+/// Whether directory `dir` (`None`: the root) of the lower holds a `HEAD`.
+/// An unexpected error counts as yes (the change is blocked, not applied).
+fn lower_has_head(root: &Root, dir: Option<&RelPath>) -> bool {
+    let Ok(head) = RelPath::child(dir, b"HEAD") else {
+        return false;
+    };
+    match root.open_parent(&head) {
+        Ok(fd) => !matches!(fsx::lstat_at(fd.as_fd(), "HEAD"), Ok(None)),
+        // Missing, not a directory, or beneath a symlink: nothing there.
+        Err(Errno::NOENT) | Err(Errno::NOTDIR) | Err(Errno::LOOP) => false,
+        Err(_) => true,
+    }
+}
+
 /// Splits changes into applicable and blocked (see [`BlockReason`]).
-fn classify(changes: Vec<Change>, protected: &[RelPath]) -> (Vec<Change>, Vec<Blocked>) {
+/// `lower_head(dir)`: whether `dir` holds a `HEAD` in the lower.
+fn classify(
+    changes: Vec<Change>,
+    opts: &ComputeOptions,
+    lower_head: &mut dyn FnMut(Option<&RelPath>) -> bool,
+) -> (Vec<Change>, Vec<Blocked>) {
+    // Directories that hold a HEAD after the change: created or modified
+    // by the changeset, or already in the lower (asked lazily, once).
+    let new_heads: BTreeSet<Option<RelPath>> = changes
+        .iter()
+        .filter(|c| c.path.file_name() == "HEAD" && c.new.is_some())
+        .map(|c| c.path.parent())
+        .collect();
+    let mut asked: BTreeMap<Option<RelPath>, bool> = BTreeMap::new();
+    let mut has_head = |dir: Option<&RelPath>| {
+        let key = dir.cloned();
+        if new_heads.contains(&key) {
+            return true;
+        }
+        *asked.entry(key).or_insert_with(|| lower_head(dir))
+    };
     let mut reasons: BTreeMap<RelPath, BlockReason> = BTreeMap::new();
     for c in &changes {
-        if let Some(r) = block_reason(c, protected) {
+        if let Some(r) = block_reason(c, opts, &mut has_head) {
             reasons.insert(c.path.clone(), r);
         }
     }
@@ -511,12 +572,12 @@ fn classify(changes: Vec<Change>, protected: &[RelPath]) -> (Vec<Change>, Vec<Bl
                 anc = a.parent();
             }
             if !hit && !c.new.as_ref().is_some_and(Node::is_dir) {
+                // `c.path` itself is not in `reasons` here, and its
+                // descendants are not contiguous in byte order ("d-x" sorts
+                // between "d" and "d/x"): look at every blocked path.
                 hit = reasons
-                    .range(c.path.clone()..)
-                    .skip(1)
-                    .take_while(|(p, _)| p.starts_with(&c.path))
-                    .next()
-                    .is_some();
+                    .keys()
+                    .any(|p| p != &c.path && p.starts_with(&c.path));
             }
             if hit {
                 added.push(c.path.clone());
@@ -540,29 +601,18 @@ fn classify(changes: Vec<Change>, protected: &[RelPath]) -> (Vec<Change>, Vec<Bl
     (ok, blocked)
 }
 
-fn block_reason(c: &Change, protected: &[RelPath]) -> Option<BlockReason> {
-    if protected.iter().any(|p| c.path.starts_with(p)) {
+fn block_reason(
+    c: &Change,
+    opts: &ComputeOptions,
+    has_head: &mut dyn FnMut(Option<&RelPath>) -> bool,
+) -> Option<BlockReason> {
+    // Protected paths: every change, deletions included.
+    if opts.protected.iter().any(|p| c.path.starts_with(p)) {
         return Some(BlockReason::Protected);
     }
-    let comps: Vec<&str> = c.path.components().collect();
-    for (i, w) in comps.iter().enumerate() {
-        if *w == ".git" {
-            match comps.get(i + 1) {
-                Some(&"hooks") => return Some(BlockReason::GitHook),
-                Some(&"config") | Some(&"config.worktree") => return Some(BlockReason::GitConfig),
-                _ => {}
-            }
-        }
-    }
-    if c.path.file_name() == ".git" && !c.new.as_ref().is_some_and(Node::is_dir) {
-        return Some(BlockReason::GitDir);
-    }
-    if let Some(Node::File { mode, .. }) = &c.new {
-        if mode & 0o6000 != 0 {
-            return Some(BlockReason::SetId);
-        }
-    }
-    None
+    // Plants: anything but a deletion (see `plants`).
+    plants::matching(&c.path, c.new.as_ref(), opts.home_workspace, has_head)
+        .map(|(p, _)| BlockReason::Plant(p.name.to_owned()))
 }
 
 #[cfg(test)]
@@ -597,9 +647,26 @@ mod tests {
         .expect("a change")
     }
 
+    fn opts(protected: &[&str], home: bool) -> ComputeOptions {
+        ComputeOptions {
+            protected: protected
+                .iter()
+                .map(|p| RelPath::new(p).expect("valid"))
+                .collect(),
+            home_workspace: home,
+        }
+    }
+
+    fn names(blocked: &[Blocked]) -> Vec<(String, String)> {
+        blocked
+            .iter()
+            .map(|b| (b.change.path.to_string(), b.reason.to_string()))
+            .map(|(p, r)| (p, r.split(':').next().unwrap_or("").to_owned()))
+            .collect()
+    }
+
     #[test]
     fn git_hooks_config_and_protected_are_blocked() {
-        let prot = vec![RelPath::new(".retie").expect("valid")];
         let (ok, blocked) = classify(
             vec![
                 file(".git/hooks/pre-commit", false, true),
@@ -609,17 +676,66 @@ mod tests {
                 file(".retie/ledger.db", true, true),
                 file("src/main.rs", true, true),
             ],
-            &prot,
+            &opts(&[".retie"], false),
+            &mut |_| false,
         );
         let okp: Vec<_> = ok.iter().map(|c| c.path.as_str()).collect();
         assert_eq!(okp, vec![".git/HEAD", "src/main.rs"]);
-        assert_eq!(blocked.len(), 4);
+        let mut got = names(&blocked);
+        got.sort();
+        let want: Vec<(String, String)> = [
+            (".git/config", "git_config"),
+            (".git/hooks/pre-commit", "git_hooks"),
+            (".retie/ledger.db", "protected path"),
+            ("sub/.git/hooks/post-checkout", "git_hooks"),
+        ]
+        .iter()
+        .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+        .collect();
+        assert_eq!(got, want);
     }
 
     #[test]
-    fn blocking_propagates_to_parents_removed_and_children_created() {
-        // Deleting .git entirely: hooks deletions are blocked, so the .git
-        // and .git/hooks directory removals must be blocked too.
+    fn a_config_beside_a_head_is_blocked_whether_head_is_new_or_in_the_lower() {
+        // HEAD created by the changeset.
+        let (ok, blocked) = classify(
+            vec![
+                dir("evil", false, true),
+                file("evil/HEAD", false, true),
+                file("evil/config", false, true),
+                file("plain/config", false, true),
+            ],
+            &opts(&[], false),
+            &mut |_| false,
+        );
+        assert_eq!(
+            names(&blocked),
+            vec![("evil/config".to_owned(), "git_dir_anywhere".to_owned())]
+        );
+        assert_eq!(ok.len(), 3);
+        // HEAD already in the lower: asked once per directory.
+        let mut asked = Vec::new();
+        let (_, blocked) = classify(
+            vec![
+                file("old/config", true, true),
+                file("old/hooks/post-update", false, true),
+            ],
+            &opts(&[], false),
+            &mut |d| {
+                asked.push(d.map(|p| p.to_string()));
+                d.map(RelPath::as_str) == Some("old")
+            },
+        );
+        assert_eq!(blocked.len(), 2, "{blocked:?}");
+        assert_eq!(
+            asked.iter().filter(|d| d.as_deref() == Some("old")).count(),
+            1
+        );
+    }
+
+    #[test]
+    fn deleting_plants_is_allowed_protected_deletions_propagate() {
+        // Deleting .git entirely: deletions plant nothing, all applicable.
         let (ok, blocked) = classify(
             vec![
                 dir(".git", true, false),
@@ -627,20 +743,83 @@ mod tests {
                 dir(".git/hooks", true, false),
                 file(".git/hooks/x", true, false),
             ],
-            &[],
+            &opts(&[], false),
+            &mut |_| true,
         );
-        let okp: Vec<_> = ok.iter().map(|c| c.path.as_str()).collect();
-        assert_eq!(okp, vec![".git/HEAD"]);
-        assert!(blocked
-            .iter()
-            .any(|b| b.change.path.as_str() == ".git/hooks" && b.reason == BlockReason::GitHook));
-        assert!(blocked.iter().any(|b| b.change.path.as_str() == ".git"));
-        // A blocked directory creation blocks its children.
-        let prot = vec![RelPath::new("st").expect("valid")];
-        let (ok, _) = classify(
+        assert!(blocked.is_empty(), "{blocked:?}");
+        assert_eq!(ok.len(), 4);
+        // A protected deletion blocks the removal of its parent directory.
+        let (ok, blocked) = classify(
+            vec![
+                dir("st", true, false),
+                file("st/ledger", true, false),
+                file("other", true, false),
+            ],
+            &opts(&["st/ledger"], false),
+            &mut |_| false,
+        );
+        assert_eq!(
+            names(&blocked),
+            vec![
+                ("st".to_owned(), "depends on a blocked change".to_owned()),
+                ("st/ledger".to_owned(), "protected path".to_owned()),
+            ]
+        );
+        assert_eq!(ok.len(), 1);
+    }
+
+    #[test]
+    fn blocking_propagates_to_children_of_a_blocked_creation() {
+        let (ok, blocked) = classify(
             vec![dir("st", false, true), file("st/a", false, true)],
-            &prot,
+            &opts(&["st"], false),
+            &mut |_| false,
         );
         assert!(ok.is_empty());
+        assert_eq!(blocked.len(), 2);
+        // A new setgid directory: its content would take its group.
+        let sg = Change::new(
+            RelPath::new("shared").expect("valid"),
+            None,
+            Some(Node::Dir { mode: 0o2775 }),
+        )
+        .expect("a change");
+        let (ok, blocked) = classify(
+            vec![sg, file("shared/f", false, true)],
+            &opts(&[], false),
+            &mut |_| false,
+        );
+        assert!(ok.is_empty());
+        assert_eq!(
+            names(&blocked),
+            vec![
+                ("shared".to_owned(), "setid".to_owned()),
+                (
+                    "shared/f".to_owned(),
+                    "depends on a blocked change".to_owned()
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn home_entries_apply_only_to_a_home_workspace() {
+        let changes = || {
+            vec![
+                file(".bashrc", true, true),
+                file(".ssh/config", false, true),
+            ]
+        };
+        let (ok, _) = classify(changes(), &opts(&[], false), &mut |_| false);
+        assert_eq!(ok.len(), 2);
+        let (ok, blocked) = classify(changes(), &opts(&[], true), &mut |_| false);
+        assert!(ok.is_empty());
+        assert_eq!(
+            names(&blocked),
+            vec![
+                (".bashrc".to_owned(), "shell_startup".to_owned()),
+                (".ssh/config".to_owned(), "ssh".to_owned()),
+            ]
+        );
     }
 }

@@ -6,7 +6,9 @@
 //! was unmounted) against the *lower*, the real workspace. It lists created,
 //! modified, deleted, mode-changed and type-changed paths with blake3 hashes
 //! of the new content and of the base the command saw; special files are
-//! refused, `.git/hooks/**`, `.git/config` and protected paths are blocked.
+//! refused; code-running plants ([`PLANTS`]: git hooks and config wherever a
+//! git dir is, `.envrc`, editors' auto-run files, setuid/setgid entries, a
+//! home directory's start-up files) and protected paths are blocked.
 //!
 //! [`apply`] checks the base is still there (else [`Error::Conflict`], nothing
 //! applied), stores the pre-image of every affected path in the
@@ -44,6 +46,7 @@ mod fsx;
 mod hash;
 mod journal;
 mod node;
+pub mod plants;
 mod relpath;
 mod store;
 
@@ -57,5 +60,6 @@ pub use error::{Error, Mismatch, Result};
 pub use hash::Hash;
 pub use journal::{new_id, Entry, EntryState, Journal, JournalLock, Op, Step, JOURNAL_VERSION};
 pub use node::Node;
+pub use plants::{NotPlant, Plant, Rule, Scope, NOT_PLANTS, PLANTS};
 pub use relpath::RelPath;
 pub use store::Store;

@@ -246,8 +246,15 @@ pub fn handle(
         .filter_map(|d| d.strip_prefix(&ws_path).ok())
         .filter_map(|rel| RelPath::new(&rel.to_string_lossy()).ok())
         .collect();
-    let mut cs = Changeset::compute_with(&ws_path, &run.upper, &ComputeOptions { protected })
-        .map_err(snap)?;
+    // A home workspace: its shell start-up files, .ssh... are plants too.
+    let home_workspace = std::env::var_os("HOME")
+        .and_then(|h| std::fs::canonicalize(h).ok())
+        .is_some_and(|h| h == ws_path);
+    let opts = ComputeOptions {
+        protected,
+        home_workspace,
+    };
+    let mut cs = Changeset::compute_with(&ws_path, &run.upper, &opts).map_err(snap)?;
     // retie's own files are never applied, not even with --allow-blocked.
     let (never, blocked): (Vec<_>, Vec<_>) = std::mem::take(&mut cs.blocked)
         .into_iter()
@@ -413,7 +420,7 @@ fn report_blocked_and_refused(cs: &Changeset, allow_blocked: bool) {
     if !cs.blocked.is_empty() && !allow_blocked {
         eprintln!("retie: blocked, not applied (a sandbox may not plant these; --allow-blocked applies them):");
         for b in &cs.blocked {
-            eprintln!("  {} ({:?})", visible(b.change.path.as_str()), b.reason);
+            eprintln!("  {} ({})", visible(b.change.path.as_str()), b.reason);
         }
     }
     if !cs.refused.is_empty() {

@@ -258,6 +258,7 @@ fn planted_git_hook_and_config_are_blocked() {
     );
     let opts = ComputeOptions {
         protected: vec![RelPath::new(".retie").expect("valid")],
+        ..ComputeOptions::default()
     };
     let cs = Changeset::compute_with(&env.ws, &upper, &opts).expect("compute");
     let blocked: Vec<_> = cs

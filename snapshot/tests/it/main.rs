@@ -6,3 +6,4 @@ mod boundary;
 mod cases;
 mod common;
 mod crash;
+mod plants;
