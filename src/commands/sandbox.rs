@@ -50,6 +50,10 @@ pub struct ExecArgs {
     /// .git/config, retie's own state).
     #[arg(long)]
     pub allow_blocked: bool,
+    /// Accept a system directory (/, /etc, /usr, /var, /root, ...) as the
+    /// workspace. Said on stderr and recorded in the ledger.
+    #[arg(long)]
+    pub allow_system_workspace: bool,
     /// Set an environment variable inside (repeatable).
     #[arg(long = "env", value_name = "K=V")]
     pub env: Vec<String>,
@@ -154,6 +158,18 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
             },
         })
     })?;
+    if let Some(why) = system_workspace(&ws) {
+        if !args.allow_system_workspace {
+            return Err(CliError::Usage(format!(
+                "the workspace {} is {why}: a sandboxed command could read everything in it (as root: /etc/shadow, keys) and a changeset could rewrite it. Choose a project directory, or pass --allow-system-workspace if you mean it",
+                crate::ui::visible(&ws.display().to_string())
+            )));
+        }
+        eprintln!(
+            "retie: warning: the workspace {} is {why}; allowed by --allow-system-workspace (recorded)",
+            crate::ui::visible(&ws.display().to_string())
+        );
+    }
     b = b.workspace(&ws);
     if let Some(n) = &args.net {
         b = b.network(super::lab::resolve_net(n)?);
@@ -174,14 +190,20 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
         mode,
         &args.profile,
     )?;
+    if args.allow_system_workspace && system_workspace(&ws).is_some() {
+        rec.note("system_workspace", json!(true));
+    }
     let guarded = guard_retie_dirs(&ws, rec.mask(), &ledger_path)?;
     for dir in &guarded {
         b = b.mask(dir);
     }
+    // Both modes: an apply a crash interrupted on this workspace is rolled
+    // back before anything runs on it (a direct-mode command would
+    // otherwise work on a half-applied tree).
+    let state = crate::state::dir()?;
+    let snaps = Snapshots::open(&state, &ws)?;
     let mut overlay = None;
     if args.workspace_mode == ModeArg::Overlay {
-        let state = crate::state::dir()?;
-        let snaps = Snapshots::open(&state, &ws)?;
         let owner = root_owner(&ws)?;
         let run = OverlayRun::create(&state, owner)?;
         b = b.workspace_mode(WorkspaceMode::Overlay {
@@ -205,6 +227,12 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
         b = b.env(k, v);
     }
     for name in &args.env_pass {
+        if std::env::var_os(name).is_none() {
+            eprintln!(
+                "retie: warning: --env-pass {}: not set in this environment, so not passed",
+                crate::ui::visible(name)
+            );
+        }
         b = b.env_pass(name);
     }
     let spec = b.build()?;
@@ -271,6 +299,30 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
     };
     rec.finish();
     Ok((outcome, handled))
+}
+
+/// Directories no sandbox should get as its workspace, and why. `ws` is
+/// canonical.
+fn system_workspace(ws: &std::path::Path) -> Option<String> {
+    // Exactly these, and every ancestor of them (only `/`).
+    const EXACT: &[&str] = &[
+        "/", "/etc", "/usr", "/boot", "/dev", "/proc", "/sys", "/var", "/root", "/run", "/home",
+        "/srv", "/opt", "/mnt", "/media", "/snap", "/lib", "/lib64", "/bin", "/sbin",
+    ];
+    // These and everything beneath them: system trees, never a project.
+    const TREES: &[&str] = &["/etc", "/usr", "/boot", "/dev", "/proc", "/sys", "/run"];
+    let p = ws.to_string_lossy();
+    if EXACT.contains(&p.as_ref()) {
+        return Some(if p == "/" {
+            "the root of the filesystem".into()
+        } else {
+            format!("the system directory {p}")
+        });
+    }
+    TREES
+        .iter()
+        .find(|t| ws.starts_with(t))
+        .map(|t| format!("inside the system directory {t}"))
 }
 
 /// retie's own directories (config with the user key, state, data, the

@@ -164,6 +164,14 @@ impl Recorder {
         self.mask.as_deref()
     }
 
+    /// Add a field to what is recorded for this run (its session and its
+    /// intent), e.g. that a system workspace was allowed.
+    pub fn note(&mut self, key: &str, value: Value) {
+        if let Some(o) = self.base.as_object_mut() {
+            o.insert(key.into(), value);
+        }
+    }
+
     /// Open the ledger (creating it and the user key on first use).
     pub fn open(
         ledger_arg: Option<&Path>,
@@ -259,6 +267,7 @@ impl Recorder {
                 "policy_digest": retie_policy::Policy::shipped().ok().map(|p| p.digest().to_hex()),
                 "system_prompt_digest": null,
                 "profile": self.base["profile"],
+                "system_workspace": self.base.get("system_workspace"),
             });
             let ws = self.workspace.display().to_string();
             let (ledger, user) = self.ensure()?;
