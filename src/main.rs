@@ -59,6 +59,10 @@ enum Command {
     Replay(commands::replay::ReplayArgs),
     /// List the ledger's sessions and their action ids.
     Log(commands::log::LogArgs),
+    /// Kept overlay runs (timed out, conflicting, not reviewed): list,
+    /// show, apply or discard them.
+    #[command(subcommand)]
+    Changes(commands::runs::RunsCmd),
     /// Undo one recorded action (an id from `retie log`, or `last`).
     Undo(commands::undo::UndoArgs),
     /// Undo every action of a session, newest first.
@@ -99,6 +103,13 @@ fn main() -> ExitCode {
         Command::Verify(args) => commands::verify::run(args),
         Command::Replay(args) => commands::replay::run(args),
         Command::Log(args) => commands::log::run(args),
+        Command::Changes(cmd) => match commands::runs::run(cmd) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("retie: {e}");
+                EXIT_SANDBOX_FAILED
+            }
+        },
         Command::Undo(args) => commands::undo::run_one(args),
         Command::UndoAll(args) => commands::undo::run_all(args),
         Command::LedgerDev(cmd) => ledger::dev::run(cmd),

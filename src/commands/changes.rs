@@ -28,12 +28,36 @@ pub enum ChangesMode {
     Review,
 }
 
-/// One overlay run's scratch space: `STATE/runs/ID/{upper,work}`.
+/// One overlay run's scratch space: `STATE/runs/ID/{upper,work}`, and
+/// `run.json` ([`RunMeta`]) so a kept run can be listed, shown, applied or
+/// discarded later (`retie changes`).
 pub struct OverlayRun {
+    pub id: String,
     pub dir: PathBuf,
     pub upper: PathBuf,
     pub work: PathBuf,
     keep: bool,
+}
+
+/// What `retie changes` needs to know about a run it did not start.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct RunMeta {
+    pub workspace: PathBuf,
+    pub command: Vec<String>,
+    /// When the sandbox started, from [`coarse_now`]: the base the
+    /// command saw, for the conflict check of a later apply.
+    pub started_ns: u128,
+    pub created_ms: u128,
+    /// Why it was kept, once it is.
+    pub kept: Option<String>,
+}
+
+impl RunMeta {
+    pub fn started(&self) -> SystemTime {
+        let secs = u64::try_from(self.started_ns / 1_000_000_000).unwrap_or(0);
+        let nanos = u32::try_from(self.started_ns % 1_000_000_000).unwrap_or(0);
+        UNIX_EPOCH + Duration::new(secs, nanos)
+    }
 }
 
 impl OverlayRun {
@@ -57,6 +81,7 @@ impl OverlayRun {
             }
         }
         Ok(OverlayRun {
+            id,
             dir,
             upper,
             work,
@@ -64,14 +89,77 @@ impl OverlayRun {
         })
     }
 
+    /// Open a run another invocation kept.
+    pub fn open_kept(state: &Path, id: &str) -> Result<(OverlayRun, RunMeta), CliError> {
+        if id.is_empty() || !id.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            return Err(CliError::Usage(format!(
+                "{}: not a run id (see `retie changes list`)",
+                visible(id)
+            )));
+        }
+        let dir = state.join("runs").join(id);
+        let meta: RunMeta = std::fs::read(dir.join("run.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .ok_or_else(|| {
+                CliError::Usage(format!("no kept run {id} (see `retie changes list`)"))
+            })?;
+        let run = OverlayRun {
+            id: id.to_string(),
+            upper: dir.join("upper"),
+            work: dir.join("work"),
+            dir,
+            keep: true,
+        };
+        Ok((run, meta))
+    }
+
+    /// Record what the run is (before it starts).
+    pub fn write_meta(&self, meta: &RunMeta) -> Result<(), CliError> {
+        let p = self.dir.join("run.json");
+        let bytes = serde_json::to_vec(meta).map_err(|e| CliError::Usage(e.to_string()))?;
+        std::fs::write(&p, bytes).map_err(|e| CliError::io(format!("writing {}", p.display()), e))
+    }
+
+    fn set_kept(&self, why: &str) {
+        let p = self.dir.join("run.json");
+        if let Some(mut m) = std::fs::read(&p)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<RunMeta>(&b).ok())
+        {
+            m.kept = Some(why.to_string());
+            if let Ok(b) = serde_json::to_vec(&m) {
+                let _ = std::fs::write(&p, b);
+            }
+        }
+    }
+
+    /// Was the run kept?
+    pub fn kept(&self) -> bool {
+        self.keep
+    }
+
+    /// Let the run's directories go when this is dropped (a kept run that
+    /// was applied or discarded).
+    pub fn release(&mut self) {
+        self.keep = false;
+    }
+
     /// Did the command write anything into the upper layer?
     pub fn has_writes(&self) -> bool {
         std::fs::read_dir(&self.upper).is_ok_and(|mut d| d.next().is_some())
     }
 
+    /// Keep the run's directories (the changes were not applied), saying
+    /// why in its `run.json`.
+    pub fn keep_because(&mut self, why: &str) {
+        self.keep = true;
+        self.set_kept(why);
+    }
+
     /// Keep the run's directories (the changes were not applied).
     pub fn keep(&mut self) {
-        self.keep = true;
+        self.keep_because("not applied");
     }
 }
 
@@ -359,7 +447,7 @@ pub fn handle(
 }
 
 fn conflict(run: &mut OverlayRun, base: serde_json::Value, list: Vec<String>) -> Handled {
-    run.keep();
+    run.keep_because("conflict");
     let msg = format!(
         "the workspace changed while the command ran, so its changes were made against an older version; nothing was applied. Conflicting: {}. The command's changes are kept in {}",
         list.iter().map(|p| visible(p)).collect::<Vec<_>>().join(", "),
@@ -442,7 +530,7 @@ fn sigil(k: &ChangeKind) -> char {
 }
 
 /// Summary and unified diff of the text files, on stderr.
-fn print_review(cs: &Changeset, ws: &Path, upper: &Path, allow_blocked: bool) {
+pub(crate) fn print_review(cs: &Changeset, ws: &Path, upper: &Path, allow_blocked: bool) {
     let mut err = std::io::stderr().lock();
     let _ = writeln!(err, "retie: changes made by the command:");
     let all: Vec<&Change> = cs.to_apply(allow_blocked).collect();

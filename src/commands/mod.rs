@@ -7,6 +7,7 @@ pub mod log;
 pub mod policy;
 pub mod probe;
 pub mod replay;
+pub mod runs;
 pub mod sandbox;
 pub mod selftest;
 pub mod undo;

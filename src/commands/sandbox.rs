@@ -243,6 +243,19 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
     // Every change to the real workspace from here on carries a ctime at
     // or after this (see changes::changed_during_run).
     let started = changes::coarse_now();
+    if let Some((_, _, run, _)) = &overlay {
+        run.write_meta(&changes::RunMeta {
+            workspace: ws.clone(),
+            command: args.command.clone(),
+            started_ns: started
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()),
+            created_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis()),
+            kept: None,
+        })?;
+    }
     let ran = retie_runtime::run(&spec, Stdio::Inherit);
     if ran.is_err() {
         // Whatever went wrong, the command may have written into the upper
@@ -250,10 +263,10 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
         // the command ended): keep those writes for the person to inspect.
         if let Some((_, _, run, _)) = overlay.as_mut() {
             if run.has_writes() {
-                run.keep();
+                run.keep_because("the run failed");
                 eprintln!(
-                    "retie: the run failed; the command's writes were not applied and are kept in {}",
-                    run.upper.display()
+                    "retie: the run failed; the command's writes were not applied and are kept as run {} (`retie changes show {}`)",
+                    run.id, run.id
                 );
             }
         }
@@ -264,12 +277,18 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
         Some((_, _, mut run, _)) if outcome.timed_out => {
             // A timed-out command's half-done changes are not applied, and
             // not thrown away either.
-            run.keep();
+            run.keep_because("timed out");
             eprintln!(
-                "retie: the command timed out; its changes were not applied and are kept in {}",
-                run.upper.display()
+                "retie: the command timed out; its changes were not applied and are kept as run {} (`retie changes show {}`, `apply`, `discard`)",
+                run.id, run.id
             );
-            None
+            Some(Handled {
+                json: json!({
+                    "applied": false,
+                    "kept": {"run": run.id, "upper": run.upper.display().to_string(), "why": "timed out"},
+                }),
+                failure: None,
+            })
         }
         Some((state, snaps, mut run, owner)) => {
             let t = std::time::Instant::now();
@@ -291,6 +310,12 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
             );
             let mut h = rec.after_changes(h)?;
             if let Some(o) = h.json.as_object_mut() {
+                if run.kept() {
+                    o.insert(
+                        "kept".into(),
+                        json!({"run": run.id, "upper": run.upper.display().to_string()}),
+                    );
+                }
                 let ms = t.elapsed().as_secs_f64() * 1000.0;
                 o.insert("handled_ms".into(), json!((ms * 1000.0).round() / 1000.0));
             }
@@ -330,7 +355,7 @@ fn system_workspace(ws: &std::path::Path) -> Option<String> {
 /// workspace: each is created if missing and returned, to be masked in the
 /// sandbox (an empty read-only tmpfs) and never written by a changeset.
 /// A workspace that is one of them, or lies inside one, is refused.
-fn guard_retie_dirs(
+pub(crate) fn guard_retie_dirs(
     ws: &std::path::Path,
     ledger_mask: Option<&std::path::Path>,
     ledger: &std::path::Path,

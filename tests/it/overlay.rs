@@ -626,3 +626,89 @@ fn system_directories_are_refused_as_workspaces() {
         }
     }
 }
+
+/// A timed-out run's changes are kept, named in `--json`, and can be
+/// listed, shown, applied (with the conflict check against what the
+/// command saw when it started) or discarded later.
+#[test]
+fn kept_runs_are_listed_shown_applied_and_discarded() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        write(&s, "a.txt", "old\n");
+        let o = s.exec(
+            &["--json", "--timeout", "1"],
+            &["sh", "-c", "echo new > a.txt; echo x > b.txt; sleep 30"],
+        );
+        assert_code(&o, 124, "timeout");
+        let st = json_status(&o);
+        let run = st["changes"]["kept"]["run"]
+            .as_str()
+            .expect("kept run in --json")
+            .to_string();
+        assert_eq!(st["changes"]["applied"], false, "{st}");
+        assert_eq!(read(&s, "a.txt").as_deref(), Some("old\n"));
+        let o = s.retie().args(["changes", "list"]).output().expect("list");
+        assert_code(&o, 0, "list");
+        assert!(
+            stdout(&o).contains(&run) && stdout(&o).contains("timed out"),
+            "{}",
+            stdout(&o)
+        );
+        let o = s
+            .retie()
+            .args(["changes", "show", &run])
+            .output()
+            .expect("show");
+        assert_code(&o, 0, "show");
+        assert!(
+            stderr(&o).contains("-old") && stderr(&o).contains("+new"),
+            "{}",
+            stderr(&o)
+        );
+        let o = s
+            .retie()
+            .args(["changes", "apply", &run])
+            .output()
+            .expect("apply");
+        assert_code(&o, 0, "apply");
+        assert_eq!(read(&s, "a.txt").as_deref(), Some("new\n"));
+        assert_eq!(read(&s, "b.txt").as_deref(), Some("x\n"));
+        assert_eq!(runs_left(&s), 0, "{leg:?}: an applied run stays behind");
+        // Recorded, and undoable like any other apply.
+        let o = s.retie().args(["undo", "last"]).output().expect("undo");
+        assert_code(&o, 0, "undo");
+        assert_eq!(read(&s, "a.txt").as_deref(), Some("old\n"));
+
+        // A run whose file the person edited since it started: refused.
+        let o = s.exec(
+            &["--timeout", "1", "--json"],
+            &["sh", "-c", "echo mine > a.txt; sleep 30"],
+        );
+        assert_code(&o, 124, "timeout");
+        let run = json_status(&o)["changes"]["kept"]["run"]
+            .as_str()
+            .expect("run")
+            .to_string();
+        write(&s, "a.txt", "the person's\n");
+        let o = s
+            .retie()
+            .args(["changes", "apply", &run])
+            .output()
+            .expect("apply");
+        assert_code(&o, 125, "conflicting apply");
+        assert_eq!(read(&s, "a.txt").as_deref(), Some("the person's\n"));
+        let o = s
+            .retie()
+            .args(["changes", "discard", &run])
+            .output()
+            .expect("discard");
+        assert_code(&o, 0, "discard");
+        assert_eq!(runs_left(&s), 0);
+        let o = s
+            .retie()
+            .args(["changes", "apply", "../../etc"])
+            .output()
+            .expect("bad id");
+        assert_code(&o, 125, "bad id");
+    }
+}
