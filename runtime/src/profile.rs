@@ -220,6 +220,50 @@ mod tests {
         assert!(err.to_string().contains("synthesized"), "{err}");
     }
 
+    /// Every entry of the refused lists, not a sample: each path in
+    /// FORBIDDEN and beneath the personal trees, exposed as `ro` and as
+    /// `ro_optional`, and every refused /etc name.
+    #[test]
+    fn every_refused_path_and_etc_name_is_refused() {
+        let under = [
+            "/home/alice",
+            "/home/alice/.ssh",
+            "/root/.cargo",
+            "/run/user/1000",
+        ];
+        for p in FORBIDDEN.iter().chain(under.iter()) {
+            for (key, from, to) in [
+                ("ro", "ro = [\"/usr\"]", format!("ro = [\"/usr\", \"{p}\"]")),
+                (
+                    "ro_optional",
+                    "ro_optional = [\"/bin\",",
+                    format!("ro_optional = [\"{p}\", \"/bin\","),
+                ),
+            ] {
+                let text = HOST_PROFILE_TOML.replace(from, &to);
+                assert_ne!(text, HOST_PROFILE_TOML, "the test did not place {p}");
+                let err = Profile::parse(&text, "t").expect_err(p);
+                assert!(
+                    err.to_string().contains("may not be exposed"),
+                    "{key} {p}: {err}"
+                );
+            }
+        }
+        for name in SYNTHESIZED_ETC
+            .iter()
+            .chain(["shadow", "gshadow", "sudoers", "../shadow", "a/b"].iter())
+        {
+            let text = HOST_PROFILE_TOML.replace(
+                "\"alternatives\",",
+                &format!("\"alternatives\", \"{name}\","),
+            );
+            assert!(
+                Profile::parse(&text, "t").is_err(),
+                "etc entry {name} accepted"
+            );
+        }
+    }
+
     #[test]
     fn zero_landlock_floor_refused() {
         let text = HOST_PROFILE_TOML.replace("min_abi = 6", "min_abi = 0");
