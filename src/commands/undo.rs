@@ -12,7 +12,7 @@ use retie_snapshot::{EntryState, Error as SnapError, UndoOptions};
 use serde_json::{json, Value};
 
 use super::changes::{root_owner, Snapshots};
-use crate::ledger::{self, keys, kind, model, verify, Actor, Ledger};
+use crate::ledger::{self, keys, model, verify, Actor, Kind, Ledger};
 
 #[derive(Args)]
 pub struct UndoArgs {
@@ -127,7 +127,7 @@ fn run_inner(
         }
         // Record it, whatever it was; a result that cannot be recorded is
         // an error (the undo itself has happened: say so).
-        if let Err(e) = l.append(&a.session, Actor::Person, kind::UNDO, &p, &user) {
+        if let Err(e) = l.append(&a.session, Actor::Person, Kind::Undo, &p, &user) {
             eprintln!(
                 "retie: action {}: {} but recording it failed: {e}",
                 a.id,

@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::keys;
 use super::record::open_session;
-use super::{kind, Actor, Error, Ledger, Result};
+use super::{Actor, Error, Kind, Ledger, Result};
 
 #[derive(Subcommand)]
 pub enum DevCmd {
@@ -81,9 +81,7 @@ fn append(a: AppendArgs) -> Result<()> {
     let path = super::resolve_path(a.ledger.as_deref())?;
     let mut l = Ledger::open(&path, true, Some(&user))?;
     if a.fast {
-        l.conn
-            .pragma_update(None, "synchronous", "OFF")
-            .map_err(|e| l.sql(e))?;
+        l.unsafe_fast_for_tests()?;
     }
     let ttl = if a.forge == Some(Forge::Expired) {
         1
@@ -105,7 +103,7 @@ fn append(a: AppendArgs) -> Result<()> {
         l.append(
             &s.id,
             Actor::Agent,
-            kind::NOTE,
+            Kind::Note,
             &json!({"n": i, "pid": std::process::id()}),
             &s.key,
         )?;
@@ -128,7 +126,7 @@ fn append(a: AppendArgs) -> Result<()> {
         l.append(
             &s.id,
             Actor::Agent,
-            kind::DELEGATION,
+            Kind::Delegation,
             &json!({ "delegation": d, "to": "sub-agent" }),
             &s.key,
         )?;
@@ -136,7 +134,7 @@ fn append(a: AppendArgs) -> Result<()> {
             l.append(
                 &s.id,
                 Actor::Agent,
-                kind::NOTE,
+                Kind::Note,
                 &json!({"sub": i, "pid": std::process::id()}),
                 &child,
             )?;
@@ -147,19 +145,13 @@ fn append(a: AppendArgs) -> Result<()> {
         l.append(
             &s.id,
             Actor::Agent,
-            kind::NOTE,
+            Kind::Note,
             &json!({"rogue": true}),
             &rogue,
         )?;
     }
     if !a.no_checkpoint {
-        l.append(
-            &s.id,
-            Actor::Person,
-            kind::SESSION_CLOSED,
-            &json!({}),
-            &user,
-        )?;
+        l.append(&s.id, Actor::Person, Kind::SessionClosed, &json!({}), &user)?;
         l.checkpoint(&user)?;
     }
     println!("{}", json!({"session": s.id}));
@@ -234,7 +226,7 @@ fn bench(b: BenchArgs) -> Result<()> {
             l.append(
                 &s.id,
                 Actor::Agent,
-                kind::NOTE,
+                Kind::Note,
                 &json!({"n": j, "pid": 0}),
                 &s.key,
             )?;
@@ -251,16 +243,14 @@ fn bench(b: BenchArgs) -> Result<()> {
     // that is measured), then verified with every signature.
     let vp = tmp.path().join("verify.db");
     let mut l = Ledger::open(&vp, true, Some(&user))?;
-    l.conn
-        .pragma_update(None, "synchronous", "OFF")
-        .map_err(|e| l.sql(e))?;
+    l.unsafe_fast_for_tests()?;
     let s = open_session(&mut l, &user, "/dev/null", json!({}), &["note"], 3_600_000)?;
     let t = Instant::now();
     for i in 0..b.verify_entries {
         l.append(
             &s.id,
             Actor::Agent,
-            kind::NOTE,
+            Kind::Note,
             &json!({"n": i, "pid": 0}),
             &s.key,
         )?;

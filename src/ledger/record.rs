@@ -10,7 +10,7 @@ use retie_snapshot::Changeset;
 use serde_json::{json, Value};
 
 use super::keys::{self, Delegation};
-use super::{kind, now_ms, Actor, Error, Ledger, Result};
+use super::{now_ms, Actor, Error, Kind, Ledger, Result};
 use crate::commands::changes::Handled;
 use crate::error::CliError;
 
@@ -50,7 +50,7 @@ pub fn open_session(
     if let Some(o) = payload.as_object_mut() {
         o.insert("delegation".into(), json!(d));
     }
-    ledger.append(&id, Actor::Person, kind::SESSION_OPENED, &payload, user)?;
+    ledger.append(&id, Actor::Person, Kind::SessionOpened, &payload, user)?;
     Ok(Session { id, key })
 }
 
@@ -71,7 +71,7 @@ pub fn join_session(ledger: &Ledger, id: &str) -> Result<Session> {
     let rows = ledger.session_rows(id)?;
     let opened = rows
         .iter()
-        .find(|r| r.kind == kind::SESSION_OPENED.as_bytes())
+        .find(|r| r.kind == Kind::SessionOpened.as_bytes())
         .ok_or_else(|| err("no such session in this ledger"))?;
     let d: Delegation = opened
         .payload_json()
@@ -304,7 +304,7 @@ impl Recorder {
         let a = self
             .ensure()?
             .0
-            .append(&id, Actor::Agent, kind::INTENT, &p, &key)?;
+            .append(&id, Actor::Agent, Kind::Intent, &p, &key)?;
         self.action = Some(a.seq);
         stall("intent");
         Ok(a.seq)
@@ -325,7 +325,7 @@ impl Recorder {
         };
         self.ensure()?
             .0
-            .append(&id, Actor::Agent, kind::OUTCOME, &outcome, &key)?;
+            .append(&id, Actor::Agent, Kind::Outcome, &outcome, &key)?;
         Ok(())
     }
 
@@ -390,7 +390,7 @@ impl Recorder {
         let joined = self.join.is_some();
         let (ledger, user) = self.ensure()?;
         if !joined {
-            ledger.append(&id, Actor::Person, kind::SESSION_CLOSED, &json!({}), user)?;
+            ledger.append(&id, Actor::Person, Kind::SessionClosed, &json!({}), user)?;
         }
         ledger.checkpoint(user)?;
         Ok(())

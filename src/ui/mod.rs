@@ -1,7 +1,6 @@
 //! Terminal output helpers.
 
-pub mod escape;
-pub use escape::{shell_line, visible, visible_line};
+pub use retie_ledger::display::{shell_line, visible, visible_line};
 
 /// Print a table with a header row, columns padded to their widest cell.
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {

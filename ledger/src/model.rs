@@ -1,11 +1,11 @@
 //! Sessions and actions as read back from the entries (for log, replay
 //! and undo).
 
-use crate::ui::{shell_line, visible};
+use crate::display::{shell_line, visible};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{kind, Row};
+use super::{Kind, Row};
 
 /// One action: an intent and what followed it.
 #[derive(Debug, Clone, Serialize)]
@@ -115,9 +115,10 @@ pub fn sessions(rows: &[Row]) -> Vec<Session> {
     let mut out: Vec<Session> = Vec::new();
     let mut index = std::collections::HashMap::new();
     for r in rows {
-        let k = r.kind_str();
+        let k = Kind::parse(&r.kind);
+        let turn = r.kind == b"turn";
         let sid = r.session_str();
-        if k == kind::SESSION_OPENED {
+        if k == Some(Kind::SessionOpened) {
             index.insert(sid.clone(), out.len());
             out.push(Session {
                 id: sid,
@@ -135,8 +136,13 @@ pub fn sessions(rows: &[Row]) -> Vec<Session> {
         let s = &mut out[i];
         s.last_ms = s.last_ms.max(r.time_ms);
         let p = r.payload_json();
-        match k.as_str() {
-            kind::INTENT => s.actions.push(Action {
+        if turn {
+            s.turns += 1;
+            continue;
+        }
+        let Some(k) = k else { continue };
+        match k {
+            Kind::Intent => s.actions.push(Action {
                 id: r.seq,
                 session: s.id.clone(),
                 time_ms: r.time_ms,
@@ -145,10 +151,10 @@ pub fn sessions(rows: &[Row]) -> Vec<Session> {
                 outcome_time_ms: None,
                 undos: Vec::new(),
             }),
-            kind::OUTCOME | kind::UNDO => {
+            Kind::Outcome | Kind::Undo => {
                 let target = p.get("action").and_then(Value::as_i64);
                 if let Some(a) = s.actions.iter_mut().find(|a| Some(a.id) == target) {
-                    if k == kind::OUTCOME {
+                    if k == Kind::Outcome {
                         a.outcome = Some(p);
                         a.outcome_time_ms = Some(r.time_ms);
                     } else {
@@ -156,9 +162,8 @@ pub fn sessions(rows: &[Row]) -> Vec<Session> {
                     }
                 }
             }
-            kind::REFUSAL => s.refusals.push(p),
-            kind::SESSION_CLOSED => s.closed_ms = Some(r.time_ms),
-            "turn" => s.turns += 1,
+            Kind::Refusal => s.refusals.push(p),
+            Kind::SessionClosed => s.closed_ms = Some(r.time_ms),
             _ => {}
         }
     }

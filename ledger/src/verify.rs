@@ -10,7 +10,7 @@ use rusqlite::{Connection, OpenFlags};
 use serde::Serialize;
 
 use super::keys::{parse_key, user_public, Delegation};
-use super::{checkpoint_digest, hex, kind, read_rows, Checkpoint, Error, Result, Row};
+use super::{checkpoint_digest, hex, read_rows, Checkpoint, Error, Kind, Result, Row};
 
 /// Exit codes of `retie verify`.
 pub const EXIT_INTACT: i32 = 0;
@@ -92,7 +92,7 @@ pub fn verify(path: &Path) -> Result<Report> {
     // first entry names.
     let genesis_key = rows
         .first()
-        .filter(|r| r.kind == kind::LEDGER_OPENED.as_bytes())
+        .filter(|r| r.kind == Kind::LedgerOpened.as_bytes())
         .and_then(|r| {
             r.payload_json()
                 .get("user_key")
@@ -206,7 +206,7 @@ pub fn verify(path: &Path) -> Result<Report> {
                             r.actor_str()
                         )));
                     }
-                    if k == kind::INTENT {
+                    if k == Kind::Intent {
                         let p = r.payload_json();
                         let effect = p.get("effect").and_then(|e| e.as_str()).unwrap_or("");
                         if !g.d.effects.iter().any(|e| e == effect) {
@@ -219,10 +219,10 @@ pub fn verify(path: &Path) -> Result<Report> {
                 }
             }
         }
-        if k == kind::SESSION_OPENED {
+        if k == Kind::SessionOpened {
             sessions += 1;
         }
-        if k == kind::SESSION_OPENED || k == kind::DELEGATION {
+        if k == Kind::SessionOpened || k == Kind::Delegation {
             let p = r.payload_json();
             match p
                 .get("delegation")
@@ -249,7 +249,7 @@ pub fn verify(path: &Path) -> Result<Report> {
                     Err(why) => problems.push(bad(format!("its delegation is invalid: {why}"))),
                 },
                 Some(Err(e)) => problems.push(bad(format!("its delegation is malformed: {e}"))),
-                None if k == kind::DELEGATION => {
+                None if k == Kind::Delegation => {
                     problems.push(bad("a delegation entry without a delegation".into()))
                 }
                 None => {}

@@ -1,0 +1,753 @@
+//! The ledger: a hash-chained, signed, append-only record of what retie
+//! was asked to do, what it planned (with the undo plan) before doing it,
+//! and how it ended.
+//!
+//! Store: one SQLite database per user (WAL, `synchronous=FULL`), every
+//! append in a `BEGIN IMMEDIATE` transaction that reads the previous hash
+//! inside it, `BEFORE UPDATE/DELETE` triggers that abort rewrites. Each
+//! entry's hash is SHA-256 over one canonical encoding (see
+//! [`entry_hash`] and docs/adr/0401-ledger-crates-and-encoding.md); the
+//! signature is ed25519 over that hash. Person entries are signed by the
+//! user key; agent entries by a session key the user key delegated to.
+//! Checkpoints (count + head, user-signed) go to a file next to the
+//! database so that a truncated tail is detected.
+
+pub mod display;
+pub mod keys;
+pub mod model;
+pub mod verify;
+
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use ed25519_dalek::{Signer, SigningKey};
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// Domain of an entry hash.
+pub const DOMAIN_ENTRY: &[u8] = b"retie/ledger/entry/v1\0";
+/// Domain of a delegation digest.
+pub const DOMAIN_DELEGATION: &[u8] = b"retie/ledger/delegation/v1\0";
+/// Domain of a checkpoint digest.
+pub const DOMAIN_CHECKPOINT: &[u8] = b"retie/ledger/checkpoint/v1\0";
+/// A checkpoint is written every this many entries (and after each session).
+pub const CHECKPOINT_EVERY: u64 = 1000;
+
+/// Everything that can go wrong in the ledger.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// SQLite refused or failed.
+    #[error("ledger database {}: {source}", path.display())]
+    Sqlite {
+        path: PathBuf,
+        #[source]
+        source: rusqlite::Error,
+    },
+    /// File I/O around the ledger (keys, checkpoints, directories).
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A key file is missing, malformed or has the wrong mode.
+    #[error("key file {}: {why}", path.display())]
+    Key { path: PathBuf, why: String },
+    /// There is no ledger where one was expected.
+    #[error("no ledger at {}", .0.display())]
+    Missing(PathBuf),
+    /// Neither XDG_*_HOME nor HOME names a directory.
+    #[error("neither {0} nor HOME is set: retie needs a place for its ledger and keys")]
+    NoHome(&'static str),
+    /// A session cannot be joined or used.
+    #[error("session {session}: {why}")]
+    Session { session: String, why: String },
+    /// An action id, session id or stored record that does not make sense.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl Error {
+    /// An I/O error with what was being done.
+    pub fn io(what: impl Into<String>, source: std::io::Error) -> Error {
+        Error::Io {
+            what: what.into(),
+            source,
+        }
+    }
+}
+
+/// Result with the ledger's error.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Who wrote an entry.
+#[allow(dead_code)] // Policy: for the agent's gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Actor {
+    Person,
+    Agent,
+    Policy,
+}
+
+impl Actor {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Actor::Person => "person",
+            Actor::Agent => "agent",
+            Actor::Policy => "policy",
+        }
+    }
+}
+
+/// Entry kinds: the vocabulary of the ledger, stored as their `as_str`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// The genesis entry: the user key and the format.
+    LedgerOpened,
+    /// A session begins: objective, origin, policy digest, the delegation.
+    SessionOpened,
+    /// A session ends.
+    SessionClosed,
+    /// A key delegated to a sub-agent.
+    Delegation,
+    /// An action as proposed, with its frozen arguments' digest.
+    Proposed,
+    /// What the gate decided, and who (policy or person).
+    Decision,
+    /// About to act: the action with its undo plan, before any effect.
+    Intent,
+    /// How the action ended.
+    Outcome,
+    /// An undo of an earlier action.
+    Undo,
+    /// An action refused: never executed.
+    Refusal,
+    /// Anything else worth keeping.
+    Note,
+}
+
+impl Kind {
+    /// Every kind.
+    pub const ALL: [Kind; 11] = [
+        Kind::LedgerOpened,
+        Kind::SessionOpened,
+        Kind::SessionClosed,
+        Kind::Delegation,
+        Kind::Proposed,
+        Kind::Decision,
+        Kind::Intent,
+        Kind::Outcome,
+        Kind::Undo,
+        Kind::Refusal,
+        Kind::Note,
+    ];
+
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::LedgerOpened => "ledger_opened",
+            Kind::SessionOpened => "session_opened",
+            Kind::SessionClosed => "session_closed",
+            Kind::Delegation => "delegation",
+            Kind::Proposed => "action_proposed",
+            Kind::Decision => "decision",
+            Kind::Intent => "intent",
+            Kind::Outcome => "outcome",
+            Kind::Undo => "undo",
+            Kind::Refusal => "refusal",
+            Kind::Note => "note",
+        }
+    }
+
+    /// The stored name as bytes (rows keep their fields raw).
+    pub fn as_bytes(self) -> &'static [u8] {
+        self.as_str().as_bytes()
+    }
+
+    /// The kind a stored name stands for.
+    pub fn parse(s: &[u8]) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.as_str().as_bytes() == s)
+    }
+}
+
+impl PartialEq<Kind> for String {
+    fn eq(&self, k: &Kind) -> bool {
+        self == k.as_str()
+    }
+}
+
+impl PartialEq<Kind> for &str {
+    fn eq(&self, k: &Kind) -> bool {
+        *self == k.as_str()
+    }
+}
+
+/// One stored entry, as read back (fields raw, so a tampered row can still
+/// be read and judged).
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub seq: i64,
+    pub time_ms: i64,
+    pub session: Vec<u8>,
+    pub actor: Vec<u8>,
+    pub kind: Vec<u8>,
+    pub payload: Vec<u8>,
+    pub prev: Vec<u8>,
+    pub hash: Vec<u8>,
+    pub signer: Vec<u8>,
+    pub sig: Vec<u8>,
+}
+
+impl Row {
+    pub fn session_str(&self) -> String {
+        String::from_utf8_lossy(&self.session).into_owned()
+    }
+    pub fn kind_str(&self) -> String {
+        String::from_utf8_lossy(&self.kind).into_owned()
+    }
+    pub fn actor_str(&self) -> String {
+        String::from_utf8_lossy(&self.actor).into_owned()
+    }
+    pub fn payload_json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.payload).unwrap_or(serde_json::Value::Null)
+    }
+    /// The hash of this row's contents, recomputed.
+    pub fn recompute(&self) -> [u8; 32] {
+        entry_hash(
+            self.seq,
+            self.time_ms,
+            &self.session,
+            &self.actor,
+            &self.kind,
+            &self.payload,
+            &self.prev,
+            &self.signer,
+        )
+    }
+}
+
+/// The canonical encoding, hashed: the domain, then seq and time as 8-byte
+/// big-endian integers, then session, actor, kind, payload, previous hash
+/// and signer key, each as an 8-byte big-endian length and its bytes.
+#[allow(clippy::too_many_arguments)]
+pub fn entry_hash(
+    seq: i64,
+    time_ms: i64,
+    session: &[u8],
+    actor: &[u8],
+    kind: &[u8],
+    payload: &[u8],
+    prev: &[u8],
+    signer: &[u8],
+) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(DOMAIN_ENTRY);
+    h.update(seq.to_be_bytes());
+    h.update(time_ms.to_be_bytes());
+    for f in [session, actor, kind, payload, prev, signer] {
+        h.update((f.len() as u64).to_be_bytes());
+        h.update(f);
+    }
+    h.finalize().into()
+}
+
+/// Milliseconds since the epoch.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+pub fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+pub fn unhex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// The ledger's path: `--ledger`, else `RETIE_LEDGER`, else
+/// `STATE/ledger.db`.
+pub fn resolve_path(arg: Option<&Path>) -> Result<PathBuf> {
+    if let Some(p) = arg {
+        return Ok(p.to_path_buf());
+    }
+    if let Some(p) = std::env::var_os("RETIE_LEDGER").filter(|p| !p.is_empty()) {
+        return Ok(PathBuf::from(p));
+    }
+    let base = xdg_base("XDG_STATE_HOME", ".local/state")?;
+    Ok(base.join("retie").join("ledger.db"))
+}
+
+/// `$VAR` if absolute, else `$HOME/fallback`.
+pub(crate) fn xdg_base(var: &'static str, fallback: &str) -> Result<PathBuf> {
+    std::env::var_os(var)
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .map(PathBuf::from)
+                .filter(|p| p.is_absolute())
+                .map(|h| h.join(fallback))
+        })
+        .ok_or(Error::NoHome(var))
+}
+
+pub(crate) fn mkdir_private(d: &Path) -> Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(d)
+        .map_err(|e| Error::io(format!("creating {}", d.display()), e))
+}
+
+/// The checkpoint file next to a ledger.
+pub fn checkpoint_path(ledger: &Path) -> PathBuf {
+    let mut s = ledger.as_os_str().to_owned();
+    s.push(".checkpoints");
+    PathBuf::from(s)
+}
+
+/// The copy of the checkpoints the user asked for in
+/// `RETIE_CHECKPOINT_COPY` (an absolute path), if any.
+pub fn checkpoint_copy_path() -> Option<PathBuf> {
+    std::env::var_os("RETIE_CHECKPOINT_COPY")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+}
+
+/// A checkpoint line.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Checkpoint {
+    pub count: u64,
+    pub head: String,
+    pub time_ms: i64,
+    pub key: String,
+    pub sig: String,
+}
+
+/// What a checkpoint signature covers.
+pub fn checkpoint_digest(count: u64, head: &[u8]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(DOMAIN_CHECKPOINT);
+    h.update(count.to_be_bytes());
+    h.update((head.len() as u64).to_be_bytes());
+    h.update(head);
+    h.finalize().into()
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS entries (
+    seq INTEGER PRIMARY KEY,
+    time_ms INTEGER NOT NULL,
+    session TEXT NOT NULL,
+    actor TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    prev BLOB NOT NULL,
+    hash BLOB NOT NULL,
+    signer BLOB NOT NULL,
+    sig BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS entries_session ON entries(session);
+CREATE TRIGGER IF NOT EXISTS entries_no_update BEFORE UPDATE ON entries
+BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS entries_no_delete BEFORE DELETE ON entries
+BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
+";
+
+/// An open ledger.
+pub struct Ledger {
+    conn: Connection,
+    path: PathBuf,
+    /// The user key, when this process holds it (checkpoints every
+    /// [`CHECKPOINT_EVERY`] entries).
+    user: Option<SigningKey>,
+}
+
+/// What an append produced.
+#[derive(Debug, Clone, Copy)]
+pub struct Appended {
+    pub seq: i64,
+}
+
+impl Ledger {
+    /// Open (creating if `create`) the ledger at `path`. A new ledger's
+    /// first entry names the user key that signs it.
+    pub fn open(path: &Path, create: bool, user: Option<&SigningKey>) -> Result<Ledger> {
+        let sql = |source| Error::Sqlite {
+            path: path.to_path_buf(),
+            source,
+        };
+        if !path.exists() {
+            if !create {
+                return Err(Error::Missing(path.to_path_buf()));
+            }
+            if let Some(d) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                mkdir_private(d)?;
+            }
+            // An empty file is an empty database; creating it here gives it
+            // mode 0600.
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o600)
+                .open(path)
+                .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
+        }
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(sql)?;
+        conn.busy_timeout(std::time::Duration::from_secs(60))
+            .map_err(sql)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(sql)?;
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(sql)?;
+        let mut l = Ledger {
+            conn,
+            path: path.to_path_buf(),
+            user: user.cloned(),
+        };
+        if create {
+            l.conn.execute_batch(SCHEMA).map_err(sql)?;
+            if let Some(user) = user {
+                l.genesis(user)?;
+            }
+        }
+        Ok(l)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The user key this ledger was started with (its genesis entry).
+    pub fn genesis_user_key(&self) -> Result<Option<String>> {
+        let payload: Option<String> = self
+            .conn
+            .query_row(
+                "SELECT payload FROM entries WHERE kind = ?1 ORDER BY seq LIMIT 1",
+                [Kind::LedgerOpened.as_str()],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| self.sql(e))?;
+        Ok(payload
+            .and_then(|p| serde_json::from_str::<serde_json::Value>(&p).ok())
+            .and_then(|v| v.get("user_key").and_then(|k| k.as_str()).map(String::from)))
+    }
+
+    /// Refuse to write under a user key other than the one the ledger was
+    /// started with: a replaced key file (planted by a sandboxed command
+    /// that could reach it, or swapped by hand) is reported at the next
+    /// run, before anything runs, not only by `retie verify`.
+    pub fn check_user_key(&self, user: &SigningKey) -> Result<()> {
+        let mine = hex(user.verifying_key().as_bytes());
+        match self.genesis_user_key()? {
+            Some(k) if k != mine => Err(Error::Key {
+                path: keys::user_key_path()?,
+                why: format!(
+                    "this is not the key the ledger {} was started with (it was {}…, this one is {}…): the key file was replaced. Nothing was run. Restore the original key, or start a new ledger elsewhere (--ledger or RETIE_LEDGER); `retie verify` checks the old one",
+                    self.path.display(),
+                    &k[..k.len().min(16)],
+                    &mine[..16]
+                ),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Turn off fsync for this connection: for building large test and
+    /// benchmark ledgers only, never for a real one.
+    pub fn unsafe_fast_for_tests(&mut self) -> Result<()> {
+        self.conn
+            .pragma_update(None, "synchronous", "OFF")
+            .map_err(|e| self.sql(e))
+    }
+
+    fn sql(&self, source: rusqlite::Error) -> Error {
+        Error::Sqlite {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    fn genesis(&mut self, user: &SigningKey) -> Result<()> {
+        let payload = serde_json::json!({
+            "user_key": hex(user.verifying_key().as_bytes()),
+            "format": 1,
+        });
+        self.append_if(
+            |last| last == 0,
+            "",
+            Actor::Person,
+            Kind::LedgerOpened,
+            &payload,
+            user,
+        )?;
+        Ok(())
+    }
+
+    /// Append one entry, durably. The previous hash is read inside the
+    /// same IMMEDIATE transaction, so concurrent writers serialize.
+    pub fn append(
+        &mut self,
+        session: &str,
+        actor: Actor,
+        kind: Kind,
+        payload: &serde_json::Value,
+        key: &SigningKey,
+    ) -> Result<Appended> {
+        self.append_if(|_| true, session, actor, kind, payload, key)?
+            .ok_or_else(|| Error::Invalid("append skipped".into()))
+    }
+
+    fn append_if(
+        &mut self,
+        cond: impl Fn(i64) -> bool,
+        session: &str,
+        actor: Actor,
+        kind: Kind,
+        payload: &serde_json::Value,
+        key: &SigningKey,
+    ) -> Result<Option<Appended>> {
+        let kind = kind.as_str();
+        let payload = payload.to_string();
+        let signer = key.verifying_key().to_bytes();
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| Error::Sqlite {
+                path: self.path.clone(),
+                source: e,
+            })?;
+        let last: Option<(i64, Vec<u8>)> = tx
+            .prepare_cached("SELECT seq, hash FROM entries ORDER BY seq DESC LIMIT 1")
+            .and_then(|mut s| s.query_row([], |r| Ok((r.get(0)?, r.get(1)?))).optional())
+            .map_err(|e| Error::Sqlite {
+                path: self.path.clone(),
+                source: e,
+            })?;
+        let (last_seq, prev) = last.unwrap_or((0, vec![0; 32]));
+        if !cond(last_seq) {
+            return Ok(None);
+        }
+        let seq = last_seq + 1;
+        let time_ms = now_ms();
+        let hash = entry_hash(
+            seq,
+            time_ms,
+            session.as_bytes(),
+            actor.as_str().as_bytes(),
+            kind.as_bytes(),
+            payload.as_bytes(),
+            &prev,
+            &signer,
+        );
+        let sig = key.sign(&hash).to_bytes();
+        let res = tx
+            .prepare_cached(
+                "INSERT INTO entries (seq, time_ms, session, actor, kind, payload, prev, hash, signer, sig)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    seq,
+                    time_ms,
+                    session,
+                    actor.as_str(),
+                    kind,
+                    payload,
+                    prev,
+                    &hash[..],
+                    &signer[..],
+                    &sig[..]
+                ])
+            })
+            .and_then(|_| tx.commit());
+        res.map_err(|e| self.sql(e))?;
+        if seq as u64 % CHECKPOINT_EVERY == 0 {
+            if let Some(u) = self.user.clone() {
+                self.checkpoint(&u)?;
+            }
+        }
+        Ok(Some(Appended { seq }))
+    }
+
+    /// Every row in seq order.
+    pub fn rows(&self) -> Result<Vec<Row>> {
+        read_rows(&self.conn).map_err(|e| self.sql(e))
+    }
+
+    /// Rows of one session (and the genesis), in seq order.
+    pub fn session_rows(&self, session: &str) -> Result<Vec<Row>> {
+        let mut st = self
+            .conn
+            .prepare("SELECT seq, time_ms, session, actor, kind, payload, prev, hash, signer, sig FROM entries WHERE session = ?1 ORDER BY seq")
+            .map_err(|e| self.sql(e))?;
+        let rows = st
+            .query_map([session], row_of)
+            .and_then(|it| it.collect::<rusqlite::Result<Vec<Row>>>())
+            .map_err(|e| self.sql(e))?;
+        Ok(rows)
+    }
+
+    /// (count, head hash) as of now.
+    pub fn head(&self) -> Result<(u64, Vec<u8>)> {
+        let r: Option<(i64, Vec<u8>)> = self
+            .conn
+            .query_row(
+                "SELECT seq, hash FROM entries ORDER BY seq DESC LIMIT 1",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(|e| self.sql(e))?;
+        Ok(r.map(|(s, h)| (s.max(0) as u64, h))
+            .unwrap_or((0, vec![0; 32])))
+    }
+
+    /// Write a user-signed checkpoint of the current head to the file next
+    /// to the database.
+    pub fn checkpoint(&self, user: &SigningKey) -> Result<Checkpoint> {
+        let (count, head) = self.head()?;
+        let cp = Checkpoint {
+            count,
+            head: hex(&head),
+            time_ms: now_ms(),
+            key: hex(user.verifying_key().as_bytes()),
+            sig: hex(&user.sign(&checkpoint_digest(count, &head)).to_bytes()),
+        };
+        let mut line = serde_json::to_string(&cp)
+            .map_err(|e| Error::Invalid(format!("encoding a checkpoint: {e}")))?;
+        line.push('\n');
+        let mut files = vec![checkpoint_path(&self.path)];
+        files.extend(checkpoint_copy_path());
+        for p in files {
+            let mut f = std::fs::OpenOptions::new()
+                .append(true)
+                .create(true)
+                .mode(0o600)
+                .open(&p)
+                .map_err(|e| Error::io(format!("opening {}", p.display()), e))?;
+            f.write_all(line.as_bytes())
+                .and_then(|_| f.sync_all())
+                .map_err(|e| Error::io(format!("writing {}", p.display()), e))?;
+        }
+        Ok(cp)
+    }
+}
+
+fn row_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
+    use rusqlite::types::ValueRef;
+    let bytes = |i: usize| -> rusqlite::Result<Vec<u8>> {
+        Ok(match r.get_ref(i)? {
+            ValueRef::Null => Vec::new(),
+            ValueRef::Integer(n) => n.to_string().into_bytes(),
+            ValueRef::Real(f) => f.to_string().into_bytes(),
+            ValueRef::Text(t) | ValueRef::Blob(t) => t.to_vec(),
+        })
+    };
+    let int = |i: usize| -> rusqlite::Result<i64> {
+        Ok(match r.get_ref(i)? {
+            ValueRef::Integer(n) => n,
+            _ => i64::MIN,
+        })
+    };
+    Ok(Row {
+        seq: int(0)?,
+        time_ms: int(1)?,
+        session: bytes(2)?,
+        actor: bytes(3)?,
+        kind: bytes(4)?,
+        payload: bytes(5)?,
+        prev: bytes(6)?,
+        hash: bytes(7)?,
+        signer: bytes(8)?,
+        sig: bytes(9)?,
+    })
+}
+
+pub(crate) fn read_rows(conn: &Connection) -> rusqlite::Result<Vec<Row>> {
+    let mut st = conn.prepare(
+        "SELECT seq, time_ms, session, actor, kind, payload, prev, hash, signer, sig FROM entries ORDER BY seq",
+    )?;
+    let rows = st.query_map([], row_of)?.collect();
+    rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(b: u8) -> SigningKey {
+        SigningKey::from_bytes(&[b; 32])
+    }
+
+    #[test]
+    fn every_kind_round_trips_through_its_stored_name() {
+        for k in Kind::ALL {
+            assert_eq!(Kind::parse(k.as_bytes()), Some(k));
+        }
+        assert_eq!(Kind::parse(b"turn"), None);
+    }
+
+    #[test]
+    fn appends_chain_and_each_row_hashes_to_what_is_stored() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let user = key(7);
+        let mut l = Ledger::open(&dir.path().join("l.db"), true, Some(&user)).expect("open");
+        for i in 0..5 {
+            l.append(
+                "s",
+                Actor::Person,
+                Kind::Note,
+                &serde_json::json!({ "i": i }),
+                &user,
+            )
+            .expect("append");
+        }
+        let rows = l.rows().expect("rows");
+        assert_eq!(rows.len(), 6, "genesis + 5");
+        for w in rows.windows(2) {
+            assert_eq!(w[1].prev, w[0].hash, "chain broken at {}", w[1].seq);
+        }
+        for r in &rows {
+            assert_eq!(r.recompute().to_vec(), r.hash, "row {} hash", r.seq);
+        }
+        assert_eq!(
+            l.genesis_user_key().expect("genesis"),
+            Some(hex(user.verifying_key().as_bytes()))
+        );
+        l.check_user_key(&user).expect("same key");
+        assert!(
+            l.check_user_key(&key(8)).is_err(),
+            "a replaced key must be refused"
+        );
+    }
+
+    #[test]
+    fn rows_cannot_be_rewritten_or_deleted() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let user = key(3);
+        let l = Ledger::open(&dir.path().join("l.db"), true, Some(&user)).expect("open");
+        assert!(l
+            .conn
+            .execute("UPDATE entries SET payload = '{}'", [])
+            .is_err());
+        assert!(l.conn.execute("DELETE FROM entries", []).is_err());
+    }
+}
