@@ -717,7 +717,7 @@ fn a_workspace_inside_retie_state_is_refused() {
             .expect("run");
         assert_code(&o, 125, "workspace inside retie's state");
         assert!(
-            stderr(&o).contains("inside retie's own state"),
+            stderr(&o).contains("retie's own state directory"),
             "{}",
             stderr(&o)
         );
