@@ -13,6 +13,12 @@ pub enum CliError {
     /// The ledger could not record or be read.
     #[error(transparent)]
     Ledger(#[from] crate::ledger::Error),
+    /// The chokepoint (policy, ledger, sandbox, changes) failed.
+    #[error(transparent)]
+    Dispatch(#[from] retie_dispatch::Error),
+    /// The policy or the person refused the action; it did not run.
+    #[error("refused by {by}: {reason} (recorded in the ledger; nothing ran)")]
+    Refused { reason: String, by: String },
     /// A user-supplied argument is malformed.
     #[error("{0}")]
     Usage(String),

@@ -85,7 +85,23 @@ pub fn user_public() -> Option<VerifyingKey> {
     read_key(&p).ok().map(|k| k.verifying_key())
 }
 
-/// Where session keys of a ledger live: `LEDGER.keys/`.
+/// The key a session signs with: derived from the user key and the session
+/// id (domain-separated SHA-256 as the ed25519 seed), so it needs no file
+/// of its own, and rejoining a session re-derives it. Whoever holds the
+/// user key could sign for any session anyway, through a delegation; the
+/// delegation, signed by the user key and recorded in the ledger, still
+/// says which key acts for which session, with which effects, until when.
+pub fn session_key(user: &SigningKey, session: &str) -> SigningKey {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(b"retie/ledger/session-key/v1\0");
+    h.update(user.to_bytes());
+    h.update(session.as_bytes());
+    SigningKey::from_bytes(&h.finalize().into())
+}
+
+/// Where session keys of a ledger live: `LEDGER.keys/` (ledgers written
+/// before session keys were derived).
 pub fn session_key_dir(ledger: &Path) -> PathBuf {
     let mut s = ledger.as_os_str().to_owned();
     s.push(".keys");

@@ -118,6 +118,9 @@ pub enum Kind {
     Decision,
     /// About to act: the action with its undo plan, before any effect.
     Intent,
+    /// The exact changes an action is about to make to the workspace, with
+    /// their undo plan: written right before they are made.
+    Changes,
     /// How the action ended.
     Outcome,
     /// An undo of an earlier action.
@@ -130,7 +133,7 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 11] = [
+    pub const ALL: [Kind; 12] = [
         Kind::LedgerOpened,
         Kind::SessionOpened,
         Kind::SessionClosed,
@@ -138,6 +141,7 @@ impl Kind {
         Kind::Proposed,
         Kind::Decision,
         Kind::Intent,
+        Kind::Changes,
         Kind::Outcome,
         Kind::Undo,
         Kind::Refusal,
@@ -154,6 +158,7 @@ impl Kind {
             Kind::Proposed => "action_proposed",
             Kind::Decision => "decision",
             Kind::Intent => "intent",
+            Kind::Changes => "changes",
             Kind::Outcome => "outcome",
             Kind::Undo => "undo",
             Kind::Refusal => "refusal",
@@ -380,6 +385,15 @@ pub struct Appended {
     pub seq: i64,
 }
 
+/// An entry to append with [`Ledger::append_batch`].
+pub struct NewEntry {
+    pub session: String,
+    pub actor: Actor,
+    pub kind: Kind,
+    pub payload: serde_json::Value,
+    pub key: SigningKey,
+}
+
 impl Ledger {
     /// Open (creating if `create`) the ledger at `path`. A new ledger's
     /// first entry names the user key that signs it.
@@ -499,6 +513,81 @@ impl Ledger {
             user,
         )?;
         Ok(())
+    }
+
+    /// Append several entries in one durable transaction: all of them or
+    /// none. `build` gets the sequence number the first entry will have,
+    /// so a later entry can name an earlier one.
+    pub fn append_batch(
+        &mut self,
+        build: impl FnOnce(i64) -> Vec<NewEntry>,
+    ) -> Result<Vec<Appended>> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| Error::Sqlite {
+                path: self.path.clone(),
+                source: e,
+            })?;
+        let last: Option<(i64, Vec<u8>)> = tx
+            .prepare_cached("SELECT seq, hash FROM entries ORDER BY seq DESC LIMIT 1")
+            .and_then(|mut s| s.query_row([], |r| Ok((r.get(0)?, r.get(1)?))).optional())
+            .map_err(|e| Error::Sqlite {
+                path: self.path.clone(),
+                source: e,
+            })?;
+        let (mut seq, mut prev) = last.unwrap_or((0, vec![0; 32]));
+        let mut out = Vec::new();
+        let mut crossed = false;
+        for e in build(seq + 1) {
+            seq += 1;
+            let time_ms = now_ms();
+            let payload = e.payload.to_string();
+            let signer = e.key.verifying_key().to_bytes();
+            let hash = entry_hash(
+                seq,
+                time_ms,
+                e.session.as_bytes(),
+                e.actor.as_str().as_bytes(),
+                e.kind.as_bytes(),
+                payload.as_bytes(),
+                &prev,
+                &signer,
+            );
+            let sig = e.key.sign(&hash).to_bytes();
+            tx.prepare_cached(
+                "INSERT INTO entries (seq, time_ms, session, actor, kind, payload, prev, hash, signer, sig)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    seq,
+                    time_ms,
+                    e.session,
+                    e.actor.as_str(),
+                    e.kind.as_str(),
+                    payload,
+                    prev,
+                    &hash[..],
+                    &signer[..],
+                    &sig[..]
+                ])
+            })
+            .map_err(|err| Error::Sqlite {
+                path: self.path.clone(),
+                source: err,
+            })?;
+            crossed |= seq as u64 % CHECKPOINT_EVERY == 0;
+            prev = hash.to_vec();
+            out.push(Appended { seq });
+        }
+        tx.commit().map_err(|e| self.sql(e))?;
+        if crossed {
+            if let Some(u) = self.user.clone() {
+                self.checkpoint(&u)?;
+            }
+        }
+        Ok(out)
     }
 
     /// Append one entry, durably. The previous hash is read inside the

@@ -20,6 +20,8 @@ pub struct Action {
     pub outcome_time_ms: Option<i64>,
     /// Undo entries recorded for it, oldest first.
     pub undos: Vec<Value>,
+    /// The exact changes it was about to make, recorded right before.
+    pub changes: Option<Value>,
 }
 
 impl Action {
@@ -44,6 +46,15 @@ impl Action {
             })
             .unwrap_or_default()
     }
+    /// The changeset an undo of this action rolls back: the one recorded
+    /// right before the changes were made, else the intent's plan.
+    pub fn undo_changeset(&self) -> Option<&str> {
+        self.changes
+            .as_ref()
+            .and_then(|c| c.pointer("/undo/changeset"))
+            .or_else(|| self.intent.pointer("/undo/changeset"))
+            .and_then(Value::as_str)
+    }
     pub fn reversible(&self) -> bool {
         self.intent
             .pointer("/undo/reversible")
@@ -57,6 +68,7 @@ impl Action {
                 Some("applied") => "applied",
                 Some("ran") => "ran",
                 Some("refused") => "refused",
+                Some("unchanged") => "unchanged",
                 Some("failed") => "failed",
                 _ => "not applied",
             },
@@ -150,7 +162,14 @@ pub fn sessions(rows: &[Row]) -> Vec<Session> {
                 outcome: None,
                 outcome_time_ms: None,
                 undos: Vec::new(),
+                changes: None,
             }),
+            Kind::Changes => {
+                let target = p.get("action").and_then(Value::as_i64);
+                if let Some(a) = s.actions.iter_mut().find(|a| Some(a.id) == target) {
+                    a.changes = Some(p);
+                }
+            }
             Kind::Outcome | Kind::Undo => {
                 let target = p.get("action").and_then(Value::as_i64);
                 if let Some(a) = s.actions.iter_mut().find(|a| Some(a.id) == target) {

@@ -200,20 +200,37 @@ pub fn verify(path: &Path) -> Result<Report> {
                             r.time_ms, g.not_after_ms
                         )));
                     }
-                    if r.actor != b"agent" {
+                    // A delegated key signs for the agent and for the gate's
+                    // decisions in its session; never for the person.
+                    if r.actor != b"agent" && r.actor != b"policy" {
                         problems.push(bad(format!(
                             "actor {} signed by an agent key",
                             r.actor_str()
                         )));
                     }
                     if k == Kind::Intent {
+                        // Effect names are the policy crate's (`writes_workspace`,
+                        // `runs_sandboxed`, ...); older intents carry one `effect`.
                         let p = r.payload_json();
-                        let effect = p.get("effect").and_then(|e| e.as_str()).unwrap_or("");
-                        if !g.d.effects.iter().any(|e| e == effect) {
-                            problems.push(bad(format!(
-                                "effect {effect:?} is outside its delegation ({})",
-                                g.d.effects.join(", ")
-                            )));
+                        let effects: Vec<String> = match p.get("effects").and_then(|e| e.as_array())
+                        {
+                            Some(a) => a
+                                .iter()
+                                .map(|e| e.as_str().unwrap_or("?").to_string())
+                                .collect(),
+                            None => vec![p
+                                .get("effect")
+                                .and_then(|e| e.as_str())
+                                .unwrap_or("")
+                                .to_string()],
+                        };
+                        for effect in effects {
+                            if !g.d.effects.contains(&effect) {
+                                problems.push(bad(format!(
+                                    "effect {effect:?} is outside its delegation ({})",
+                                    g.d.effects.join(", ")
+                                )));
+                            }
                         }
                     }
                 }

@@ -9,9 +9,17 @@ use clap::Subcommand;
 use retie_snapshot::{Changeset, ComputeOptions};
 use serde_json::json;
 
-use super::changes::{self, root_owner, ChangesMode, OverlayRun, RunMeta, Snapshots};
+use retie_dispatch::overlay;
+use retie_dispatch::record::SessionSpec;
+use retie_dispatch::sandbox::plan_for;
+use retie_dispatch::{
+    dispatch, CommandLine, Dispatched, Error as DispatchError, Executor, Proposal, Recorder, Step,
+    UndoPlan,
+};
+use retie_policy::{Action, Context, Policy};
+
+use super::changes::{self, root_owner, Handled, OverlayRun, RunMeta, Snapshots};
 use crate::error::CliError;
-use crate::ledger::record::{self, Recorder};
 use crate::ui::{shell_line, visible};
 
 #[derive(Subcommand)]
@@ -116,8 +124,83 @@ fn list(state: &Path, as_json: bool) -> Result<i32, CliError> {
     Ok(0)
 }
 
+/// Applying a kept run is an action like any other: it goes through the
+/// chokepoint (classified, gated, recorded with its undo plan) and its
+/// executor applies the run's changes with the conflict check against the
+/// workspace as the command saw it when it started.
+struct KeptApply<'a> {
+    run: Option<OverlayRun>,
+    meta: RunMeta,
+    state: &'a Path,
+    snaps: Snapshots,
+    protect: Vec<std::path::PathBuf>,
+    owner: Option<(u32, u32)>,
+    allow_blocked: bool,
+}
+
+impl Executor for KeptApply<'_> {
+    type Output = Handled;
+
+    fn plan(&self, _action: &Action) -> UndoPlan {
+        UndoPlan {
+            reversible: true,
+            detail: json!({"reversible": true, "via": "snapshot", "changeset": null}),
+        }
+    }
+
+    fn execute(&mut self, _action: &Action, step: &mut Step<'_>) -> Result<Handled, DispatchError> {
+        let mut run = self
+            .run
+            .take()
+            .ok_or_else(|| DispatchError::Invalid("applied once".into()))?;
+        // Applied, the run goes; on a conflict `handle` keeps it again.
+        run.release();
+        let mut hooks = ApplyHooks {
+            step,
+            allow_blocked: self.allow_blocked,
+        };
+        let h = overlay::handle(
+            overlay::ChangesMode::Apply,
+            self.allow_blocked,
+            &self.protect,
+            self.state,
+            &self.snaps,
+            &mut run,
+            self.owner,
+            self.meta.started(),
+            &mut hooks,
+        )?;
+        let applied = h.json["applied"] == json!(true);
+        step.set_outcome(json!({
+            "status": if applied { "applied" } else if h.failure.is_some() { "refused" } else { "not applied" },
+            "changes": h.json["changes"].as_array().map(Vec::len),
+            "conflicts": h.json.get("conflicts"),
+            "failure": h.failure,
+        }));
+        Ok(h)
+    }
+}
+
+struct ApplyHooks<'a, 'r> {
+    step: &'a mut Step<'r>,
+    allow_blocked: bool,
+}
+
+impl overlay::ChangesHooks for ApplyHooks<'_, '_> {
+    fn say(&mut self, line: &str) {
+        eprintln!("retie: {line}");
+    }
+    fn review(&mut self, _: &Changeset, _: &Path, _: &Path, _: bool) -> Option<bool> {
+        None
+    }
+    fn before_apply(&mut self, cs: &Changeset) -> Result<(), DispatchError> {
+        self.step
+            .before_effect(json!({ "undo": plan_for(cs, self.allow_blocked) }))
+    }
+}
+
 fn apply(state: &Path, id: &str, allow_blocked: bool) -> Result<i32, CliError> {
-    let (mut run, meta) = OverlayRun::open_kept(state, id)?;
+    let (run, meta) = OverlayRun::open_kept(state, id)?;
     let ws = std::fs::canonicalize(&meta.workspace).map_err(|e| {
         CliError::io(
             format!("the run's workspace {}", meta.workspace.display()),
@@ -125,35 +208,71 @@ fn apply(state: &Path, id: &str, allow_blocked: bool) -> Result<i32, CliError> {
         )
     })?;
     let snaps = Snapshots::open(state, &ws)?;
+    changes::report_recovery(&snaps);
     let ledger = crate::ledger::resolve_path(None)?;
-    let mut rec = Recorder::open(None, None, &ws, &meta.command, "overlay", "host")?;
-    rec.note("applied_from_kept_run", json!(run.id));
-    let guarded = super::sandbox::guard_retie_dirs(&ws, rec.mask(), &ledger)?;
+    let protect = super::sandbox::guard_retie_dirs(&ws, None, &ledger)?;
     let owner = root_owner(&ws)?;
-    // Applied, the run goes; on a conflict `handle` keeps it again.
-    run.release();
-    let h = changes::handle(
-        ChangesMode::Apply,
-        allow_blocked,
-        &guarded,
-        state,
-        &snaps,
-        &mut run,
-        owner,
-        meta.started(),
-        &mut |cs| {
-            Ok(rec
-                .intent(record::plan_for(cs, allow_blocked))
-                .map(|_| ())?)
+    let line = shell_line(&meta.command.iter().map(String::as_str).collect::<Vec<_>>());
+    let effects = ["writes_workspace"];
+    let action = Action::from_json(
+        &json!({"tool": "write", "args": {"kept_run": run.id, "command": line}, "effects": effects})
+            .to_string(),
+    )
+    .map_err(|e| CliError::Usage(format!("the apply cannot be put to the policy: {e}")))?;
+    let policy =
+        Policy::shipped().map_err(|e| CliError::Usage(format!("the shipped policy: {e}")))?;
+    let mut rec = Recorder::open(
+        &ledger,
+        SessionSpec {
+            join: None,
+            workspace: ws.clone(),
+            opened: json!({
+                "objective": format!("apply kept run {}", run.id),
+                "origin": "retie changes apply",
+                "policy_digest": policy.digest().to_hex(),
+            }),
+            effects: effects.iter().map(|e| e.to_string()).collect(),
+            intent_base: json!({
+                "tool": "changes.apply",
+                "command": meta.command,
+                "workspace": ws.display().to_string(),
+                "mode": "overlay",
+                "kept_run": run.id,
+                "effects": effects,
+            }),
         },
+    )?;
+    let mut exec = KeptApply {
+        run: Some(run),
+        meta,
+        state,
+        snaps,
+        protect,
+        owner,
+        allow_blocked,
+    };
+    let d = dispatch(
+        &mut rec,
+        &policy,
+        &Context::new(policy.default_tier()),
+        Proposal {
+            action,
+            origin: "command line".into(),
+        },
+        &mut CommandLine,
+        &mut exec,
     );
-    let h = rec.after_changes(h)?;
-    rec.finish();
-    match h.failure {
-        Some(msg) => {
-            eprintln!("retie: {msg}");
-            Ok(retie_runtime::EXIT_SANDBOX_FAILED)
-        }
-        None => Ok(0),
+    if let Err(e) = rec.finish() {
+        eprintln!("retie: warning: the ledger session could not be closed: {e}");
+    }
+    match d? {
+        Dispatched::Ran { output, .. } => match output.failure {
+            Some(msg) => {
+                eprintln!("retie: {msg}");
+                Ok(retie_runtime::EXIT_SANDBOX_FAILED)
+            }
+            None => Ok(0),
+        },
+        Dispatched::Refused { reason, by } => Err(CliError::Refused { reason, by }),
     }
 }

@@ -7,14 +7,16 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use retie_runtime::{
-    Outcome, Profile, RuntimeError, Sandbox, Stdio, WorkspaceMode, EXIT_SANDBOX_FAILED,
-};
+use retie_runtime::{Outcome, Profile, RuntimeError, Sandbox, Stdio, EXIT_SANDBOX_FAILED};
 use serde_json::json;
 
-use super::changes::{self, root_owner, ChangesMode, Handled, OverlayRun, Snapshots};
+use retie_dispatch::record::SessionSpec;
+use retie_dispatch::sandbox::{JobMode, SandboxJob};
+use retie_dispatch::{dispatch, CommandLine, Dispatched, Proposal, Recorder};
+use retie_policy::{Action, Context, Policy};
+
+use super::changes::{self, root_owner, ChangesMode, Handled, Snapshots};
 use crate::error::CliError;
-use crate::ledger::record::{self, Recorder};
 
 #[derive(Subcommand)]
 pub enum SandboxCmd {
@@ -124,7 +126,9 @@ fn exec(args: ExecArgs) -> i32 {
         }
         Err(e) => {
             let code = match &e {
-                CliError::Runtime(RuntimeError::Exec { exit_code, .. }) => *exit_code,
+                CliError::Runtime(r) | CliError::Dispatch(retie_dispatch::Error::Runtime(r)) => {
+                    retie_dispatch::sandbox::exit_code_of(r)
+                }
                 _ => EXIT_SANDBOX_FAILED,
             };
             eprintln!("retie: {e}");
@@ -158,7 +162,8 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
             },
         })
     })?;
-    if let Some(why) = system_workspace(&ws) {
+    let system = system_workspace(&ws);
+    if let Some(why) = &system {
         if !args.allow_system_workspace {
             return Err(CliError::Usage(format!(
                 "the workspace {} is {why}: a sandboxed command could read everything in it (as root: /etc/shadow, keys) and a changeset could rewrite it. Choose a project directory, or pass --allow-system-workspace if you mean it",
@@ -171,46 +176,9 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
         );
     }
     b = b.workspace(&ws);
+    let net = args.net.clone().unwrap_or_else(|| "none".into());
     if let Some(n) = &args.net {
         b = b.network(super::lab::resolve_net(n)?);
-    }
-    let mode = match args.workspace_mode {
-        ModeArg::Overlay => "overlay",
-        ModeArg::Direct => "direct",
-    };
-    // retie's own directories first: a workspace inside one is refused
-    // before the ledger is even opened.
-    let ledger_path = crate::ledger::resolve_path(args.ledger.as_deref())?;
-    guard_retie_dirs(&ws, None, &ledger_path)?;
-    let mut rec = Recorder::open(
-        args.ledger.as_deref(),
-        args.session.clone(),
-        &ws,
-        &args.command,
-        mode,
-        &args.profile,
-    )?;
-    if args.allow_system_workspace && system_workspace(&ws).is_some() {
-        rec.note("system_workspace", json!(true));
-    }
-    let guarded = guard_retie_dirs(&ws, rec.mask(), &ledger_path)?;
-    for dir in &guarded {
-        b = b.mask(dir);
-    }
-    // Both modes: an apply a crash interrupted on this workspace is rolled
-    // back before anything runs on it (a direct-mode command would
-    // otherwise work on a half-applied tree).
-    let state = crate::state::dir()?;
-    let snaps = Snapshots::open(&state, &ws)?;
-    let mut overlay = None;
-    if args.workspace_mode == ModeArg::Overlay {
-        let owner = root_owner(&ws)?;
-        let run = OverlayRun::create(&state, owner)?;
-        b = b.workspace_mode(WorkspaceMode::Overlay {
-            upper: run.upper.clone(),
-            work: run.work.clone(),
-        });
-        overlay = Some((state, snaps, run, owner));
     }
     if let Some(t) = args.timeout {
         if !(t.is_finite() && t > 0.0) {
@@ -235,95 +203,98 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
         }
         b = b.env_pass(name);
     }
-    let spec = b.build()?;
-    if overlay.is_none() {
-        // Direct mode writes the workspace in place: record that before.
-        rec.intent(record::plan_direct())?;
-    }
-    // Every change to the real workspace from here on carries a ctime at
-    // or after this (see changes::changed_during_run).
-    let started = changes::coarse_now();
-    if let Some((_, _, run, _)) = &overlay {
-        run.write_meta(&changes::RunMeta {
-            workspace: ws.clone(),
-            command: args.command.clone(),
-            started_ns: started
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos()),
-            created_ms: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis()),
-            kept: None,
-        })?;
-    }
-    let ran = retie_runtime::run(&spec, Stdio::Inherit);
-    if ran.is_err() {
-        // Whatever went wrong, the command may have written into the upper
-        // layer before it (a tampered status channel is reported only after
-        // the command ended): keep those writes for the person to inspect.
-        if let Some((_, _, run, _)) = overlay.as_mut() {
-            if run.has_writes() {
-                run.keep_because("the run failed");
-                eprintln!(
-                    "retie: the run failed; the command's writes were not applied and are kept as run {} (`retie changes show {}`)",
-                    run.id, run.id
-                );
-            }
-        }
-    }
-    let outcome = rec.after_run(ran)?;
-    let handled = match overlay {
-        None => None,
-        Some((_, _, mut run, _)) if outcome.timed_out => {
-            // A timed-out command's half-done changes are not applied, and
-            // not thrown away either.
-            run.keep_because("timed out");
-            eprintln!(
-                "retie: the command timed out; its changes were not applied and are kept as run {} (`retie changes show {}`, `apply`, `discard`)",
-                run.id, run.id
-            );
-            Some(Handled {
-                json: json!({
-                    "applied": false,
-                    "kept": {"run": run.id, "upper": run.upper.display().to_string(), "why": "timed out"},
-                }),
-                failure: None,
-            })
-        }
-        Some((state, snaps, mut run, owner)) => {
-            let t = std::time::Instant::now();
-            let allow_blocked = args.allow_blocked;
-            let h = changes::handle(
-                args.changes,
-                allow_blocked,
-                &guarded,
-                &state,
-                &snaps,
-                &mut run,
-                owner,
-                started,
-                &mut |cs| {
-                    Ok(rec
-                        .intent(record::plan_for(cs, allow_blocked))
-                        .map(|_| ())?)
-                },
-            );
-            let mut h = rec.after_changes(h)?;
-            if let Some(o) = h.json.as_object_mut() {
-                if run.kept() {
-                    o.insert(
-                        "kept".into(),
-                        json!({"run": run.id, "upper": run.upper.display().to_string()}),
-                    );
-                }
-                let ms = t.elapsed().as_secs_f64() * 1000.0;
-                o.insert("handled_ms".into(), json!((ms * 1000.0).round() / 1000.0));
-            }
-            Some(h)
-        }
+    // retie's own directories: a workspace inside one is refused, those
+    // inside the workspace are masked and never applied.
+    let ledger_path = crate::ledger::resolve_path(args.ledger.as_deref())?;
+    let protect = guard_retie_dirs(&ws, None, &ledger_path)?;
+    // Both modes: an apply a crash interrupted on this workspace is rolled
+    // back before anything runs on it (a direct-mode command would
+    // otherwise work on a half-applied tree).
+    let state = crate::state::dir()?;
+    let snaps = Snapshots::open(&state, &ws)?;
+    changes::report_recovery(&snaps);
+    let owner = root_owner(&ws)?;
+    let (mode, mode_name) = match args.workspace_mode {
+        ModeArg::Overlay => (
+            JobMode::Overlay {
+                changes: args.changes.into(),
+                allow_blocked: args.allow_blocked,
+            },
+            "overlay",
+        ),
+        ModeArg::Direct => (JobMode::Direct, "direct"),
     };
-    rec.finish();
-    Ok((outcome, handled))
+
+    // The action, as the policy reads it: a shell line run in the sandbox.
+    let line = crate::ui::shell_line(&args.command.iter().map(String::as_str).collect::<Vec<_>>());
+    let effects = ["reads_workspace", "writes_workspace", "runs_sandboxed"];
+    let action = Action::from_json(
+        &json!({ "tool": "bash", "args": { "command": line }, "effects": effects }).to_string(),
+    )
+    .map_err(|e| CliError::Usage(format!("the command cannot be put to the policy: {e}")))?;
+    let policy =
+        Policy::shipped().map_err(|e| CliError::Usage(format!("the shipped policy: {e}")))?;
+    let mut rec = Recorder::open(
+        &ledger_path,
+        SessionSpec {
+            join: args.session.clone(),
+            workspace: ws.clone(),
+            opened: json!({
+                "objective": line,
+                "origin": "retie sandbox exec",
+                "provider": null,
+                "model": null,
+                "policy_digest": policy.digest().to_hex(),
+                "system_prompt_digest": null,
+                "profile": args.profile,
+                "system_workspace": system.is_some().then_some(true),
+            }),
+            effects: effects.iter().map(|e| e.to_string()).collect(),
+            intent_base: json!({
+                "tool": "sandbox.exec",
+                "command": args.command,
+                "workspace": ws.display().to_string(),
+                "mode": mode_name,
+                "profile": args.profile,
+                "net": net,
+                "effects": effects,
+            }),
+        },
+    )?;
+    if system.is_some() {
+        rec.note("system_workspace", json!(true));
+    }
+    let mut ui = changes::Terminal;
+    let mut job = SandboxJob {
+        builder: Some(b),
+        workspace: ws.clone(),
+        mode,
+        state,
+        protect,
+        snaps,
+        owner,
+        stdio: Some(Stdio::Inherit),
+        ui: &mut ui,
+    };
+    let ctx = Context::new(policy.default_tier());
+    let d = dispatch(
+        &mut rec,
+        &policy,
+        &ctx,
+        Proposal {
+            action,
+            origin: "command line".into(),
+        },
+        &mut CommandLine,
+        &mut job,
+    );
+    if let Err(e) = rec.finish() {
+        eprintln!("retie: warning: the ledger session could not be closed: {e}");
+    }
+    match d? {
+        Dispatched::Ran { output, .. } => Ok((output.outcome, output.changes)),
+        Dispatched::Refused { reason, by } => Err(CliError::Refused { reason, by }),
+    }
 }
 
 /// Directories no sandbox should get as its workspace, and why. `ws` is
@@ -396,7 +367,7 @@ pub(crate) fn guard_retie_dirs(
     if created {
         // retie's own change to the workspace must not look like one made
         // during the run (see changes::changed_during_run).
-        changes::wait_for_next_tick();
+        retie_dispatch::overlay::wait_for_next_tick();
     }
     Ok(out)
 }

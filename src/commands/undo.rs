@@ -189,7 +189,7 @@ fn undo_action(a: &model::Action, state: &Path) -> Value {
             ));
         }
     }
-    let Some(cs) = a.intent.pointer("/undo/changeset").and_then(Value::as_str) else {
+    let Some(cs) = a.undo_changeset() else {
         return skipped("not reversible: the undo plan names no changeset".into());
     };
     let ws = a

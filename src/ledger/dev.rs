@@ -8,7 +8,6 @@ use clap::{Args, Subcommand};
 use serde_json::json;
 
 use super::keys;
-use super::record::open_session;
 use super::{Actor, Error, Kind, Ledger, Result};
 
 #[derive(Subcommand)]
@@ -86,7 +85,7 @@ fn append(a: AppendArgs) -> Result<()> {
     let ttl = if a.forge == Some(Forge::Expired) {
         1
     } else {
-        super::record::SESSION_TTL_MS
+        retie_dispatch::record::SESSION_TTL_MS
     };
     let s = open_session(
         &mut l,
@@ -277,4 +276,38 @@ fn bench(b: BenchArgs) -> Result<()> {
         })
     );
     Ok(())
+}
+
+/// An open session of the test tools: its id and the key that signs for it.
+struct Session {
+    id: String,
+    key: ed25519_dalek::SigningKey,
+}
+
+/// Open a session the way the chokepoint does (a key derived from the
+/// user key, delegated for `effects`), in its own transaction.
+fn open_session(
+    ledger: &mut Ledger,
+    user: &ed25519_dalek::SigningKey,
+    workspace: &str,
+    opened: serde_json::Value,
+    effects: &[&str],
+    ttl_ms: i64,
+) -> Result<Session> {
+    let id = retie_snapshot::new_id();
+    let key = keys::session_key(user, &id);
+    let d = keys::Delegation::issue(
+        user,
+        &key.verifying_key(),
+        &id,
+        workspace,
+        effects,
+        super::now_ms() + ttl_ms,
+    );
+    let mut payload = opened;
+    if let Some(o) = payload.as_object_mut() {
+        o.insert("delegation".into(), json!(d));
+    }
+    ledger.append(&id, Actor::Person, Kind::SessionOpened, &payload, user)?;
+    Ok(Session { id, key })
 }

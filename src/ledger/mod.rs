@@ -1,8 +1,7 @@
 //! The ledger lives in its own crate (`retie-ledger`); the binary adds
-//! what only the CLI needs: the recorder of `sandbox exec` and the test
-//! and benchmark tools.
+//! what only the CLI needs: the test and benchmark tools (the recorder
+//! of every action is `retie_dispatch::record`).
 
 pub mod dev;
-pub mod record;
 
 pub use retie_ledger::*;

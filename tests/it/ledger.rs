@@ -87,14 +87,15 @@ fn exec_records_intent_and_outcome_and_verifies() {
         assert_code(&o, 0, "overlay exec");
         let o = s.exec(&["--workspace-mode", "direct"], &["sh", "-c", "cat a.txt"]);
         assert_code(&o, 0, "direct exec");
-        // A run that changes nothing records nothing.
-        let o = s.sh("true");
+        // A run that changes nothing is recorded too (chokepoint issue):
+        // `retie log` can say that `cat .env` ran.
+        let o = s.sh("cat a.txt");
         assert_code(&o, 0, "no-op exec");
         let (code, v) = verify_json(&s, &default_ledger(&s));
         assert_eq!(code, 0, "{v}");
         assert_eq!(v["intact"], true);
         assert_eq!(v["complete"], true);
-        assert_eq!(v["sessions"], 2, "{v}");
+        assert_eq!(v["sessions"], 3, "{v}");
         let o = run(&s, &["log", "--json"]);
         assert_code(&o, 0, "log");
         let log = json_out(&o);
@@ -103,13 +104,28 @@ fn exec_records_intent_and_outcome_and_verifies() {
         assert_eq!(sessions[0]["actions"][0]["reversible"], true);
         assert_eq!(sessions[1]["actions"][0]["status"], "ran");
         assert_eq!(sessions[1]["actions"][0]["reversible"], false);
+        assert_eq!(sessions[2]["actions"][0]["status"], "unchanged", "{log}");
+        assert!(
+            sessions[2]["actions"][0]["command"]
+                .to_string()
+                .contains("cat a.txt"),
+            "{log}"
+        );
+        // Sessions need no key file each: their keys are derived.
+        let keys = s.home.join(".local/state/retie/ledger.db.keys");
+        assert_eq!(
+            std::fs::read_dir(&keys).map(|d| d.count()).unwrap_or(0),
+            0,
+            "a key file per session"
+        );
         let sid = sessions[0]["session"].as_str().expect("id");
         let o = run(&s, &["replay", sid, "--markdown"]);
         assert_code(&o, 0, "replay");
         let md = stdout(&o);
         assert!(md.contains("| # | time (UTC) |"), "{md}");
         assert!(md.contains("applied") && md.contains("**Totals**"), "{md}");
-        let o = run(&s, &["replay", "--last", "--json"]);
+        let direct = sessions[1]["session"].as_str().expect("id");
+        let o = run(&s, &["replay", direct, "--json"]);
         assert_code(&o, 0, "replay json");
         let r = json_out(&o);
         assert_eq!(r["totals"]["not_reversible"], 1, "{r}");

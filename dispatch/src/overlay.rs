@@ -1,0 +1,564 @@
+//! What happens to a sandboxed command's changes in overlay mode: the
+//! changeset is computed from the overlay's upper layer, then applied to
+//! the real workspace (crash-safe, with pre-images kept for undo),
+//! reviewed first, or discarded; or kept for later (`RunMeta`).
+//!
+//! Nothing here prints or asks: what a person must see and answer goes
+//! through [`ChangesHooks`], which the caller renders.
+
+use std::os::unix::fs::{chown, DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use retie_snapshot::{
+    apply, recover, ApplyOptions, BlockReason, Change, ChangeKind, Changeset, ComputeOptions,
+    Error as SnapError, Journal, Node, RelPath, Store, Workspace,
+};
+use serde_json::json;
+
+use crate::display::visible;
+use crate::Error;
+
+/// What the caller renders and answers while changes are handled.
+pub trait ChangesHooks {
+    /// A line for the person (already escaped where it quotes a path).
+    fn say(&mut self, line: &str);
+    /// Show the changes and ask; `None` when there is no one to ask.
+    fn review(
+        &mut self,
+        cs: &Changeset,
+        ws: &Path,
+        upper: &Path,
+        allow_blocked: bool,
+    ) -> Option<bool>;
+    /// Right before the changes reach the workspace: the ledger records
+    /// the exact changeset and its undo plan here. If it fails, nothing is
+    /// applied and the changes are kept.
+    fn before_apply(&mut self, cs: &Changeset) -> Result<(), Error>;
+}
+
+/// What to do with the changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangesMode {
+    /// Apply them to the workspace (pre-images kept for undo).
+    Apply,
+    /// Throw them away.
+    Discard,
+    /// Show a summary and a diff, then ask on the terminal.
+    Review,
+}
+
+/// One overlay run's scratch space: `STATE/runs/ID/{upper,work}`, and
+/// `run.json` ([`RunMeta`]) so a kept run can be listed, shown, applied or
+/// discarded later (`retie changes`).
+pub struct OverlayRun {
+    pub id: String,
+    pub dir: PathBuf,
+    pub upper: PathBuf,
+    pub work: PathBuf,
+    keep: bool,
+}
+
+/// What `retie changes` needs to know about a run it did not start.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct RunMeta {
+    pub workspace: PathBuf,
+    pub command: Vec<String>,
+    /// When the sandbox started, from [`coarse_now`]: the base the
+    /// command saw, for the conflict check of a later apply.
+    pub started_ns: u128,
+    pub created_ms: u128,
+    /// Why it was kept, once it is.
+    pub kept: Option<String>,
+}
+
+impl RunMeta {
+    pub fn started(&self) -> SystemTime {
+        let secs = u64::try_from(self.started_ns / 1_000_000_000).unwrap_or(0);
+        let nanos = u32::try_from(self.started_ns % 1_000_000_000).unwrap_or(0);
+        UNIX_EPOCH + Duration::new(secs, nanos)
+    }
+}
+
+impl OverlayRun {
+    /// Create the directories. When retie runs as root for a workspace
+    /// owned by someone else, they belong to that owner, so the sandbox
+    /// (which sees the owner's files as its own) can write them.
+    pub fn create(state: &Path, owner: Option<(u32, u32)>) -> Result<OverlayRun, Error> {
+        let id = retie_snapshot::new_id();
+        let dir = state.join("runs").join(&id);
+        let upper = dir.join("upper");
+        let work = dir.join("work");
+        for d in [&upper, &work, &dir] {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(d)
+                .map_err(|e| Error::io(format!("creating {}", d.display()), e))?;
+            if let Some((uid, gid)) = owner {
+                chown(d, Some(uid), Some(gid))
+                    .map_err(|e| Error::io(format!("chown {}", d.display()), e))?;
+            }
+        }
+        Ok(OverlayRun {
+            id,
+            dir,
+            upper,
+            work,
+            keep: false,
+        })
+    }
+
+    /// Open a run another invocation kept.
+    pub fn open_kept(state: &Path, id: &str) -> Result<(OverlayRun, RunMeta), Error> {
+        if id.is_empty() || !id.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            return Err(Error::Invalid(format!(
+                "{}: not a run id (see `retie changes list`)",
+                visible(id)
+            )));
+        }
+        let dir = state.join("runs").join(id);
+        let meta: RunMeta = std::fs::read(dir.join("run.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .ok_or_else(|| {
+                Error::Invalid(format!("no kept run {id} (see `retie changes list`)"))
+            })?;
+        let run = OverlayRun {
+            id: id.to_string(),
+            upper: dir.join("upper"),
+            work: dir.join("work"),
+            dir,
+            keep: true,
+        };
+        Ok((run, meta))
+    }
+
+    /// Record what the run is (before it starts).
+    pub fn write_meta(&self, meta: &RunMeta) -> Result<(), Error> {
+        let p = self.dir.join("run.json");
+        let bytes = serde_json::to_vec(meta).map_err(|e| Error::Invalid(e.to_string()))?;
+        std::fs::write(&p, bytes).map_err(|e| Error::io(format!("writing {}", p.display()), e))
+    }
+
+    fn set_kept(&self, why: &str) {
+        let p = self.dir.join("run.json");
+        if let Some(mut m) = std::fs::read(&p)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<RunMeta>(&b).ok())
+        {
+            m.kept = Some(why.to_string());
+            if let Ok(b) = serde_json::to_vec(&m) {
+                let _ = std::fs::write(&p, b);
+            }
+        }
+    }
+
+    /// Was the run kept?
+    pub fn kept(&self) -> bool {
+        self.keep
+    }
+
+    /// Let the run's directories go when this is dropped (a kept run that
+    /// was applied or discarded).
+    pub fn release(&mut self) {
+        self.keep = false;
+    }
+
+    /// Did the command write anything into the upper layer?
+    pub fn has_writes(&self) -> bool {
+        std::fs::read_dir(&self.upper).is_ok_and(|mut d| d.next().is_some())
+    }
+
+    /// Keep the run's directories (the changes were not applied), saying
+    /// why in its `run.json`.
+    pub fn keep_because(&mut self, why: &str) {
+        self.keep = true;
+        self.set_kept(why);
+    }
+
+    /// Keep the run's directories (the changes were not applied).
+    pub fn keep(&mut self) {
+        self.keep_because("not applied");
+    }
+}
+
+impl Drop for OverlayRun {
+    fn drop(&mut self) {
+        if self.keep {
+            return;
+        }
+        // overlay leaves work/work with mode 000.
+        let _ = std::fs::set_permissions(
+            self.work.join("work"),
+            std::fs::Permissions::from_mode(0o700),
+        );
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The snapshot store and journal of the state directory.
+pub struct Snapshots {
+    pub store: Store,
+    pub journal: Journal,
+    pub ws: Workspace,
+    /// Changesets a crash had interrupted, rolled back by this open.
+    pub rolled_back: Vec<String>,
+}
+
+impl Snapshots {
+    /// Open them and roll back anything a crash left half-applied.
+    pub fn open(state: &Path, workspace: &Path) -> Result<Snapshots, Error> {
+        let dir = state.join("snapshots");
+        let store = Store::open(&dir).map_err(snap)?;
+        let journal = Journal::open(&dir).map_err(snap)?;
+        let ws = Workspace::open(workspace).map_err(snap)?;
+        let report = recover(&ws, &store, &journal).map_err(snap)?;
+        Ok(Snapshots {
+            store,
+            journal,
+            ws,
+            rolled_back: report.rolled_back,
+        })
+    }
+}
+
+fn snap(e: SnapError) -> Error {
+    Error::Snapshot(e)
+}
+
+/// How the changes ended, for the user and `--json`.
+#[derive(Debug)]
+pub struct Handled {
+    pub json: serde_json::Value,
+    /// Set when retie could not do what was asked (nothing applied).
+    pub failure: Option<String>,
+}
+
+/// Paths of the changeset the command worked on an older version of: the
+/// real workspace changed there after `since` (the lower is read-only to
+/// the command, so only someone else changed it). O(changes × depth).
+///
+/// For a path that exists now, its own ctime tells. For a path that is
+/// absent now, what matters is whether it existed when the command
+/// started: removing an entry changes its directory, so the nearest
+/// ancestor that still exists (the workspace root included) has a ctime
+/// after `since` exactly when something beneath it was removed or
+/// re-created during the run. This fires also on an unrelated entry added
+/// beside a path the command created: conservative, never silent.
+///
+/// `since` must come from [`coarse_now`], read before the sandbox starts:
+/// the kernel stamps a change with its coarse clock or a finer one, never
+/// with less than the coarse clock's value at that moment, so every change
+/// made after `since` carries a time at or after it. A change made within
+/// the same tick just before the start also counts: conservative.
+pub fn changed_during_run(ws: &Path, cs: &Changeset, since: SystemTime) -> Vec<String> {
+    let ctime = |p: &Path| {
+        std::fs::symlink_metadata(p).ok().map(|m| {
+            UNIX_EPOCH
+                + Duration::new(
+                    u64::try_from(m.ctime()).unwrap_or(0),
+                    u32::try_from(m.ctime_nsec()).unwrap_or(0),
+                )
+        })
+    };
+    let mut out = Vec::new();
+    for c in cs
+        .changes
+        .iter()
+        .chain(cs.blocked.iter().map(|b| &b.change))
+    {
+        let p = ws.join(c.path.as_str());
+        let changed = match ctime(&p) {
+            Some(t) => t >= since,
+            None => p
+                .ancestors()
+                .skip(1)
+                .take_while(|a| a.starts_with(ws))
+                .find_map(&ctime)
+                // The workspace itself is gone: nothing can be applied.
+                .map_or(true, |t| t >= since),
+        };
+        if changed {
+            out.push(c.path.to_string());
+        }
+    }
+    out
+}
+
+/// Return once the coarse clock has moved past its current value: after
+/// retie itself changed the workspace (creating a directory to mask), so
+/// that change does not look like one made during the run.
+pub fn wait_for_next_tick() {
+    let t0 = coarse_now();
+    while coarse_now() <= t0 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The kernel's coarse real-time clock, the one file timestamps come from.
+pub fn coarse_now() -> SystemTime {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::RealtimeCoarse);
+    UNIX_EPOCH
+        + Duration::new(
+            u64::try_from(t.tv_sec).unwrap_or(0),
+            u32::try_from(t.tv_nsec).unwrap_or(0),
+        )
+}
+
+/// Serializes the conflict check and the apply of every retie process on
+/// one workspace, so two runs that finish together cannot both pass the
+/// check before either applies.
+pub struct ApplyLock {
+    _file: std::fs::File,
+}
+
+impl ApplyLock {
+    pub fn take(state: &Path, ws: &Path) -> Result<ApplyLock, Error> {
+        let dir = state.join("locks");
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+        let name = blake3::hash(ws.as_os_str().as_encoded_bytes()).to_hex();
+        let p = dir.join(format!("{}.lock", &name[..32]));
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&p)
+            .map_err(|e| Error::io(format!("opening {}", p.display()), e))?;
+        rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive)
+            .map_err(|e| Error::io(format!("locking {}", p.display()), e.into()))?;
+        Ok(ApplyLock { _file: f })
+    }
+}
+
+/// Compute the changeset of `run` and do what `mode` says. `started` is
+/// when the sandbox was started. `before_apply` runs right before the
+/// changes reach the workspace (the ledger writes the intent and undo plan
+/// there); if it fails, nothing is applied and the changes are kept.
+#[allow(clippy::too_many_arguments)]
+pub fn handle(
+    mode: ChangesMode,
+    allow_blocked: bool,
+    retie_dirs: &[PathBuf],
+    state: &Path,
+    snaps: &Snapshots,
+    run: &mut OverlayRun,
+    owner: Option<(u32, u32)>,
+    started: SystemTime,
+    hooks: &mut dyn ChangesHooks,
+) -> Result<Handled, Error> {
+    let ws_path = snaps.ws.path().to_path_buf();
+    let protected: Vec<RelPath> = retie_dirs
+        .iter()
+        .map(PathBuf::as_path)
+        .chain([state])
+        .filter_map(|d| d.strip_prefix(&ws_path).ok())
+        .filter_map(|rel| RelPath::new(&rel.to_string_lossy()).ok())
+        .collect();
+    // A home workspace: its shell start-up files, .ssh... are plants too.
+    let home_workspace = std::env::var_os("HOME")
+        .and_then(|h| std::fs::canonicalize(h).ok())
+        .is_some_and(|h| h == ws_path);
+    let opts = ComputeOptions {
+        protected,
+        home_workspace,
+    };
+    let mut cs = Changeset::compute_with(&ws_path, &run.upper, &opts).map_err(snap)?;
+    // retie's own files are never applied, not even with --allow-blocked.
+    let (never, blocked): (Vec<_>, Vec<_>) = std::mem::take(&mut cs.blocked)
+        .into_iter()
+        .partition(|b| b.reason == BlockReason::Protected);
+    cs.blocked = blocked;
+    if !never.is_empty() {
+        hooks.say("refused, never applied (retie's own keys, ledger or state):");
+        for b in &never {
+            hooks.say(&format!("  {}", visible(b.change.path.as_str())));
+        }
+    }
+    report_blocked_and_refused(&cs, allow_blocked, hooks);
+    let base = json!({
+        "id": cs.id,
+        "mode": mode_name(mode),
+        "changes": cs.changes.iter().map(change_json).collect::<Vec<_>>(),
+        "blocked": cs.blocked.iter().map(|b| json!({"path": b.change.path.as_str(), "reason": b.reason})).collect::<Vec<_>>(),
+        "refused": cs.refused.iter().map(|r| json!({"path": r.path, "reason": r.reason}))
+            .chain(never.iter().map(|b| json!({"path": b.change.path.as_str(), "reason": "retie_state"})))
+            .collect::<Vec<_>>(),
+    });
+    let applicable = cs.to_apply(allow_blocked).count();
+    if applicable == 0 {
+        return Ok(Handled {
+            json: with(base, "applied", false),
+            failure: None,
+        });
+    }
+    let _lock = ApplyLock::take(state, &ws_path)?;
+    let stale = changed_during_run(&ws_path, &cs, started);
+    if !stale.is_empty() && mode != ChangesMode::Discard {
+        return Ok(conflict(run, base, stale));
+    }
+    let go = match mode {
+        ChangesMode::Discard => {
+            hooks.say(&format!("{applicable} change(s) discarded"));
+            false
+        }
+        ChangesMode::Apply => true,
+        ChangesMode::Review => match hooks.review(&cs, &ws_path, &run.upper, allow_blocked) {
+            Some(yes) => yes,
+            None => {
+                run.keep();
+                let msg = format!(
+                    "no terminal to ask on: nothing was applied; the changes are kept in {}",
+                    run.upper.display()
+                );
+                return Ok(Handled {
+                    json: with(base, "applied", false),
+                    failure: Some(msg),
+                });
+            }
+        },
+    };
+    if !go {
+        if mode == ChangesMode::Review {
+            hooks.say("changes discarded");
+        }
+        return Ok(Handled {
+            json: with(base, "applied", false),
+            failure: None,
+        });
+    }
+    if let Err(e) = hooks.before_apply(&cs) {
+        run.keep();
+        return Err(e);
+    }
+    match apply(
+        &cs,
+        &snaps.ws,
+        &snaps.store,
+        &snaps.journal,
+        &ApplyOptions { allow_blocked },
+    ) {
+        Ok(entry) => {
+            if let Some((uid, gid)) = owner {
+                snaps.ws.chown_written(&entry, uid, gid).map_err(snap)?;
+            }
+            hooks.say(&format!(
+                "{} (changeset {})",
+                summary(&cs, allow_blocked),
+                cs.id
+            ));
+            Ok(Handled {
+                json: with(base, "applied", true),
+                failure: None,
+            })
+        }
+        Err(SnapError::Conflict { paths }) => Ok(conflict(
+            run,
+            base,
+            paths.iter().map(|m| m.path.to_string()).collect(),
+        )),
+        Err(e) => {
+            run.keep();
+            Err(snap(e))
+        }
+    }
+}
+
+fn conflict(run: &mut OverlayRun, base: serde_json::Value, list: Vec<String>) -> Handled {
+    run.keep_because("conflict");
+    let msg = format!(
+        "the workspace changed while the command ran, so its changes were made against an older version; nothing was applied. Conflicting: {}. The command's changes are kept in {}",
+        list.iter().map(|p| visible(p)).collect::<Vec<_>>().join(", "),
+        run.upper.display()
+    );
+    Handled {
+        json: with(with(base, "applied", false), "conflicts", list),
+        failure: Some(msg),
+    }
+}
+
+fn with<T: serde::Serialize>(mut v: serde_json::Value, key: &str, val: T) -> serde_json::Value {
+    if let Some(o) = v.as_object_mut() {
+        o.insert(key.into(), json!(val));
+    }
+    v
+}
+
+fn mode_name(m: ChangesMode) -> &'static str {
+    match m {
+        ChangesMode::Apply => "apply",
+        ChangesMode::Discard => "discard",
+        ChangesMode::Review => "review",
+    }
+}
+
+fn kind_name(k: &ChangeKind) -> &'static str {
+    match k {
+        ChangeKind::Created => "created",
+        ChangeKind::Modified => "modified",
+        ChangeKind::Deleted => "deleted",
+        ChangeKind::ModeChanged => "mode_changed",
+        ChangeKind::TypeChanged => "type_changed",
+    }
+}
+
+fn change_json(c: &Change) -> serde_json::Value {
+    json!({
+        "path": c.path.as_str(),
+        "kind": kind_name(&c.kind),
+        "size": c.new.as_ref().map(Node::size),
+        "hash": c.new_hash().map(|h| h.to_hex()),
+    })
+}
+
+fn summary(cs: &Changeset, allow_blocked: bool) -> String {
+    let mut counts = std::collections::BTreeMap::new();
+    let mut n = 0;
+    for c in cs.to_apply(allow_blocked) {
+        *counts.entry(kind_name(&c.kind)).or_insert(0) += 1;
+        n += 1;
+    }
+    let parts: Vec<String> = counts.iter().map(|(k, v)| format!("{v} {k}")).collect();
+    format!("applied {n} change(s): {}", parts.join(", "))
+}
+
+fn report_blocked_and_refused(cs: &Changeset, allow_blocked: bool, hooks: &mut dyn ChangesHooks) {
+    if !cs.blocked.is_empty() && !allow_blocked {
+        hooks.say(
+            "blocked, not applied (a sandbox may not plant these; --allow-blocked applies them):",
+        );
+        for b in &cs.blocked {
+            hooks.say(&format!(
+                "  {} ({})",
+                visible(b.change.path.as_str()),
+                b.reason
+            ));
+        }
+    }
+    if !cs.refused.is_empty() {
+        hooks.say("refused, never applied:");
+        for r in &cs.refused {
+            hooks.say(&format!(
+                "  {} ({:?})",
+                visible(&r.path.to_string()),
+                r.reason
+            ));
+        }
+    }
+}
+
+/// The owner the written files must get when retie runs as root for a
+/// workspace owned by someone else.
+pub fn root_owner(workspace: &Path) -> Result<Option<(u32, u32)>, Error> {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return Ok(None);
+    }
+    let m = std::fs::metadata(workspace)
+        .map_err(|e| Error::io(format!("stat {}", workspace.display()), e))?;
+    Ok(Some((m.uid(), m.gid())))
+}

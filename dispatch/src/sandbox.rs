@@ -1,0 +1,293 @@
+//! The sandbox as an [`Executor`]: one command in a fresh sandbox, its
+//! workspace either behind an overlay (changes captured, then applied,
+//! reviewed, discarded or kept) or bound directly.
+
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use retie_policy::Action;
+use retie_runtime::{Outcome, RuntimeError, SandboxBuilder, Stdio, WorkspaceMode};
+use retie_snapshot::Changeset;
+use serde_json::{json, Value};
+
+use crate::overlay::{self, ChangesHooks, ChangesMode, Handled, OverlayRun, RunMeta, Snapshots};
+use crate::{Error, Executor, Step, UndoPlan};
+
+/// How the workspace is presented.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobMode {
+    /// The real workspace, read-write: nothing to undo.
+    Direct,
+    /// Behind an overlay; what happens to the changes.
+    Overlay {
+        changes: ChangesMode,
+        allow_blocked: bool,
+    },
+}
+
+/// What the person sees and answers while the job's changes are handled
+/// (the CLI prints and asks on the terminal; tests answer directly).
+pub trait JobUi {
+    fn say(&mut self, line: &str);
+    fn review(
+        &mut self,
+        cs: &Changeset,
+        ws: &Path,
+        upper: &Path,
+        allow_blocked: bool,
+    ) -> Option<bool>;
+}
+
+/// One sandboxed command.
+pub struct SandboxJob<'u> {
+    /// The sandbox, described but for its workspace mode.
+    pub builder: Option<SandboxBuilder>,
+    pub workspace: PathBuf,
+    pub mode: JobMode,
+    /// retie's state directory (overlay runs, snapshots, locks).
+    pub state: PathBuf,
+    /// retie's own directories inside the workspace (masked, never applied).
+    pub protect: Vec<PathBuf>,
+    pub snaps: Snapshots,
+    /// When retie runs as root for a workspace owned by someone else.
+    pub owner: Option<(u32, u32)>,
+    pub stdio: Option<Stdio>,
+    pub ui: &'u mut dyn JobUi,
+}
+
+/// What a sandboxed command did.
+#[derive(Debug)]
+pub struct SandboxOutput {
+    pub outcome: Outcome,
+    /// Overlay mode: what happened to the changes.
+    pub changes: Option<Handled>,
+}
+
+impl Executor for SandboxJob<'_> {
+    type Output = SandboxOutput;
+
+    fn plan(&self, _action: &Action) -> UndoPlan {
+        match self.mode {
+            JobMode::Direct => UndoPlan {
+                reversible: false,
+                detail: json!({
+                    "reversible": false,
+                    "why": "direct mode: the command writes the workspace in place and no pre-images are kept",
+                }),
+            },
+            JobMode::Overlay { .. } => UndoPlan {
+                reversible: true,
+                detail: json!({
+                    "reversible": true,
+                    "via": "snapshot",
+                    "changeset": null,
+                    "when": "the command's changes are captured in an overlay; the changeset and its pre-images are recorded right before they are applied",
+                }),
+            },
+        }
+    }
+
+    fn execute(&mut self, _action: &Action, step: &mut Step<'_>) -> Result<SandboxOutput, Error> {
+        let mut builder = self
+            .builder
+            .take()
+            .ok_or_else(|| Error::Invalid("a sandbox job runs once".into()))?;
+        for dir in &self.protect {
+            builder = builder.mask(dir);
+        }
+        let mut run = None;
+        if let JobMode::Overlay { .. } = self.mode {
+            let r = OverlayRun::create(&self.state, self.owner)?;
+            builder = builder.workspace_mode(WorkspaceMode::Overlay {
+                upper: r.upper.clone(),
+                work: r.work.clone(),
+            });
+            run = Some(r);
+        }
+        let spec = builder.build()?;
+        // Every change to the real workspace from here on carries a ctime
+        // at or after this (see overlay::changed_during_run).
+        let started = overlay::coarse_now();
+        if let Some(r) = &run {
+            r.write_meta(&RunMeta {
+                workspace: self.workspace.clone(),
+                command: spec.argv(),
+                started_ns: nanos(started),
+                created_ms: nanos(SystemTime::now()) / 1_000_000,
+                kept: None,
+            })?;
+        }
+        let ran = retie_runtime::run(&spec, self.stdio.take().unwrap_or_default());
+        let outcome = match ran {
+            Ok(o) => o,
+            Err(e) => {
+                // Whatever went wrong, the command may have written into
+                // the upper layer first (a tampered status channel is only
+                // seen after the command ended): keep those writes.
+                if let Some(r) = run.as_mut() {
+                    if r.has_writes() {
+                        r.keep_because("the run failed");
+                        self.ui.say(&format!(
+                            "the run failed; the command's writes were not applied and are kept as run {} (`retie changes show {}`)",
+                            r.id, r.id
+                        ));
+                    }
+                }
+                return Err(e.into());
+            }
+        };
+        let mut result = json!({
+            "status": "ran",
+            "exit_code": outcome.exit_code,
+            "signal": outcome.signal,
+            "timed_out": outcome.timed_out,
+        });
+        let changes = match (run, self.mode) {
+            (None, _) | (_, JobMode::Direct) => None,
+            (Some(mut r), _) if outcome.timed_out => {
+                // A timed-out command's half-done changes are not applied,
+                // and not thrown away either.
+                r.keep_because("timed out");
+                self.ui.say(&format!(
+                    "the command timed out; its changes were not applied and are kept as run {} (`retie changes show {}`, `apply`, `discard`)",
+                    r.id, r.id
+                ));
+                set(&mut result, "status", json!("not applied"));
+                set(&mut result, "kept", json!(r.id));
+                Some(Handled {
+                    json: json!({
+                        "applied": false,
+                        "kept": {"run": r.id, "upper": r.upper.display().to_string(), "why": "timed out"},
+                    }),
+                    failure: None,
+                })
+            }
+            (
+                Some(mut r),
+                JobMode::Overlay {
+                    changes,
+                    allow_blocked,
+                },
+            ) => {
+                let t = std::time::Instant::now();
+                let mut hooks = Hooks {
+                    ui: &mut *self.ui,
+                    step,
+                    allow_blocked,
+                };
+                let mut h = overlay::handle(
+                    changes,
+                    allow_blocked,
+                    &self.protect,
+                    &self.state,
+                    &self.snaps,
+                    &mut r,
+                    self.owner,
+                    started,
+                    &mut hooks,
+                )?;
+                let applied = h.json["applied"] == json!(true);
+                let n = h.json["changes"].as_array().map_or(0, Vec::len);
+                let status = if applied {
+                    "applied"
+                } else if h.failure.is_some() {
+                    "refused"
+                } else if n == 0 && h.json["blocked"].as_array().is_none_or_empty() {
+                    "unchanged"
+                } else {
+                    "not applied"
+                };
+                set(&mut result, "status", json!(status));
+                set(&mut result, "changes", json!(n));
+                set(
+                    &mut result,
+                    "conflicts",
+                    h.json.get("conflicts").cloned().unwrap_or(Value::Null),
+                );
+                set(&mut result, "failure", json!(h.failure));
+                if let Some(o) = h.json.as_object_mut() {
+                    if r.kept() {
+                        o.insert(
+                            "kept".into(),
+                            json!({"run": r.id, "upper": r.upper.display().to_string()}),
+                        );
+                        set(&mut result, "kept", json!(r.id));
+                    }
+                    let ms = t.elapsed().as_secs_f64() * 1000.0;
+                    o.insert("handled_ms".into(), json!((ms * 1000.0).round() / 1000.0));
+                }
+                Some(h)
+            }
+        };
+        step.set_outcome(result);
+        Ok(SandboxOutput { outcome, changes })
+    }
+}
+
+/// The undo plan of a changeset about to be applied.
+pub fn plan_for(cs: &Changeset, allow_blocked: bool) -> Value {
+    let paths: Vec<&str> = cs
+        .to_apply(allow_blocked)
+        .map(|c| c.path.as_str())
+        .collect();
+    json!({
+        "reversible": true,
+        "via": "snapshot",
+        "changeset": cs.id,
+        "paths": paths,
+    })
+}
+
+struct Hooks<'a, 'r> {
+    ui: &'a mut dyn JobUi,
+    step: &'a mut Step<'r>,
+    allow_blocked: bool,
+}
+
+impl ChangesHooks for Hooks<'_, '_> {
+    fn say(&mut self, line: &str) {
+        self.ui.say(line);
+    }
+    fn review(
+        &mut self,
+        cs: &Changeset,
+        ws: &Path,
+        upper: &Path,
+        allow_blocked: bool,
+    ) -> Option<bool> {
+        self.ui.review(cs, ws, upper, allow_blocked)
+    }
+    fn before_apply(&mut self, cs: &Changeset) -> Result<(), Error> {
+        self.step
+            .before_effect(json!({ "undo": plan_for(cs, self.allow_blocked) }))
+    }
+}
+
+trait EmptyArray {
+    fn is_none_or_empty(&self) -> bool;
+}
+
+impl EmptyArray for Option<&Vec<Value>> {
+    fn is_none_or_empty(&self) -> bool {
+        self.map_or(true, |a| a.is_empty())
+    }
+}
+
+fn set(v: &mut Value, key: &str, val: Value) {
+    if let Some(o) = v.as_object_mut() {
+        o.insert(key.into(), val);
+    }
+}
+
+fn nanos(t: SystemTime) -> u128 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
+}
+
+/// A runtime error's exit code for `retie sandbox exec`.
+pub fn exit_code_of(e: &RuntimeError) -> i32 {
+    match e {
+        RuntimeError::Exec { exit_code, .. } => *exit_code,
+        _ => retie_runtime::EXIT_SANDBOX_FAILED,
+    }
+}
