@@ -353,6 +353,9 @@ impl Reader<'_> {
         if text.len() > MAX_LINE_BYTES {
             return Err(err(self.src, base, "the line is longer than 64 KiB"));
         }
+        if nest > 2 * MAX_NESTED_SHELLS {
+            return Err(err(self.src, base, "substitutions nested too deeply"));
+        }
         if text.contains('\0') {
             return Err(err(self.src, base, "the line contains a NUL byte"));
         }
@@ -409,6 +412,33 @@ impl Reader<'_> {
         }
         if !PLAIN_KINDS.contains(&kind) {
             self.not_plain(kind_phrase(kind));
+        }
+        if kind == "command_substitution" && raw(node, text).starts_with('`') {
+            // tree-sitter-bash merges `a` `b` into one substitution; read
+            // backticks the way bash pairs them instead.
+            self.not_plain(kind_phrase(kind));
+            for (at, inner) in backtick_spans(raw(node, text)) {
+                let saved = self.connector;
+                self.read(&inner, base + node.start_byte() + at, nest + 1, true)?;
+                self.connector = saved;
+            }
+            return Ok(());
+        }
+        if matches!(kind, "word" | "string_content") && raw(node, text).contains('`') {
+            for (at, inner) in backtick_spans(raw(node, text)) {
+                let saved = self.connector;
+                self.read(&inner, base + node.start_byte() + at, nest + 1, true)?;
+                self.connector = saved;
+            }
+        }
+        if kind == "heredoc_body" && !heredoc_quoted(node, text) {
+            // tree-sitter-bash does not see backticks in a heredoc body;
+            // bash runs them.
+            for (at, inner) in backtick_spans(raw(node, text)) {
+                let saved = self.connector;
+                self.read(&inner, base + node.start_byte() + at, nest + 1, true)?;
+                self.connector = saved;
+            }
         }
         if kind == "word" && !word_value(node, text).1 {
             self.not_plain("glob, brace or tilde expansion");
@@ -534,6 +564,54 @@ impl Reader<'_> {
         }
         Ok(())
     }
+}
+
+/// Whether a heredoc body belongs to a heredoc whose delimiter is quoted
+/// (`<<'EOF'`, `<<"EOF"`, `<<\EOF`): then bash expands nothing in it.
+fn heredoc_quoted(body: tree_sitter::Node<'_>, text: &str) -> bool {
+    let Some(redirect) = body.parent() else {
+        return false;
+    };
+    let mut c = redirect.walk();
+    let quoted = redirect
+        .children(&mut c)
+        .find(|n| n.kind() == "heredoc_start")
+        .is_some_and(|n| raw(n, text).contains(['\'', '"', '\\']));
+    quoted
+}
+
+/// The backtick substitutions in `s` (unescaped `` ` `` pairs), each with
+/// its byte offset and its text with `` \` ``, `\\` and `\$` unescaped.
+fn backtick_spans(s: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    let mut it = s.char_indices();
+    while let Some((i, c)) = it.next() {
+        match c {
+            '\\' => {
+                it.next();
+            }
+            '`' => {
+                let mut inner = String::new();
+                while let Some((_, d)) = it.next() {
+                    match d {
+                        '`' => break,
+                        '\\' => match it.next() {
+                            Some((_, e @ ('`' | '\\' | '$'))) => inner.push(e),
+                            Some((_, e)) => {
+                                inner.push('\\');
+                                inner.push(e);
+                            }
+                            None => inner.push('\\'),
+                        },
+                        d => inner.push(d),
+                    }
+                }
+                out.push((i + 1, inner));
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 /// The first ERROR or MISSING node: its byte offset and a phrase.
