@@ -51,7 +51,7 @@ pub use gate::{
     gate, truth_table, truth_table_markdown, AskOn, Decision, GateInput, GateRules, Reason,
     RiskLevel, Tier, TrifectaMode, TruthRow, UnknownTools, Verdict,
 };
-pub use inspect::{inspect, Category, Finding, Inspection};
+pub use inspect::{inspect, inspect_file, Category, Finding, Inspection};
 pub use policy::{Policy, ToolSpec, DEFAULT_POLICY};
 pub use shell::{split, Coverage, ShellLine};
 pub use trifecta::{Capability, Taint};

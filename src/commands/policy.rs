@@ -16,7 +16,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use retie_policy::urlguard::{self, Target};
-use retie_policy::{evaluate, inspect, Action, Context, Policy, RiskLevel, Taint, Tier, Verdict};
+use retie_policy::{
+    escape_for_terminal, evaluate, inspect_file, Action, Context, Policy, RiskLevel, Taint, Tier,
+    Verdict,
+};
 
 /// `retie policy` subcommands.
 #[derive(Debug, clap::Subcommand)]
@@ -264,7 +267,9 @@ fn run_inner(cmd: PolicyCmd) -> Result<ExitCode, String> {
             let (p, _) = load_policy(policy.as_ref())?;
             let old = read(&old_file)?;
             let new = read(&new_file)?;
-            let ins = inspect(p.rules(), &old, &new);
+            // The new file's path tells inspection its language (comments),
+            // and whether it is documentation or a test fixture.
+            let ins = inspect_file(p.rules(), &new_file.to_string_lossy(), &old, &new);
             if json {
                 print_json(&serde_json::json!({
                     "level": ins.level,
@@ -273,10 +278,7 @@ fn run_inner(cmd: PolicyCmd) -> Result<ExitCode, String> {
             } else {
                 println!("risk  {}", ins.level);
                 for f in &ins.findings {
-                    println!(
-                        "  {}: {} [{}] ({} -> {})",
-                        f.level, f.rule, f.category, f.old_count, f.new_count
-                    );
+                    println!("  {f}");
                 }
             }
             Ok(if ins.level == RiskLevel::High {

@@ -173,3 +173,12 @@ fn minimal_policy_defaults_are_the_careful_ones() {
     assert_eq!(p.gate_rules(), shipped().gate_rules());
     assert!(p.tools().is_empty());
 }
+
+/// `Policy::shipped()` skips compiling patterns and matching examples (that
+/// is what makes it cheap); this reads the same text with every check.
+#[test]
+fn shipped_policy_passes_every_load_check() {
+    let checked = retie_policy::Policy::parse(retie_policy::DEFAULT_POLICY).unwrap();
+    assert_eq!(checked.digest(), shipped().digest());
+    assert_eq!(checked.rules().len(), shipped().rules().len());
+}
