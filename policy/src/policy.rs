@@ -408,7 +408,6 @@ fn check_tool(name: &str, t: &ToolFile) -> Result<ToolSpec, String> {
         (Effect::NetworkEgress, Capability::Egress),
         (Effect::LabAccess, Capability::Egress),
         (Effect::RunsUnsandboxed, Capability::Egress),
-        (Effect::ReadsUntrusted, Capability::UntrustedContent),
         (Effect::ReadsPrivate, Capability::PrivateData),
     ] {
         if needs(e, c) {

@@ -116,8 +116,6 @@ fn inconsistent_tools_are_refused() {
         "[tools.t]\nclass = \"no_effect\"\neffects = [\"writes_workspace\"]\n",
         // egress effect without the egress capability
         "[tools.t]\nclass = \"irreversible\"\neffects = [\"network_egress\"]\n",
-        // untrusted effect without the capability
-        "[tools.t]\nclass = \"no_effect\"\neffects = [\"reads_untrusted\"]\n",
         // unknown inverse
         "[tools.t]\nclass = \"reversible\"\ninverse = \"hope\"\n",
     ];
