@@ -56,3 +56,23 @@ pub fn needs_escape(text: &str) -> bool {
     text.chars()
         .any(|c| (c as u32) < 0x20 || c as u32 == 0x7f || is_invisible(c))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_control_and_invisible_character_is_escaped() {
+        for c in (0u32..0x20).chain([0x7f, 0x85, 0x9b, 0x200b, 0x202e, 0x2066, 0xfeff]) {
+            let Some(c) = char::from_u32(c) else { continue };
+            let s = format!("a{c}b");
+            let e = escape_for_terminal(&s);
+            assert!(!e.contains(c), "{c:?} -> {e:?}");
+            assert!(needs_escape(&s));
+        }
+        assert_eq!(escape_for_terminal("a\nb\tc\x1b"), r"a\nb\tc\x1b");
+        assert_eq!(escape_for_terminal("\u{202e}"), r"\u{202e}");
+        assert_eq!(escape_for_terminal("héllo wörld ✓"), "héllo wörld ✓");
+        assert!(!needs_escape("cargo test --workspace"));
+    }
+}

@@ -336,7 +336,9 @@ impl fmt::Display for Reason {
             ),
             Reason::ShellDenied { command, prefix } => write!(
                 f,
-                "the shell command part {command:?} matches the policy's deny prefix {prefix:?}"
+                "the shell command part \"{}\" matches the policy's deny prefix \"{}\"",
+                crate::display::escape_for_terminal(command),
+                crate::display::escape_for_terminal(prefix)
             ),
             Reason::ShellUnreadable { problem } => write!(
                 f,

@@ -121,10 +121,27 @@ fn read(path: &PathBuf) -> Result<String, String> {
 }
 
 fn print_json(v: &serde_json::Value) {
-    println!(
-        "{}",
-        serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
-    );
+    let text = serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string());
+    println!("{}", json_terminal_safe(&text));
+}
+
+/// serde_json escapes C0 controls in strings but prints DEL, C1 controls and
+/// bidirectional or zero-width characters raw; write those as JSON `\uXXXX`
+/// escapes too (they can only occur inside strings), so the output stays
+/// valid JSON and nothing reaches the terminal raw.
+fn json_terminal_safe(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        if retie_policy::display::needs_escape(c.encode_utf8(&mut [0; 4])) {
+            let mut units = [0u16; 2];
+            for u in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{u:04x}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 fn run_inner(cmd: PolicyCmd) -> Result<ExitCode, String> {
@@ -228,7 +245,10 @@ fn run_inner(cmd: PolicyCmd) -> Result<ExitCode, String> {
                 }
                 print_json(&v);
             } else {
-                println!("action    {}", action.to_json());
+                println!(
+                    "action    {}",
+                    escape_for_terminal(&action.to_json().to_string())
+                );
                 println!("digest    {}", ev.digest);
                 println!("class     {}", ev.class);
                 println!("decision  {}", ev.decision.verdict);
@@ -238,7 +258,20 @@ fn run_inner(cmd: PolicyCmd) -> Result<ExitCode, String> {
                 }
                 if let Some(sh) = &ev.shell {
                     match &sh.error {
-                        Some(e) => println!("shell     cannot split: {e}"),
+                        Some(e) => {
+                            println!("shell     cannot read as bash: {}", escape_for_terminal(e));
+                            println!("line      {}", escape_for_terminal(&sh.line));
+                        }
+                        None if !sh.plain => {
+                            println!(
+                                "shell     not plain ({}), never covered: {}",
+                                sh.not_plain.join(", "),
+                                escape_for_terminal(&sh.line)
+                            );
+                            for part in &sh.parts {
+                                println!("runs      {part}");
+                            }
+                        }
                         None => {
                             let cov = sh.coverage.as_ref();
                             for (i, part) in sh.parts.iter().enumerate() {
