@@ -363,19 +363,7 @@ impl Reader<'_> {
         if odd {
             self.not_plain("control or unusual space character");
         }
-        let mut parser = tree_sitter::Parser::new();
-        parser
-            .set_language(&tree_sitter_bash::LANGUAGE.into())
-            .map_err(|e| {
-                err(
-                    self.src,
-                    base,
-                    format!("the bash grammar did not load: {e}"),
-                )
-            })?;
-        let tree = parser
-            .parse(&shadowed, None)
-            .ok_or_else(|| err(self.src, base, "the bash parser gave up"))?;
+        let tree = parse_bash(&shadowed).map_err(|problem| err(self.src, base, problem))?;
         let root = tree.root_node();
         if root.has_error() {
             let (at, what) = first_error(root);
@@ -612,6 +600,38 @@ fn backtick_spans(s: &str) -> Vec<(usize, String)> {
         }
     }
     out
+}
+
+thread_local! {
+    /// One tree-sitter parser per thread, reset before each use: creating
+    /// one and loading the grammar costs more than parsing a command line.
+    /// It carries no state from one line to the next (no old tree is ever
+    /// passed back in).
+    static PARSER: std::cell::RefCell<Option<tree_sitter::Parser>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Parse `text` with tree-sitter-bash.
+fn parse_bash(text: &str) -> Result<tree_sitter::Tree, String> {
+    PARSER.with(|cell| {
+        let mut slot = cell
+            .try_borrow_mut()
+            .map_err(|_| "the bash parser is busy".to_owned())?;
+        if slot.is_none() {
+            let mut parser = tree_sitter::Parser::new();
+            parser
+                .set_language(&tree_sitter_bash::LANGUAGE.into())
+                .map_err(|e| format!("the bash grammar did not load: {e}"))?;
+            *slot = Some(parser);
+        }
+        let parser = slot
+            .as_mut()
+            .ok_or_else(|| "the bash parser did not start".to_owned())?;
+        parser.reset();
+        parser
+            .parse(text, None)
+            .ok_or_else(|| "the bash parser gave up".to_owned())
+    })
 }
 
 /// The first ERROR or MISSING node: its byte offset and a phrase.

@@ -180,3 +180,21 @@ fn shipped_policy_passes_every_load_check() {
     assert_eq!(checked.digest(), shipped().digest());
     assert_eq!(checked.rules().len(), shipped().rules().len());
 }
+
+/// Issue 10/13: loading the shipped policy should cost well under 1 ms
+/// (patterns compile on first use). Printed, never asserted: the figure
+/// depends on the machine and the build profile; the release figure is
+/// `cargo bench -p retie-policy --bench gate -- load`.
+#[test]
+fn shipped_policy_load_time_is_printed() {
+    let runs = 50u32;
+    let start = std::time::Instant::now();
+    for _ in 0..runs {
+        std::hint::black_box(retie_policy::Policy::shipped().unwrap());
+    }
+    let per = start.elapsed() / runs;
+    let start = std::time::Instant::now();
+    std::hint::black_box(retie_policy::Policy::parse(retie_policy::DEFAULT_POLICY).unwrap());
+    let checked = start.elapsed();
+    println!("Policy::shipped(): {per:?} per load; Policy::parse (every pattern compiled and checked): {checked:?} (this build profile)");
+}
