@@ -132,7 +132,9 @@ fn print_json(v: &serde_json::Value) {
 fn json_terminal_safe(json: &str) -> String {
     let mut out = String::with_capacity(json.len());
     for c in json.chars() {
-        if retie_policy::display::needs_escape(c.encode_utf8(&mut [0; 4])) {
+        // C0 controls only occur as the pretty-printer's newlines: serde_json
+        // escapes them inside strings already.
+        if (c as u32) >= 0x20 && retie_policy::display::needs_escape(c.encode_utf8(&mut [0; 4])) {
             let mut units = [0u16; 2];
             for u in c.encode_utf16(&mut units) {
                 out.push_str(&format!("\\u{u:04x}"));
