@@ -12,6 +12,13 @@ use retie_policy::{
 };
 
 fn bench(c: &mut Criterion) {
+    c.bench_function("load: Policy::shipped", |b| {
+        b.iter(|| black_box(Policy::shipped().expect("shipped policy")))
+    });
+    c.bench_function(
+        "load: Policy::parse (patterns compiled, examples checked)",
+        |b| b.iter(|| black_box(Policy::parse(retie_policy::DEFAULT_POLICY).expect("parses"))),
+    );
     let policy = Policy::shipped().expect("shipped policy");
     let write = Action::new(
         "write",

@@ -77,6 +77,16 @@ impl Effect {
         matches!(self, Effect::WritesWorkspace | Effect::RunsSandboxed)
     }
 
+    /// Effects whose results come from outside retie's trust: content read
+    /// from an untrusted source, anything a networked run or a lab target
+    /// sent back. An action declaring one taints the session.
+    pub fn brings_untrusted(self) -> bool {
+        matches!(
+            self,
+            Effect::ReadsUntrusted | Effect::NetworkEgress | Effect::LabAccess
+        )
+    }
+
     /// Effects through which data can leave the machine.
     pub fn can_send_out(self) -> bool {
         self.is_irreversible()

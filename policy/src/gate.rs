@@ -275,6 +275,11 @@ pub enum Reason {
         /// The policy prefix it matched.
         prefix: String,
     },
+    /// A shell command line that cannot be read as bash: a person decides.
+    ShellUnreadable {
+        /// Why it cannot be read.
+        problem: String,
+    },
     /// Unknown class, and the policy denies unknown tools.
     UnknownDenied,
     /// Trifecta fired and the policy is in deny mode.
@@ -309,6 +314,7 @@ impl Reason {
         match self {
             Reason::EffectNotPermitted { .. } => "effect-not-permitted".into(),
             Reason::ShellDenied { .. } => "shell-denied".into(),
+            Reason::ShellUnreadable { .. } => "shell-unreadable".into(),
             Reason::UnknownDenied => "unknown-denied".into(),
             Reason::TrifectaDenied => "trifecta-denied".into(),
             Reason::ManualTier => "manual".into(),
@@ -330,7 +336,13 @@ impl fmt::Display for Reason {
             ),
             Reason::ShellDenied { command, prefix } => write!(
                 f,
-                "the shell command part {command:?} matches the policy's deny prefix {prefix:?}"
+                "the shell command part \"{}\" matches the policy's deny prefix \"{}\"",
+                crate::display::escape_for_terminal(command),
+                crate::display::escape_for_terminal(prefix)
+            ),
+            Reason::ShellUnreadable { problem } => write!(
+                f,
+                "the shell command line cannot be read as bash ({problem}), so no one can say what it runs: a person decides"
             ),
             Reason::UnknownDenied => f.write_str(
                 "no rule says how to undo this action (unknown class), and the policy denies unknown tools",
@@ -379,6 +391,20 @@ impl Decision {
             .map(Reason::code)
             .collect::<Vec<_>>()
             .join(" + ")
+    }
+
+    /// Make this decision at least an ask for `reason`: a run becomes an
+    /// ask, an ask or a denial keeps its verdict and gains the reason.
+    pub(crate) fn ask_at_least(&mut self, reason: Reason) {
+        match self.verdict {
+            Verdict::Run => {
+                self.verdict = Verdict::Ask;
+                self.reasons
+                    .retain(|r| !matches!(r, Reason::Allowed { .. } | Reason::RiskRecorded));
+                self.reasons.insert(0, reason);
+            }
+            Verdict::Ask | Verdict::Deny => self.reasons.push(reason),
+        }
     }
 
     /// Make this decision a denial for `reason`, keeping the others.

@@ -33,6 +33,7 @@
 
 pub mod action;
 pub mod class;
+pub mod display;
 pub mod error;
 pub mod gate;
 pub mod inspect;
@@ -44,12 +45,13 @@ pub mod value;
 
 pub use action::{ensure_approved, Action, Digest, Effect};
 pub use class::{classify, Class, ClassKind, Classification, Inverse};
+pub use display::escape_for_terminal;
 pub use error::Error;
 pub use gate::{
     gate, truth_table, truth_table_markdown, AskOn, Decision, GateInput, GateRules, Reason,
     RiskLevel, Tier, TrifectaMode, TruthRow, UnknownTools, Verdict,
 };
-pub use inspect::{inspect, Category, Finding, Inspection};
+pub use inspect::{inspect, inspect_file, Category, Finding, Inspection};
 pub use policy::{Policy, ToolSpec, DEFAULT_POLICY};
 pub use shell::{split, Coverage, ShellLine};
 pub use trifecta::{Capability, Taint};
@@ -82,10 +84,17 @@ impl Context {
 /// A shell command line as read for the prompt.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ShellReading {
-    /// The command line.
+    /// The command line, as given (render it with [`escape_for_terminal`]).
     pub line: String,
-    /// Its simple commands, as displayed (empty if it did not parse).
+    /// Every simple command bash could run, nested ones included, as
+    /// displayed (control characters escaped; empty if it did not parse).
     pub parts: Vec<String>,
+    /// The line is plain: literal simple commands joined by operators. Only
+    /// a plain line can be covered by allow prefixes; any other is shown as
+    /// the raw line with `parts` listed.
+    pub plain: bool,
+    /// Why it is not plain (empty when it is).
+    pub not_plain: Vec<String>,
     /// Why it did not parse, if it did not.
     pub error: Option<String>,
     /// Allow-prefix coverage (None if it did not parse).
@@ -155,7 +164,18 @@ pub fn evaluate(policy: &Policy, action: &Action, ctx: &Context) -> Evaluation {
         .and_then(Value::as_str)
         .map(|line| {
             let (reading, parsed) = read_shell(policy, line);
-            if let Some((command, prefix)) = parsed.and_then(|p| policy.shell_rules().denied(&p)) {
+            let denied = match &parsed {
+                Some(p) => policy.shell_rules().denied(p),
+                None => {
+                    // Unreadable: a person decides, unless a deny prefix
+                    // shows up anywhere among its tokens.
+                    decision.ask_at_least(Reason::ShellUnreadable {
+                        problem: reading.error.clone().unwrap_or_default(),
+                    });
+                    policy.shell_rules().denied_in_tokens(line)
+                }
+            };
+            if let Some((command, prefix)) = denied {
                 decision.deny_first(Reason::ShellDenied { command, prefix });
             }
             reading
@@ -192,6 +212,8 @@ fn read_shell(policy: &Policy, line: &str) -> (ShellReading, Option<ShellLine>) 
                         }
                     })
                     .collect(),
+                plain: parsed.plain,
+                not_plain: parsed.not_plain.clone(),
                 error: None,
                 coverage: Some(policy.shell_rules().coverage(&parsed)),
             },
@@ -201,6 +223,8 @@ fn read_shell(policy: &Policy, line: &str) -> (ShellReading, Option<ShellLine>) 
             ShellReading {
                 line: line.to_owned(),
                 parts: Vec::new(),
+                plain: false,
+                not_plain: Vec::new(),
                 error: Some(e.to_string()),
                 coverage: None,
             },

