@@ -31,6 +31,9 @@ pub use outcome::{
     Outcome, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_SANDBOX_FAILED, EXIT_TIMEOUT,
 };
 pub use profile::Profile;
+/// The seccomp deny table in force per network mode, for probes that must
+/// try every rule (`retie selftest`).
+pub use setup::seccomp::{deny_table, ArgCheck, ArgOp, DeniedCall, DENY_ERRNO};
 pub use spec::{
     Identity, LabNet, NetMode, Sandbox, SandboxBuilder, SandboxSpec, Stdio, WorkspaceMode,
 };
