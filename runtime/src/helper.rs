@@ -57,7 +57,9 @@ impl Request {
             argv: spec.argv(),
             workspace: spec.workspace.clone(),
             profile: spec.profile.clone(),
-            timeout_ms: spec.timeout.map(|t| t.as_millis() as u64),
+            timeout_ms: spec
+                .timeout
+                .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
             env: spec.env(),
             ro_binds: spec
                 .ro_binds

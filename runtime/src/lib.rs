@@ -13,6 +13,8 @@
 //! [`setup`] (one module per step). This crate knows nothing of agents,
 //! ledgers or policies.
 
+#![warn(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+
 pub mod error;
 pub mod helper;
 pub mod init;

@@ -196,7 +196,10 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
                 "--timeout {t}: must be a positive number of seconds"
             )));
         }
-        b = b.timeout(Duration::from_secs_f64(t));
+        b = b.timeout(
+            Duration::try_from_secs_f64(t)
+                .map_err(|e| CliError::Usage(format!("--timeout {t}: {e}")))?,
+        );
     }
     for kv in &args.env {
         let Some((k, v)) = kv.split_once('=') else {

@@ -483,6 +483,10 @@ const BPF_JMP_JEQ_K: u16 = 0x15;
 const BPF_JMP_JGE_K: u16 = 0x35;
 const BPF_RET_K: u16 = 0x06;
 const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+// A syscall number: a small non-negative constant (435 on x86_64 and
+// aarch64), so the cast loses nothing.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+const CLONE3_NR: u32 = libc::SYS_clone3 as u32;
 
 fn stmt(code: u16, k: u32) -> sock_filter {
     sock_filter {
@@ -516,7 +520,7 @@ fn prefix() -> Vec<sock_filter> {
             libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
         ));
     }
-    p.push(jump(BPF_JMP_JEQ_K, libc::SYS_clone3 as u32, 0, 1));
+    p.push(jump(BPF_JMP_JEQ_K, CLONE3_NR, 0, 1));
     p.push(stmt(
         BPF_RET_K,
         libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
@@ -567,7 +571,7 @@ mod tests {
     /// prefix emit, run over a `seccomp_data` built from `nr` and `args`.
     fn run_filter(prog: &[sock_filter], nr: i64, args: [u64; 6]) -> Result<u32, String> {
         let mut data = [0u8; 64];
-        data[0..4].copy_from_slice(&(nr as i32).to_ne_bytes());
+        data[0..4].copy_from_slice(&i32::try_from(nr).map_err(|e| e.to_string())?.to_ne_bytes());
         let arch: u32 = if cfg!(target_arch = "aarch64") {
             0xC000_00B7
         } else {
@@ -666,7 +670,14 @@ mod tests {
             libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
         ] {
             for proto in [0, libc::IPPROTO_UDP, libc::IPPROTO_ICMP] {
-                let args = [inet, ty as u64, proto as u64, 0, 0, 0];
+                let args = [
+                    inet,
+                    u64::from(ty.cast_unsigned()),
+                    u64::from(proto.cast_unsigned()),
+                    0,
+                    0,
+                    0,
+                ];
                 assert_eq!(run_filter(&sandbox, libc::SYS_socket, args), Ok(eperm));
                 assert_eq!(
                     run_filter(&target, libc::SYS_socket, args),
