@@ -95,6 +95,17 @@ pub fn run(cmd: SandboxCmd) -> i32 {
 fn exec(args: ExecArgs) -> i32 {
     let json = args.json;
     let json_fd = args.json_fd;
+    // An fd from the command line must be open before anything runs.
+    if let Some(Err(problem)) = json_fd
+        .filter(|fd| *fd > 2)
+        .map(retie_runtime::helper::check_passed_fd)
+    {
+        eprintln!(
+            "retie: --json-fd {}: {problem}",
+            json_fd.unwrap_or_default()
+        );
+        return retie_runtime::EXIT_SANDBOX_FAILED;
+    }
     match exec_inner(args) {
         Ok((outcome, changes)) => {
             let mut code = outcome.exit_code;
