@@ -57,7 +57,9 @@ impl Request {
             argv: spec.argv(),
             workspace: spec.workspace.clone(),
             profile: spec.profile.clone(),
-            timeout_ms: spec.timeout.map(|t| t.as_millis() as u64),
+            timeout_ms: spec
+                .timeout
+                .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
             env: spec.env(),
             ro_binds: spec
                 .ro_binds
@@ -142,9 +144,34 @@ pub fn run_via_helper(helper_exe: &Path, spec: &SandboxSpec) -> Result<Outcome> 
     }
 }
 
+/// Whether an fd handed over by number (on a command line) can be used:
+/// above stdio and open (`fcntl(F_GETFD)`).
+pub fn check_passed_fd(fd: i32) -> std::result::Result<(), String> {
+    if fd <= 2 {
+        return Err("must be a descriptor above 2 (0-2 are stdio)".into());
+    }
+    // SAFETY: F_GETFD only reads the descriptor table entry's flags; for a
+    // number that is not an open fd the kernel answers EBADF. No memory is
+    // passed and no descriptor changes owner.
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+        return Err(format!(
+            "is not an open file descriptor ({})",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
+}
+
 /// The helper's side: read the request, run it, reply. Returns the exit
 /// code the helper process should end with.
 pub fn serve(reply_fd: i32) -> i32 {
+    // The reply fd comes from the command line: it must be open, and not
+    // stdio (the reply would mix with the command's output). Checked before
+    // anything runs, so a run is never left without its report.
+    if let Err(problem) = check_passed_fd(reply_fd) {
+        eprintln!("retie: --reply-fd {reply_fd}: {problem}");
+        return EXIT_SANDBOX_FAILED;
+    }
     let reply = match std::env::var(REQUEST_ENV)
         .map_err(|_| RuntimeError::Helper(format!("{REQUEST_ENV} is not set")))
         .and_then(|s| {

@@ -13,6 +13,8 @@
 //! [`setup`] (one module per step). This crate knows nothing of agents,
 //! ledgers or policies.
 
+#![warn(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+
 pub mod error;
 pub mod helper;
 pub mod init;
@@ -31,6 +33,9 @@ pub use outcome::{
     Outcome, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_SANDBOX_FAILED, EXIT_TIMEOUT,
 };
 pub use profile::Profile;
+/// The seccomp deny table in force per network mode, for probes that must
+/// try every rule (`retie selftest`).
+pub use setup::seccomp::{deny_table, ArgCheck, ArgOp, DeniedCall, DENY_ERRNO};
 pub use spec::{
     Identity, LabNet, NetMode, Sandbox, SandboxBuilder, SandboxSpec, Stdio, WorkspaceMode,
 };

@@ -122,7 +122,8 @@ pub fn run(spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
         .map_err(|e| RuntimeError::host("releasing the sandbox", e))?;
 
     // Watch: the child's exit, forwarded signals, the deadline.
-    let deadline = spec.timeout.map(|t| started + t);
+    // A timeout past what an Instant can hold is no deadline at all.
+    let deadline = spec.timeout.and_then(|t| started.checked_add(t));
     let mut timed_out = false;
     loop {
         let timeout_ms = match deadline {
@@ -134,7 +135,7 @@ pub fn run(spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
                     let _ = sys::pidfd_send_signal(&pidfd, libc::SIGKILL);
                     break;
                 }
-                left.as_millis().min(i32::MAX as u128) as i32 + 1
+                poll_timeout_ms(left)
             }
         };
         let mut fds = [
@@ -380,7 +381,10 @@ impl SignalGuard {
                 size,
             )
         };
-        (n as usize == size).then_some(info.ssi_signo as libc::c_int)
+        if usize::try_from(n).ok() != Some(size) {
+            return None;
+        }
+        libc::c_int::try_from(info.ssi_signo).ok()
     }
 }
 
@@ -388,5 +392,34 @@ impl Drop for SignalGuard {
     fn drop(&mut self) {
         // SAFETY: restoring the mask saved in `block`.
         unsafe { libc::sigprocmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut()) };
+    }
+}
+
+/// poll's timeout for a wait of `left`: an int of milliseconds (24.8 days
+/// at most), so a longer wait is cut into several; +1 so the loop never
+/// wakes just before the deadline.
+fn poll_timeout_ms(left: std::time::Duration) -> libc::c_int {
+    libc::c_int::try_from(left.as_millis().saturating_add(1)).unwrap_or(libc::c_int::MAX)
+}
+
+#[cfg(test)]
+mod timeout_tests {
+    use super::poll_timeout_ms;
+    use std::time::Duration;
+
+    /// A timeout of 24.8 days or more overflowed `as i32 + 1` (a negative
+    /// poll timeout waits forever).
+    #[test]
+    fn long_timeouts_stay_positive() {
+        assert_eq!(poll_timeout_ms(Duration::from_millis(5)), 6);
+        for days in [24, 25, 30, 365 * 100] {
+            let ms = poll_timeout_ms(Duration::from_secs(days * 86_400));
+            assert!(ms > 0, "{days} days gave {ms}");
+        }
+        assert_eq!(poll_timeout_ms(Duration::MAX), libc::c_int::MAX);
+        assert_eq!(
+            poll_timeout_ms(Duration::from_millis(i32::MAX as u64)),
+            libc::c_int::MAX
+        );
     }
 }

@@ -26,6 +26,11 @@ struct MountAttr {
     userns_fd: u64,
 }
 
+/// A kernel-returned fd or pid (an int) out of a syscall's long.
+pub fn to_int(v: libc::c_long) -> io::Result<libc::c_int> {
+    libc::c_int::try_from(v).map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))
+}
+
 fn check(ret: libc::c_long) -> io::Result<libc::c_long> {
     if ret < 0 {
         Err(io::Error::last_os_error())
@@ -44,7 +49,8 @@ pub fn mount_setattr(
 ) -> io::Result<()> {
     let attr = MountAttr {
         attr_set,
-        userns_fd: userns_fd.map_or(0, |fd| fd as u64),
+        // An fd that is not one (negative) becomes one the kernel refuses.
+        userns_fd: userns_fd.map_or(0, |fd| u64::try_from(fd).unwrap_or(u64::MAX)),
         ..MountAttr::default()
     };
     // SAFETY: `path` is a valid NUL-terminated string for the duration of the
@@ -75,7 +81,7 @@ pub fn open_tree_clone(path: &CStr) -> io::Result<OwnedFd> {
             OPEN_TREE_CLONE | AT_RECURSIVE | libc::O_CLOEXEC as libc::c_uint,
         )
     };
-    let fd = check(ret)? as RawFd;
+    let fd: RawFd = to_int(check(ret)?)?;
     // SAFETY: the kernel just returned this fd to us; nobody else owns it.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
@@ -144,23 +150,20 @@ pub unsafe fn clone_namespaces(flags: libc::c_int) -> io::Result<Forked> {
     let ret = unsafe {
         libc::syscall(
             libc::SYS_clone,
-            (flags | libc::CLONE_PIDFD | libc::SIGCHLD) as libc::c_ulong,
+            libc::c_ulong::from((flags | libc::CLONE_PIDFD | libc::SIGCHLD).cast_unsigned()),
             std::ptr::null_mut::<libc::c_void>(),
             &mut pidfd as *mut RawFd,
             std::ptr::null_mut::<libc::c_void>(),
             0 as libc::c_ulong,
         )
     };
-    let pid = check(ret)?;
+    let pid = to_int(check(ret)?)?;
     if pid == 0 {
         return Ok(Forked::Child);
     }
     // SAFETY: CLONE_PIDFD stored a fresh fd referring to the child.
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
-    Ok(Forked::Parent {
-        pid: pid as libc::pid_t,
-        pidfd,
-    })
+    Ok(Forked::Parent { pid, pidfd })
 }
 
 /// `pidfd_send_signal(pidfd, sig, NULL, 0)`.
@@ -192,7 +195,7 @@ pub fn landlock_abi() -> io::Result<i32> {
             LANDLOCK_CREATE_RULESET_VERSION,
         )
     };
-    check(ret).map(|v| v as i32)
+    check(ret).and_then(to_int)
 }
 
 /// A pipe whose both ends are close-on-exec.
@@ -219,7 +222,7 @@ pub fn write_all(fd: RawFd, mut buf: &[u8]) -> io::Result<()> {
             }
             return Err(e);
         }
-        buf = &buf[n as usize..];
+        buf = &buf[n.unsigned_abs()..];
     }
     Ok(())
 }
@@ -240,7 +243,7 @@ pub fn read_to_end(fd: RawFd, out: &mut Vec<u8>) -> io::Result<()> {
         if n == 0 {
             return Ok(());
         }
-        out.extend_from_slice(&chunk[..n as usize]);
+        out.extend_from_slice(&chunk[..n.unsigned_abs()]);
     }
 }
 

@@ -213,7 +213,19 @@ pub fn resolve_net(spec: &str) -> Result<NetMode, CliError> {
         "none" => return Ok(NetMode::None),
         "lab" => None,
         s => match s.strip_prefix("lab:") {
-            Some(n) => Some(n),
+            Some(n) => {
+                if n.is_empty() {
+                    return Err(CliError::Usage(format!(
+                        "--net {s}: no lab name after `lab:`; use --net lab (the only running lab) or --net lab:NAME"
+                    )));
+                }
+                if check_name(n).is_err() {
+                    return Err(CliError::Usage(format!(
+                        "--net {s}: {n:?} is not a lab name: use 1-32 characters of a-z, 0-9 and '-', not starting with '-' (see `retie lab status`)"
+                    )));
+                }
+                Some(n)
+            }
             None => {
                 return Err(CliError::Usage(format!(
                     "--net {s}: expected none, lab or lab:NAME"

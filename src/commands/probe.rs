@@ -120,6 +120,102 @@ fn c(s: &str) -> CString {
     CString::new(s).unwrap_or_default()
 }
 
+/// The harmless arguments a denied call starts from, before the rule's
+/// own conditions are applied: an invalid descriptor, a NULL pointer, an
+/// invalid request. Where the kernel would answer without the rule, it
+/// answers something other than EPERM for most of them (EBADF, EFAULT,
+/// EIO, EAFNOSUPPORT), so a rule that stops matching shows.
+fn base_args(name: &str) -> [u64; 6] {
+    const BAD_FD: u64 = u64::MAX; // -1
+    match name {
+        "ioctl" | "setns" | "pidfd_getfd" | "io_uring_enter" | "io_uring_register" | "fsconfig"
+        | "fsmount" | "fspick" | "mount_setattr" | "open_tree" | "move_mount"
+        | "open_by_handle_at" => [BAD_FD, 0, 0, 0, 0, 0],
+        // ptrace(-1): no such request (EIO), never PTRACE_TRACEME (0).
+        "ptrace" => [u64::MAX, 0, 0, 0, 0, 0],
+        _ => [0; 6],
+    }
+}
+
+/// Every rule of the seccomp deny table in force for `net`, called for
+/// real with arguments that match the rule, each expecting exactly the
+/// table's errno. The rows come from the table itself, so a rule cannot be
+/// added without its probe. Each call runs in a forked child, so a call
+/// that the filter failed to stop (a new user namespace, a personality)
+/// changes nothing for the probes after it.
+pub fn deny_table_probes(net: &retie_runtime::NetMode, prefix: &str) -> Vec<ProbeResult> {
+    retie_runtime::deny_table(net)
+        .iter()
+        .map(|d| {
+            let probe = format!("{prefix}seccomp: {} refused", d.label());
+            let expected = ename(d.errno);
+            let Some(a) = d.matching_args(base_args(d.name)) else {
+                return ProbeResult {
+                    probe,
+                    expected,
+                    observed: "no arguments match the rule".into(),
+                    pass: false,
+                };
+            };
+            let observed = call_in_child(d.nr, a);
+            let pass = observed == expected;
+            ProbeResult {
+                probe,
+                expected,
+                observed,
+                pass,
+            }
+        })
+        .collect()
+}
+
+/// Make one raw syscall in a forked child; its errno name, `succeeded`, or
+/// how the child died.
+fn call_in_child(nr: i64, a: [u64; 6]) -> String {
+    // SAFETY: the child only makes raw syscalls (getpid, the probed call,
+    // _exit), all async-signal-safe, so forking is sound even if this
+    // process had other threads.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return format!("fork failed: {}", ename(errno()));
+    }
+    if pid == 0 {
+        // SAFETY: getpid cannot fail.
+        let me = unsafe { libc::getpid() };
+        // SAFETY: a raw syscall whose pointer arguments are NULL or
+        // integers (the base arguments above): the kernel validates them
+        // and cannot write into our memory through them.
+        let r = unsafe { libc::syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]) };
+        let e = errno();
+        // SAFETY: getpid cannot fail; a clone that got through returns 0
+        // in a new process, which must leave at once.
+        if unsafe { libc::getpid() } != me {
+            // SAFETY: leaving the unexpected grandchild without unwinding.
+            unsafe { libc::_exit(0) };
+        }
+        let code = if r < 0 { e.clamp(1, 254) } else { 255 };
+        // SAFETY: leaving the forked child without running the parent's
+        // handlers or destructors.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: reaping the child forked above, with a valid status pointer.
+    let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+    if r != pid {
+        return format!("waitpid failed: {}", ename(errno()));
+    }
+    if libc::WIFEXITED(status) {
+        match libc::WEXITSTATUS(status) {
+            255 => "succeeded".into(),
+            e => ename(e),
+        }
+    } else if libc::WIFSIGNALED(status) {
+        format!("killed by signal {}", libc::WTERMSIG(status))
+    } else {
+        format!("wait status {status:#x}")
+    }
+}
+
 /// The sandbox's init (PID 1) is retie's own process: a copy of the
 /// caller's memory and environment, and the status pipe retie believes.
 /// Nothing of it may be read or opened from inside. Each probe must fail
@@ -381,6 +477,10 @@ fn battery(args: &ProbeArgs) -> Vec<ProbeResult> {
         r as i64,
         &[libc::EPERM, libc::EACCES],
     );
+
+    // --- every rule of the deny table ------------------------------------------
+    b.out
+        .extend(deny_table_probes(&retie_runtime::NetMode::None, ""));
 
     // --- filesystem ----------------------------------------------------------
     if let Some(canary) = &args.canary {

@@ -101,6 +101,17 @@ pub fn run(cmd: SandboxCmd) -> i32 {
 fn exec(args: ExecArgs) -> i32 {
     let json = args.json;
     let json_fd = args.json_fd;
+    // An fd from the command line must be open before anything runs.
+    if let Some(Err(problem)) = json_fd
+        .filter(|fd| *fd > 2)
+        .map(retie_runtime::helper::check_passed_fd)
+    {
+        eprintln!(
+            "retie: --json-fd {}: {problem}",
+            json_fd.unwrap_or_default()
+        );
+        return retie_runtime::EXIT_SANDBOX_FAILED;
+    }
     match exec_inner(args) {
         Ok((outcome, changes)) => {
             let mut code = outcome.exit_code;
@@ -186,7 +197,10 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
                 "--timeout {t}: must be a positive number of seconds"
             )));
         }
-        b = b.timeout(Duration::from_secs_f64(t));
+        b = b.timeout(
+            Duration::try_from_secs_f64(t)
+                .map_err(|e| CliError::Usage(format!("--timeout {t}: {e}")))?,
+        );
     }
     for kv in &args.env {
         let Some((k, v)) = kv.split_once('=') else {

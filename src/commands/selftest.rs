@@ -356,6 +356,7 @@ pub fn lab_probe(args: LabProbeArgs) -> i32 {
         }
     }
     let mut rows = Vec::new();
+    let generated;
     let mut row = |probe: &str, expected: &str, observed: String| {
         let pass = observed == expected;
         rows.push(ProbeResult {
@@ -401,6 +402,10 @@ pub fn lab_probe(args: LabProbeArgs) -> i32 {
                 tcp_result(t),
             );
         }
+        generated = super::probe::deny_table_probes(
+            &retie_runtime::NetMode::LabTarget(any_lab()),
+            "lab itself: ",
+        );
     } else {
         let lab = format!("{}:{LAB_PORT}", retie_runtime::setup::net_lab::LAB_ADDRESS);
         row(
@@ -412,10 +417,50 @@ pub fn lab_probe(args: LabProbeArgs) -> i32 {
             "{}:{LAB_CLOSED_PORT}",
             retie_runtime::setup::net_lab::LAB_ADDRESS
         );
+        // The target listens on this port: only Landlock refuses it.
         row(
             "lab sandbox: undeclared lab port refused (Landlock)",
-            "refused",
-            tcp_result(&closed),
+            "EACCES",
+            tcp_errno(&closed),
+        );
+        // Landlock has no UDP rules before ABI 10: the seccomp table
+        // refuses every datagram socket (ADR 0302).
+        let lab_ip = retie_runtime::setup::net_lab::LAB_ADDRESS;
+        row(
+            "lab sandbox: UDP to an undeclared lab port refused",
+            "EPERM",
+            udp_result(&format!("{lab_ip}:{LAB_CLOSED_PORT}")),
+        );
+        row(
+            "lab sandbox: UDP to the lab's declared port refused",
+            "EPERM",
+            udp_result(&format!("{lab_ip}:{LAB_PORT}")),
+        );
+        // SAFETY: socket with constant arguments; closed below if opened.
+        let ping = unsafe {
+            libc::socket(
+                libc::AF_INET,
+                libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+                libc::IPPROTO_ICMP,
+            )
+        };
+        let ping_errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+        if ping >= 0 {
+            // SAFETY: closing the fd opened just above.
+            unsafe { libc::close(ping) };
+        }
+        row(
+            "lab sandbox: ICMP ping socket refused",
+            "EPERM",
+            if ping >= 0 {
+                "opened".into()
+            } else {
+                errno_name(ping_errno)
+            },
+        );
+        generated = super::probe::deny_table_probes(
+            &retie_runtime::NetMode::Lab(any_lab()),
+            "lab sandbox: ",
         );
         for t in &args.tcp {
             row(
@@ -454,10 +499,57 @@ pub fn lab_probe(args: LabProbeArgs) -> i32 {
             },
         );
     }
+    rows.extend(generated);
     for r in rows {
         println!("{}", json!(r));
     }
     0
+}
+
+/// A lab description for choosing a deny table (only the mode matters).
+fn any_lab() -> retie_runtime::LabNet {
+    retie_runtime::LabNet {
+        name: String::new(),
+        keeper_pid: 0,
+        ports: Vec::new(),
+    }
+}
+
+fn errno_name(e: i32) -> String {
+    match e {
+        libc::EPERM => "EPERM".into(),
+        libc::EACCES => "EACCES".into(),
+        libc::ECONNREFUSED => "ECONNREFUSED".into(),
+        libc::ENETUNREACH => "ENETUNREACH".into(),
+        libc::EHOSTUNREACH => "EHOSTUNREACH".into(),
+        libc::ETIMEDOUT => "ETIMEDOUT".into(),
+        e => format!("errno {e}"),
+    }
+}
+
+/// `connected` or the exact errno name of a TCP connect.
+fn tcp_errno(target: &str) -> String {
+    let Ok(addr) = target.parse::<std::net::SocketAddr>() else {
+        return format!("bad address {target}");
+    };
+    match std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(2)) {
+        Ok(_) => "connected".into(),
+        Err(e) => e
+            .raw_os_error()
+            .map_or_else(|| format!("other: {e}"), errno_name),
+    }
+}
+
+/// `sent` or the exact errno name of a UDP datagram to `target`.
+fn udp_result(target: &str) -> String {
+    let sent = std::net::UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))
+        .and_then(|s| s.send_to(b"retie", target));
+    match sent {
+        Ok(_) => "sent".into(),
+        Err(e) => e
+            .raw_os_error()
+            .map_or_else(|| format!("other: {e}"), errno_name),
+    }
 }
 
 /// `connected`, `refused` (EACCES/EPERM/ECONNREFUSED), `unreachable`, or the error.

@@ -60,6 +60,10 @@ const REQUIRED_PROBES: &[&str] = &[
     "lab sandbox: no default route",
     "lab sandbox: DNS resolution fails",
     "lab sandbox: IPv6 socket refused",
+    // Walls issue, item 7: UDP had no second wall (ADR 0302).
+    "lab sandbox: UDP to an undeclared lab port refused",
+    "lab sandbox: UDP to the lab's declared port refused",
+    "lab sandbox: ICMP ping socket refused",
     "lab itself: no default route",
     "lab itself: no uplink (only lo and sandbox veths)",
 ];
@@ -91,6 +95,41 @@ fn selftest_passes_and_covers_every_escape() {
                 "{leg:?}: the battery lost the probe `{name}`"
             );
         }
+        // Every rule of the deny table in force, in each of the three
+        // modes, was called with arguments that match it and refused with
+        // the table's errno: the rows come from the table, so a rule added
+        // without a probe cannot be (issue 11).
+        let lab = retie_runtime::LabNet {
+            name: "t".into(),
+            keeper_pid: 0,
+            ports: vec![],
+        };
+        let mut syscalls = std::collections::BTreeSet::new();
+        for (mode, prefix) in [
+            (retie_runtime::NetMode::None, ""),
+            (retie_runtime::NetMode::Lab(lab.clone()), "lab sandbox: "),
+            (retie_runtime::NetMode::LabTarget(lab), "lab itself: "),
+        ] {
+            let table = retie_runtime::deny_table(&mode);
+            assert!(table.len() >= 41, "{mode:?}: {} rules", table.len());
+            for d in table {
+                syscalls.insert(d.nr);
+                assert_eq!(d.errno, libc::EPERM, "{}", d.label());
+                let name = format!("{prefix}seccomp: {} refused", d.label());
+                let row = probes.iter().find(|p| p["probe"] == name.as_str());
+                assert!(
+                    row.is_some_and(|r| r["pass"] == true
+                        && r["expected"] == "EPERM"
+                        && r["observed"] == "EPERM"),
+                    "{leg:?}: deny-table rule `{name}` ({}) has no passing probe: {row:?}",
+                    d.why
+                );
+            }
+        }
+        eprintln!(
+            "{leg:?}: every rule of the deny table probed ({} syscalls)",
+            syscalls.len()
+        );
         // Both host listeners (loopback and, where one exists, the
         // interface address) were probed.
         let tcp = probes
@@ -181,18 +220,82 @@ exit 0"#;
     }
 }
 
+/// Opens each `MODE:PATH` argument inside the sandbox (`create`:
+/// O_CREAT|O_WRONLY|O_APPEND, which needs the parent directory; `append`:
+/// O_WRONLY|O_APPEND, which writes nothing even if it opens) and prints
+/// `MODE:PATH=ERRNO exists=yes|no`, where `exists` is for the path itself
+/// (append) or its parent directory (create).
+const OPEN_CHECK: &str = r#"
+import errno, os, sys
+for arg in sys.argv[1:]:
+    mode, path = arg.split(":", 1)
+    if mode == "create":
+        flags, there = os.O_CREAT | os.O_WRONLY | os.O_APPEND, os.path.isdir(os.path.dirname(os.path.abspath(path)))
+    else:
+        flags, there = os.O_WRONLY | os.O_APPEND, os.path.exists(path)
+    try:
+        os.close(os.open(path, flags, 0o644)); r = "opened"
+    except OSError as e:
+        r = errno.errorcode.get(e.errno, str(e.errno))
+    print("%s=%s exists=%s" % (arg, r, "yes" if there else "no"))
+"#;
+
+/// Run [`OPEN_CHECK`] in a sandbox; `MODE:PATH` → `ERRNO exists=…`.
+fn open_check(s: &Scratch, checks: &[&str]) -> std::collections::BTreeMap<String, String> {
+    std::fs::write(s.ws.join("open_check.py"), OPEN_CHECK).expect("write open_check.py");
+    let mut argv = vec!["python3", "open_check.py"];
+    argv.extend_from_slice(checks);
+    let o = s.exec(&["--workspace-mode", "direct"], &argv);
+    assert_code(&o, 0, "open_check.py");
+    let _ = std::fs::remove_file(s.ws.join("open_check.py"));
+    stdout(&o)
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Issue 11: this test counted any non-zero exit as read-only, so a path
+/// that does not exist passed. Each check now names a path (or a parent
+/// directory) that exists inside and expects one errno: EROFS where the
+/// read-only mounts speak (the sealed tmpfs root with its generated /etc
+/// files, the /usr and /opt binds), EACCES for an existing host file (its
+/// owner is not the sandbox's, and Landlock).
 #[test]
 fn system_view_is_read_only_and_personal_dirs_absent() {
     for leg in legs() {
         let s = Scratch::new(leg);
-        for target in [
+        let mut checks = vec![
+            ("create:/usr/bin/retie-x", "EROFS"),
+            ("create:/bin/retie-x", "EROFS"),
+            ("create:/etc/retie-x", "EROFS"),
+            ("create:/retie-x", "EROFS"),
+            ("append:/etc/passwd", "EROFS"),
+            ("append:/etc/hostname", "EROFS"),
+            ("append:/usr/bin/env", "EACCES"),
+        ];
+        if std::path::Path::new("/opt").is_dir() {
+            checks.push(("create:/opt/retie-x", "EROFS"));
+        }
+        let names: Vec<&str> = checks.iter().map(|(c, _)| *c).collect();
+        let got = open_check(&s, &names);
+        for (check, errno) in &checks {
+            assert_eq!(
+                got.get(*check).map(String::as_str),
+                Some(format!("{errno} exists=yes").as_str()),
+                "{leg:?}: {check}: {got:#?}"
+            );
+        }
+        for host in [
             "/usr/bin/retie-x",
-            "/etc/passwd",
-            "/bin/retie-x",
+            "/etc/retie-x",
+            "/retie-x",
             "/opt/retie-x",
         ] {
-            let o = s.sh(&format!("echo x > {target}"));
-            assert_ne!(o.status.code(), Some(0), "{leg:?}: wrote {target}");
+            assert!(
+                !std::path::Path::new(host).exists(),
+                "{leg:?}: {host} appeared on the host"
+            );
         }
         let o = s.sh("ls -A /home /mnt /media /var 2>&1; ls -d /root /run 2>&1; true");
         let out = stdout(&o);
@@ -225,19 +328,56 @@ fn system_view_is_read_only_and_personal_dirs_absent() {
     }
 }
 
+/// Issue 11: this test pointed its link at a target under /tmp (which the
+/// sandbox covers with its own tmpfs) and threw the output away, so it
+/// passed with Landlock off. Each link now leads to a path that exists
+/// inside, and each open must fail with one errno:
+/// - an existing host file under /usr: EACCES;
+/// - a new file in a host directory under /usr: EROFS (the read-only bind);
+/// - the sandbox's own `/proc/self/comm`, on a read-write mount and owned by
+///   the caller: EACCES from Landlock alone (nothing else stands there).
 #[test]
 fn symlink_out_of_the_workspace_cannot_be_written_through() {
     for leg in legs() {
         let s = Scratch::new(leg);
-        let outside = s.root.path().join("outside.txt");
-        std::fs::write(&outside, "original").expect("write");
-        std::os::unix::fs::symlink(&outside, s.ws.join("link")).expect("symlink");
-        // The link's target path, seen from inside, lies on the sandbox's own
-        // scratch /tmp (or nowhere): whatever the write does, the host file
-        // must not change.
-        let o = s.sh("echo pwned > link; echo also >> link");
-        let _ = o;
-        assert_eq!(std::fs::read_to_string(&outside).expect("read"), "original");
+        let new_file = format!("/usr/bin/retie-it-{}", marker());
+        for (link, target) in [
+            ("link-usr", "/usr/bin/env"),
+            ("link-new", new_file.as_str()),
+            ("link-proc", "/proc/self/comm"),
+        ] {
+            std::os::unix::fs::symlink(target, s.ws.join(link)).expect("symlink");
+        }
+        let got = open_check(
+            &s,
+            &["append:link-usr", "create:link-new", "append:link-proc"],
+        );
+        for (check, want) in [
+            ("append:link-usr", "EACCES exists=yes"),
+            // The parent checked is the workspace (the link's own), and the
+            // dangling link's target directory exists inside too.
+            ("create:link-new", "EROFS exists=yes"),
+            ("append:link-proc", "EACCES exists=yes"),
+        ] {
+            assert_eq!(
+                got.get(check).map(String::as_str),
+                Some(want),
+                "{leg:?}: {check}: {got:#?}"
+            );
+        }
+        assert!(
+            !std::path::Path::new(&new_file).exists(),
+            "{leg:?}: {new_file} was created on the host"
+        );
+        // And through the shell, as an agent would: the same refusals.
+        let o =
+            s.sh("echo pwned >> link-usr; echo pwned > link-new; echo pwned > link-proc; exit 0");
+        let err = stderr(&o);
+        assert!(
+            err.matches("Permission denied").count() == 2
+                && err.matches("Read-only file system").count() == 1,
+            "{leg:?}: {err}"
+        );
     }
 }
 

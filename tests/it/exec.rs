@@ -283,3 +283,42 @@ fn the_command_starts_with_default_signal_dispositions() {
         assert!(out.contains("pipe-ok"));
     }
 }
+
+/// Issue 11, small defects: a descriptor taken from the command line was
+/// used without checking it was open, and a timeout of 24.8 days or more
+/// overflowed poll's int (a panic in debug builds, an endless wait in
+/// release). A closed `--json-fd` or `--reply-fd` is refused before
+/// anything runs; a 30-day or absurd timeout is fine or a usage error.
+#[test]
+fn command_line_fds_and_long_timeouts_are_checked() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let o = s.exec(&["--json", "--json-fd", "47"], &["touch", "ran"]);
+        assert_code(&o, 125, "--json-fd 47 (closed)");
+        assert!(
+            stderr(&o).contains("--json-fd 47: is not an open file descriptor"),
+            "{leg:?}: {}",
+            stderr(&o)
+        );
+        assert!(!s.ws.join("ran").exists(), "{leg:?}: the command ran");
+        for fd in ["47", "1"] {
+            let o = s
+                .retie()
+                .args(["__sandbox-helper", "--reply-fd", fd])
+                .stdin(std::process::Stdio::null())
+                .output()
+                .expect("helper");
+            assert_code(&o, 125, &format!("--reply-fd {fd}"));
+            assert!(
+                stderr(&o).contains(&format!("--reply-fd {fd}: ")),
+                "{leg:?}: {}",
+                stderr(&o)
+            );
+        }
+        let o = s.exec(&["--timeout", "2592000"], &["true"]);
+        assert_code(&o, 0, "a 30-day timeout");
+        let o = s.exec(&["--timeout", "1e300"], &["true"]);
+        assert_code(&o, 125, "a timeout no Duration holds");
+        assert!(stderr(&o).contains("--timeout"), "{leg:?}: {}", stderr(&o));
+    }
+}

@@ -48,7 +48,7 @@ def udp(h, p):
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b"x", (h, p)); return "sent"
     except OSError as e:
         return errno.errorcode.get(e.errno, str(e.errno))
-# Landlock does not cover UDP before ABI 10: the routes alone stop it.
+# Landlock does not cover UDP before ABI 10: seccomp refuses the socket.
 print("udp_host_address=" + udp(host_ip, host_port))
 print("udp_host_loopback=" + udp("127.0.0.1", host_port))
 print("udp_public_literal=" + udp("1.1.1.1", 53))
@@ -67,6 +67,55 @@ try:
     socket.gethostbyname("example.com"); print("dns=resolved")
 except OSError:
     print("dns=failed")
+"#;
+
+/// A lab target that serves TCP 8080 (declared) and 8081 (not), and
+/// records every UDP datagram that reaches port 9999 in `udp-received` (in
+/// its workspace, the lab's data directory); `ready` says it started.
+const UDP_SERVER: &str = r#"
+import socket, threading, time
+def serve(port):
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", port)); s.listen(64)
+    def loop():
+        while True:
+            c, _ = s.accept(); c.sendall(b"hi\n"); c.close()
+    threading.Thread(target=loop, daemon=True).start()
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(("0.0.0.0", 9999))
+def udp():
+    while True:
+        data, peer = u.recvfrom(64)
+        open("udp-received", "a").write("%s %r\n" % (peer, data))
+threading.Thread(target=udp, daemon=True).start()
+serve(8081); serve(8080)
+open("ready", "w").write("1")
+while True: time.sleep(60)
+"#;
+
+/// Datagram and undeclared-port probes from a lab sandbox; `name=result`.
+const UDP_PROBE: &str = r#"
+import errno, socket, time
+def err(e):
+    return errno.errorcode.get(e.errno, str(e.errno))
+def udp(port, ty=socket.SOCK_DGRAM, proto=0):
+    try:
+        s = socket.socket(socket.AF_INET, ty, proto); s.sendto(b"x", ("10.77.0.1", port)); return "sent"
+    except OSError as e:
+        return err(e)
+def tcp(port):
+    try:
+        s = socket.socket(); s.settimeout(3); s.connect(("10.77.0.1", port))
+        return "open:" + s.recv(16).decode().strip()
+    except OSError as e:
+        return err(e)
+print("udp_undeclared=" + udp(9999))
+print("udp_undeclared_flags=" + udp(9999, socket.SOCK_DGRAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC))
+print("udp_declared=" + udp(8080))
+print("icmp_ping=" + udp(0, socket.SOCK_DGRAM, socket.IPPROTO_ICMP))
+print("tcp_declared=" + tcp(8080))
+print("tcp_undeclared_served=" + tcp(8081))
+print("tcp_undeclared_unserved=" + tcp(9999))
+time.sleep(0.3)
 "#;
 
 /// Replays every finding in ./findings against http://lab:8080.
@@ -220,9 +269,11 @@ fn a_lab_sandbox_reaches_the_lab_port_and_nothing_else() {
             ("host_address_lab_port", "ENETUNREACH"),
             ("public_literal", "ENETUNREACH"),
             ("ipv6", "EPERM"),
-            ("udp_host_address", "ENETUNREACH"),
-            ("udp_host_loopback", "ENETUNREACH"),
-            ("udp_public_literal", "ENETUNREACH"),
+            // A lab sandbox opens no datagram socket (ADR 0302); the
+            // routes would stop these as well.
+            ("udp_host_address", "EPERM"),
+            ("udp_host_loopback", "EPERM"),
+            ("udp_public_literal", "EPERM"),
             ("netlink", "EPERM"),
             ("raw", "EPERM"),
             ("default_route", "no"),
@@ -264,6 +315,60 @@ fn a_lab_sandbox_reaches_the_lab_port_and_nothing_else() {
         assert!(lab.links() >= 1);
     }
     drop(listener);
+}
+
+/// Walls issue, item 7: a datagram reached any port of the lab (Landlock
+/// has no UDP rules before ABI 10). From a lab sandbox, in both workspace
+/// modes: no datagram socket opens (EPERM, also with SOCK_NONBLOCK |
+/// SOCK_CLOEXEC and for ICMP ping sockets) and nothing arrives at the
+/// lab's UDP listener; an undeclared TCP port, served or not, is EACCES.
+#[test]
+fn udp_and_undeclared_tcp_ports_of_the_lab_are_unreachable() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        std::fs::write(s.ws.join("udp_probe.py"), UDP_PROBE).expect("write probe");
+        let _lab = Lab::up(
+            &s,
+            "udp",
+            &["--port", "8080", "--", "python3", "-c", UDP_SERVER],
+        );
+        let data = state_dir(&s).join("labs/udp/data");
+        assert!(
+            wait_until(5.0, || data.join("ready").exists()),
+            "{leg:?}: the lab target did not start in {}",
+            data.display()
+        );
+        for mode in ["direct", "overlay"] {
+            let o = s.exec(
+                &["--workspace-mode", mode, "--net", "lab:udp"],
+                &["python3", "udp_probe.py"],
+            );
+            assert_code(&o, 0, &format!("udp probe ({mode})"));
+            let r = lines(&o);
+            for (k, v) in [
+                ("udp_undeclared", "EPERM"),
+                ("udp_undeclared_flags", "EPERM"),
+                ("udp_declared", "EPERM"),
+                ("icmp_ping", "EPERM"),
+                ("tcp_declared", "open:hi"),
+                ("tcp_undeclared_served", "EACCES"),
+                ("tcp_undeclared_unserved", "EACCES"),
+            ] {
+                assert_eq!(
+                    r.get(k).map(String::as_str),
+                    Some(v),
+                    "{leg:?} {mode} {k}\n{}{}",
+                    stdout(&o),
+                    stderr(&o)
+                );
+            }
+        }
+        assert!(
+            !data.join("udp-received").exists(),
+            "{leg:?}: a datagram reached the lab: {}",
+            std::fs::read_to_string(data.join("udp-received")).unwrap_or_default()
+        );
+    }
 }
 
 #[test]
@@ -558,6 +663,21 @@ fn lab_mode_without_a_lab_is_a_clear_error() {
         );
         assert_code(&o, 125, "unknown lab");
         assert!(stderr(&o).contains("nope"), "{leg:?}: {}", stderr(&o));
+        // A name `lab up --name` would refuse is refused here too, before
+        // any lookup, and the error suggests no `lab up` with it.
+        for (bad, says) in [
+            ("lab:../../x", "is not a lab name"),
+            ("lab:", "no lab name after `lab:`"),
+            ("lab:Bad_Name", "is not a lab name"),
+        ] {
+            let o = s.exec(&["--workspace-mode", "direct", "--net", bad], &["true"]);
+            assert_code(&o, 125, bad);
+            let err = stderr(&o);
+            assert!(
+                err.contains(says) && !err.contains("lab up --name"),
+                "{leg:?}: --net {bad}: {err}"
+            );
+        }
         let o = s.exec(&["--net", "internet"], &["true"]);
         assert_code(&o, 125, "bad --net");
         assert!(stderr(&o).contains("lab:NAME"), "{leg:?}: {}", stderr(&o));

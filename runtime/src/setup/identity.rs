@@ -21,7 +21,16 @@ pub fn become_user(id: &Identity) -> StepResult {
         | libc::SECBIT_NO_CAP_AMBIENT_RAISE
         | libc::SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
     // SAFETY: prctl with integer arguments only.
-    if unsafe { libc::prctl(libc::PR_SET_SECUREBITS, bits as libc::c_ulong, 0, 0, 0) } < 0 {
+    if unsafe {
+        libc::prctl(
+            libc::PR_SET_SECUREBITS,
+            libc::c_ulong::from(bits.cast_unsigned()),
+            0,
+            0,
+            0,
+        )
+    } < 0
+    {
         return Err(SetupError::last_os(STEP, "setting securebits"));
     }
     // SAFETY: plain id-setting syscalls with integer arguments.

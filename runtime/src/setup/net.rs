@@ -6,6 +6,10 @@ use super::{SetupError, StepResult};
 const STEP: &str = "net";
 
 /// Bring `lo` up.
+/// IFF_UP | IFF_RUNNING (0x41): fits the c_short of `ifru_flags`.
+#[allow(clippy::cast_possible_truncation)]
+const UP_RUNNING: libc::c_short = (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+
 pub fn loopback_up() -> StepResult {
     // SAFETY: creates a socket; the fd is closed below on every path.
     let sock = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
@@ -22,7 +26,7 @@ pub fn loopback_up() -> StepResult {
     if ret == 0 {
         // SAFETY: the union's flags member was just filled by the kernel.
         unsafe {
-            ifr.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+            ifr.ifr_ifru.ifru_flags |= UP_RUNNING;
         }
         // SAFETY: SIOCSIFFLAGS reads the valid `ifr`.
         ret = unsafe { libc::ioctl(sock, libc::SIOCSIFFLAGS, &ifr) };

@@ -163,8 +163,15 @@ pub unsafe fn clone_into_lab(
             unsafe { libc::kill(init, libc::SIGKILL) };
             return Err(e);
         }
+        let Ok(fd) = RawFd::try_from(fd) else {
+            // SAFETY: signalling our own unreaped child.
+            unsafe { libc::kill(init, libc::SIGKILL) };
+            return Err(RuntimeError::Helper(format!(
+                "pidfd_open of the sandbox's init returned {fd}"
+            )));
+        };
         // SAFETY: pidfd_open returned a fresh fd that we now own.
-        let pidfd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+        let pidfd = unsafe { OwnedFd::from_raw_fd(fd) };
         return Ok(Forked::Parent { pid: init, pidfd });
     }
     Err(RuntimeError::Setup {
@@ -226,7 +233,7 @@ fn stage(
     let ret = unsafe {
         libc::syscall(
             libc::SYS_clone,
-            (flags | libc::CLONE_PARENT | libc::SIGCHLD) as libc::c_ulong,
+            libc::c_ulong::from((flags | libc::CLONE_PARENT | libc::SIGCHLD).cast_unsigned()),
             std::ptr::null_mut::<libc::c_void>(),
             std::ptr::null_mut::<libc::c_void>(),
             std::ptr::null_mut::<libc::c_void>(),
@@ -239,7 +246,9 @@ fn stage(
     if ret == 0 {
         return Ok(None);
     }
-    let init = ret as i32;
+    let Ok(init) = i32::try_from(ret) else {
+        return Err(format!("clone of the sandbox's init returned {ret}"));
+    };
     let _ = crate::sys::write_all(report, format!("C{init}\n").as_bytes());
     // 5. Its id maps, from the parent user namespace.
     if let Err(e) = super::userns::write_maps(init, id) {

@@ -254,6 +254,187 @@ pub const DENY_LAB_NETWORK: &[Deny] = &[
     ),
 ];
 
+/// Extra denials for a lab-mode **sandbox** (not the lab target): every
+/// IPv4 datagram socket. Landlock covers UDP only from ABI 10, so without
+/// this rule a datagram reaches any port of the lab; the type is compared
+/// under a mask, so `SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC` is caught
+/// too. ICMP "ping" sockets are datagram sockets and fall under it. ADR 0302.
+pub const DENY_LAB_SANDBOX: &[Deny] = &[deny!(
+    socket,
+    &[
+        (0, Len::Dword, Op::Eq, libc::AF_INET as u64),
+        (1, Len::Dword, Op::MaskedEq(SOCK_TYPE_MASK), libc::SOCK_DGRAM as u64)
+    ],
+    "lab sandbox: UDP and ICMP datagram sockets (Landlock has no UDP rules before ABI 10; the lab's undeclared ports stay out of reach)"
+)];
+
+/// The tables in force for a network mode, by name.
+fn tables(net: &NetMode) -> Vec<(&'static str, &'static [Deny])> {
+    let mut lists: Vec<(&'static str, &'static [Deny])> = vec![("DENY_ALWAYS", DENY_ALWAYS)];
+    match net {
+        NetMode::None => lists.push(("DENY_NO_NETWORK", DENY_NO_NETWORK)),
+        NetMode::Lab(_) => {
+            lists.push(("DENY_LAB_NETWORK", DENY_LAB_NETWORK));
+            lists.push(("DENY_LAB_SANDBOX", DENY_LAB_SANDBOX));
+        }
+        NetMode::LabTarget(_) => lists.push(("DENY_LAB_NETWORK", DENY_LAB_NETWORK)),
+    }
+    lists
+}
+
+/// The errno every deny-table rule answers with.
+pub const DENY_ERRNO: i32 = libc::EPERM;
+
+/// How an argument is compared (mirrors the table's `Op`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArgOp {
+    /// `arg == value`
+    Eq,
+    /// `arg != value`
+    Ne,
+    /// `arg & mask == value`
+    MaskedEq(u64),
+    /// A compare the probes do not model: no arguments can be generated
+    /// for it, so the coverage test fails until it is modelled.
+    Unmodelled,
+}
+
+/// One argument condition of a denied call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArgCheck {
+    /// The argument's index (0-5).
+    pub index: u8,
+    /// Compared as 32 bits (the kernel truncates int arguments).
+    pub dword: bool,
+    pub op: ArgOp,
+    pub value: u64,
+}
+
+impl ArgCheck {
+    /// Whether `arg` satisfies the condition, as the filter compares it.
+    pub fn holds(&self, arg: u64) -> bool {
+        let a = if self.dword { arg & 0xffff_ffff } else { arg };
+        match self.op {
+            ArgOp::Eq => a == self.value,
+            ArgOp::Ne => a != self.value,
+            ArgOp::MaskedEq(m) => a & m == self.value,
+            ArgOp::Unmodelled => false,
+        }
+    }
+}
+
+impl std::fmt::Display for ArgCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.op {
+            ArgOp::Eq => write!(f, "arg{} == {:#x}", self.index, self.value),
+            ArgOp::Ne => write!(f, "arg{} != {:#x}", self.index, self.value),
+            ArgOp::MaskedEq(m) => {
+                write!(f, "arg{} & {m:#x} == {:#x}", self.index, self.value)
+            }
+            ArgOp::Unmodelled => write!(f, "arg{} ? {:#x}", self.index, self.value),
+        }
+    }
+}
+
+/// One rule of the deny table in force, in a form a probe can iterate:
+/// the self-test calls every entry with [`DeniedCall::matching_args`] and
+/// expects exactly [`DeniedCall::errno`].
+#[derive(Debug, Clone)]
+pub struct DeniedCall {
+    /// The table it comes from (`DENY_ALWAYS`, ...).
+    pub table: &'static str,
+    pub name: &'static str,
+    pub nr: i64,
+    /// All must hold; empty = every call of that number.
+    pub when: Vec<ArgCheck>,
+    pub errno: i32,
+    pub why: &'static str,
+}
+
+impl DeniedCall {
+    /// A stable, unique label: `setns` or `socket [arg0 == 0x11]`.
+    pub fn label(&self) -> String {
+        if self.when.is_empty() {
+            self.name.to_string()
+        } else {
+            let conds: Vec<String> = self.when.iter().map(ToString::to_string).collect();
+            format!("{} [{}]", self.name, conds.join(", "))
+        }
+    }
+
+    /// Arguments that satisfy every condition, starting from `base` (the
+    /// probe's harmless defaults). A 32-bit compare gets garbage in the
+    /// high half, so a probe also proves the compare is 32-bit. None if no
+    /// candidate satisfies them all (a table error a unit test catches).
+    pub fn matching_args(&self, base: [u64; 6]) -> Option<[u64; 6]> {
+        let mut args = base;
+        for index in 0..6u8 {
+            let conds: Vec<&ArgCheck> = self.when.iter().filter(|c| c.index == index).collect();
+            if conds.is_empty() {
+                continue;
+            }
+            let high = if conds.iter().all(|c| c.dword) {
+                0xdead_0000_0000_u64
+            } else {
+                0
+            };
+            let b = base[usize::from(index)];
+            let mut candidates = vec![b];
+            for c in &conds {
+                match c.op {
+                    ArgOp::Eq => candidates.push(c.value),
+                    ArgOp::MaskedEq(m) => candidates.push((b & !m) | c.value),
+                    ArgOp::Ne | ArgOp::Unmodelled => {}
+                }
+            }
+            candidates.extend([0, 0x7fff_fff0, 0xffff]);
+            let pick = candidates
+                .into_iter()
+                .map(|v| {
+                    if high != 0 {
+                        (v & 0xffff_ffff) | high
+                    } else {
+                        v
+                    }
+                })
+                .find(|v| conds.iter().all(|c| c.holds(*v)))?;
+            args[usize::from(index)] = pick;
+        }
+        Some(args)
+    }
+}
+
+/// Every rule in force for a network mode, in table order.
+pub fn deny_table(net: &NetMode) -> Vec<DeniedCall> {
+    tables(net)
+        .into_iter()
+        .flat_map(|(table, list)| {
+            list.iter().map(move |d| DeniedCall {
+                table,
+                name: d.name,
+                nr: d.nr,
+                when: d
+                    .when
+                    .iter()
+                    .map(|(i, len, op, v)| ArgCheck {
+                        index: *i,
+                        dword: matches!(len, Len::Dword),
+                        op: match op {
+                            Op::Eq => ArgOp::Eq,
+                            Op::Ne => ArgOp::Ne,
+                            Op::MaskedEq(m) => ArgOp::MaskedEq(*m),
+                            _ => ArgOp::Unmodelled,
+                        },
+                        value: *v,
+                    })
+                    .collect(),
+                errno: DENY_ERRNO,
+                why: d.why,
+            })
+        })
+        .collect()
+}
+
 fn arch() -> TargetArch {
     #[cfg(target_arch = "aarch64")]
     {
@@ -302,6 +483,10 @@ const BPF_JMP_JEQ_K: u16 = 0x15;
 const BPF_JMP_JGE_K: u16 = 0x35;
 const BPF_RET_K: u16 = 0x06;
 const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+// A syscall number: a small non-negative constant (435 on x86_64 and
+// aarch64), so the cast loses nothing.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+const CLONE3_NR: u32 = libc::SYS_clone3 as u32;
 
 fn stmt(code: u16, k: u32) -> sock_filter {
     sock_filter {
@@ -335,7 +520,7 @@ fn prefix() -> Vec<sock_filter> {
             libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
         ));
     }
-    p.push(jump(BPF_JMP_JEQ_K, libc::SYS_clone3 as u32, 0, 1));
+    p.push(jump(BPF_JMP_JEQ_K, CLONE3_NR, 0, 1));
     p.push(stmt(
         BPF_RET_K,
         libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
@@ -349,13 +534,9 @@ pub struct Filters(BpfProgram);
 /// Compile the filter (before it is installed, so a compile error leaves
 /// the process untouched).
 pub fn compile_all(net: &NetMode) -> StepResult<Filters> {
-    let mut lists: Vec<&[Deny]> = vec![DENY_ALWAYS];
-    match net {
-        NetMode::None => lists.push(DENY_NO_NETWORK),
-        NetMode::Lab(_) | NetMode::LabTarget(_) => lists.push(DENY_LAB_NETWORK),
-    }
+    let lists: Vec<&[Deny]> = tables(net).into_iter().map(|(_, l)| l).collect();
     let mut program = prefix();
-    program.extend(compile(&lists, SeccompAction::Errno(libc::EPERM as u32))?);
+    program.extend(compile(&lists, SeccompAction::Errno(DENY_ERRNO as u32))?);
     Ok(Filters(program))
 }
 
@@ -366,4 +547,155 @@ pub fn install(filters: &Filters) -> StepResult {
         message: format!("installing the filter: {e}"),
         hint: Some("the kernel must be built with CONFIG_SECCOMP_FILTER".into()),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::LabNet;
+
+    fn modes() -> Vec<NetMode> {
+        let lab = LabNet {
+            name: "t".into(),
+            keeper_pid: 1,
+            ports: vec![8080],
+        };
+        vec![
+            NetMode::None,
+            NetMode::Lab(lab.clone()),
+            NetMode::LabTarget(lab),
+        ]
+    }
+
+    /// A classic-BPF interpreter for the instructions seccompiler and the
+    /// prefix emit, run over a `seccomp_data` built from `nr` and `args`.
+    fn run_filter(prog: &[sock_filter], nr: i64, args: [u64; 6]) -> Result<u32, String> {
+        let mut data = [0u8; 64];
+        data[0..4].copy_from_slice(&i32::try_from(nr).map_err(|e| e.to_string())?.to_ne_bytes());
+        let arch: u32 = if cfg!(target_arch = "aarch64") {
+            0xC000_00B7
+        } else {
+            0xC000_003E
+        };
+        data[4..8].copy_from_slice(&arch.to_ne_bytes());
+        for (i, a) in args.iter().enumerate() {
+            data[16 + 8 * i..24 + 8 * i].copy_from_slice(&a.to_ne_bytes());
+        }
+        let mut acc: u32 = 0;
+        let mut pc = 0usize;
+        for _ in 0..10_000 {
+            let ins = prog.get(pc).ok_or("ran off the program")?;
+            let k = ins.k;
+            pc += 1;
+            match ins.code {
+                0x20 => {
+                    let o = k as usize;
+                    let w = data.get(o..o + 4).ok_or("load out of range")?;
+                    acc = u32::from_ne_bytes([w[0], w[1], w[2], w[3]]);
+                }
+                0x54 => acc &= k,
+                0x06 => return Ok(k),
+                0x05 => pc += k as usize,
+                0x15 | 0x25 | 0x35 | 0x45 => {
+                    let taken = match ins.code {
+                        0x15 => acc == k,
+                        0x25 => acc > k,
+                        0x35 => acc >= k,
+                        _ => acc & k != 0,
+                    };
+                    pc += usize::from(if taken { ins.jt } else { ins.jf });
+                }
+                c => return Err(format!("unmodelled opcode {c:#x}")),
+            }
+        }
+        Err("no return".into())
+    }
+
+    /// Every rule's generated arguments hit the compiled filter (EPERM),
+    /// in every mode that has the rule: the self-test's probes call the
+    /// kernel with exactly these arguments.
+    #[test]
+    fn every_rule_has_arguments_that_hit_the_compiled_filter() {
+        let eperm = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
+        for mode in modes() {
+            let Ok(Filters(prog)) = compile_all(&mode) else {
+                panic!("{mode:?}: the filter does not compile");
+            };
+            let table = deny_table(&mode);
+            assert!(!table.is_empty());
+            for d in &table {
+                let args = d
+                    .matching_args([0; 6])
+                    .unwrap_or_else(|| panic!("{mode:?}: no arguments match {}", d.label()));
+                assert!(d.when.iter().all(|c| c.holds(args[usize::from(c.index)])));
+                assert_eq!(
+                    run_filter(&prog, d.nr, args),
+                    Ok(eperm),
+                    "{mode:?}: {} with {args:x?} is not refused",
+                    d.label()
+                );
+                assert_eq!(d.errno, libc::EPERM);
+            }
+            // The filter is not refusing everything: getpid passes.
+            assert_eq!(
+                run_filter(&prog, libc::SYS_getpid, [0; 6]),
+                Ok(libc::SECCOMP_RET_ALLOW)
+            );
+            // Labels are unique (they name the self-test's rows).
+            let mut labels: Vec<String> = table.iter().map(DeniedCall::label).collect();
+            labels.sort();
+            let n = labels.len();
+            labels.dedup();
+            assert_eq!(labels.len(), n, "{mode:?}: duplicate labels");
+        }
+    }
+
+    /// The lab sandbox's datagram rule catches every flag variant and the
+    /// ICMP ping socket, and leaves TCP alone; the lab target keeps UDP.
+    #[test]
+    fn lab_sandboxes_cannot_open_datagram_sockets() {
+        let eperm = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
+        let [_, lab, target] = modes().try_into().unwrap_or_else(|_| panic!("three modes"));
+        let Ok(Filters(sandbox)) = compile_all(&lab) else {
+            panic!("lab filter");
+        };
+        let Ok(Filters(target)) = compile_all(&target) else {
+            panic!("target filter");
+        };
+        let inet = libc::AF_INET as u64;
+        for ty in [
+            libc::SOCK_DGRAM,
+            libc::SOCK_DGRAM | libc::SOCK_NONBLOCK,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+            libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+        ] {
+            for proto in [0, libc::IPPROTO_UDP, libc::IPPROTO_ICMP] {
+                let args = [
+                    inet,
+                    u64::from(ty.cast_unsigned()),
+                    u64::from(proto.cast_unsigned()),
+                    0,
+                    0,
+                    0,
+                ];
+                assert_eq!(run_filter(&sandbox, libc::SYS_socket, args), Ok(eperm));
+                assert_eq!(
+                    run_filter(&target, libc::SYS_socket, args),
+                    Ok(libc::SECCOMP_RET_ALLOW)
+                );
+            }
+        }
+        let tcp = [
+            inet,
+            (libc::SOCK_STREAM | libc::SOCK_CLOEXEC) as u64,
+            0,
+            0,
+            0,
+            0,
+        ];
+        assert_eq!(
+            run_filter(&sandbox, libc::SYS_socket, tcp),
+            Ok(libc::SECCOMP_RET_ALLOW)
+        );
+    }
 }
