@@ -56,6 +56,10 @@ pub enum RuntimeError {
         exit_code: i32,
     },
 
+    /// A toolchain selection or plan is unusable.
+    #[error("toolchain: {0}")]
+    Toolchain(String),
+
     /// The helper process misbehaved (bad status, protocol error).
     #[error("sandbox helper: {0}")]
     Helper(String),

@@ -40,6 +40,15 @@ pub struct Request {
     /// The network mode (a lab mode names the lab's keeper).
     #[serde(default)]
     pub net: crate::spec::NetMode,
+    /// Throwaway writable tmpfs directories.
+    #[serde(default)]
+    pub scratch: Vec<PathBuf>,
+    /// Read-only binds layered after the scratch directories.
+    #[serde(default)]
+    pub layered_binds: Vec<(PathBuf, PathBuf)>,
+    /// Paths covered inside the binds.
+    #[serde(default)]
+    pub hides: Vec<crate::spec::Hide>,
 }
 
 /// The helper's answer.
@@ -66,6 +75,13 @@ impl Request {
                 .collect(),
             masks: spec.masks.clone(),
             net: spec.net.clone(),
+            scratch: spec.scratch.clone(),
+            layered_binds: spec
+                .layered_binds
+                .iter()
+                .map(|b| (b.host.clone(), b.inside.clone()))
+                .collect(),
+            hides: spec.hides.clone(),
         }
     }
 
@@ -82,6 +98,15 @@ impl Request {
         }
         for (h, i) in &self.ro_binds {
             b = b.ro_bind(h, i);
+        }
+        for d in &self.scratch {
+            b = b.scratch(d);
+        }
+        for (h, i) in &self.layered_binds {
+            b = b.layered_ro_bind(h, i);
+        }
+        for h in &self.hides {
+            b = b.hide(&h.path, h.kind);
         }
         let mut spec = b.build()?;
         spec.env = self

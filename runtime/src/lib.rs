@@ -25,6 +25,7 @@ pub mod setup;
 pub mod spec;
 pub mod supervisor;
 pub mod sys;
+pub mod toolchain;
 
 pub use error::{Result, RuntimeError};
 pub use outcome::{
@@ -32,6 +33,7 @@ pub use outcome::{
 };
 pub use profile::Profile;
 pub use spec::{
-    Identity, LabNet, NetMode, Sandbox, SandboxBuilder, SandboxSpec, Stdio, WorkspaceMode,
+    Hide, HideKind, Identity, LabNet, NetMode, RoBind, Sandbox, SandboxBuilder, SandboxSpec, Stdio,
+    WorkspaceMode,
 };
 pub use supervisor::run;
