@@ -9,5 +9,6 @@ pub mod probe;
 pub mod replay;
 pub mod sandbox;
 pub mod selftest;
+pub mod toolchain;
 pub mod undo;
 pub mod verify;
