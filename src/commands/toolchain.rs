@@ -128,13 +128,20 @@ fn explain_inner(args: &ExplainArgs) -> Result<(), CliError> {
     };
     // The final environment, exactly as `exec` builds it.
     let spec = plan
-        .apply(Sandbox::builder(["true"]).workspace(&ws).profile(profile.clone()))
+        .apply(
+            Sandbox::builder(["true"])
+                .workspace(&ws)
+                .profile(profile.clone()),
+        )
         .network(net)
         .build()?;
     let env: BTreeMap<String, String> = spec
         .env()
         .into_iter()
-        .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
+        .filter_map(|kv| {
+            kv.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+        })
         .collect();
     let fs = &profile.filesystem;
     if args.json {
@@ -176,25 +183,52 @@ fn explain_inner(args: &ExplainArgs) -> Result<(), CliError> {
             .join(", ")
     };
     line(format!("toolchain   {}: {found}", plan.selection));
-    section(&mut line, "binds (read-only, at the same path inside)", plan.binds.iter().map(|b| {
-        let src = if b.source == b.path {
-            String::new()
-        } else {
-            format!(" <- {}", b.source.display())
-        };
-        (format!("{}{src}", b.path.display()), b.rule.clone())
-    }));
-    section(&mut line, "scratch (writable, thrown away)", plan.scratch.iter().map(|s| {
-        (s.path.display().to_string(), s.rule.clone())
-    }));
-    section(&mut line, "hidden inside binds (covered, never readable)", plan.hidden.iter().map(|h| {
-        (h.path.display().to_string(), format!("{}: {}", h.pattern, h.reason))
-    }));
-    section(&mut line, "excluded (never bound)", plan.excluded.iter().map(|e| {
-        (e.path.display().to_string(), e.reason.clone())
-    }));
-    section(&mut line, "environment", env.iter().map(|(k, v)| (format!("{k}={v}"), String::new())));
-    section(&mut line, "notes", plan.notes.iter().map(|n| (n.clone(), String::new())));
+    section(
+        &mut line,
+        "binds (read-only, at the same path inside)",
+        plan.binds.iter().map(|b| {
+            let src = if b.source == b.path {
+                String::new()
+            } else {
+                format!(" <- {}", b.source.display())
+            };
+            (format!("{}{src}", b.path.display()), b.rule.clone())
+        }),
+    );
+    section(
+        &mut line,
+        "scratch (writable, thrown away)",
+        plan.scratch
+            .iter()
+            .map(|s| (s.path.display().to_string(), s.rule.clone())),
+    );
+    section(
+        &mut line,
+        "hidden inside binds (covered, never readable)",
+        plan.hidden.iter().map(|h| {
+            (
+                h.path.display().to_string(),
+                format!("{}: {}", h.pattern, h.reason),
+            )
+        }),
+    );
+    section(
+        &mut line,
+        "excluded (never bound)",
+        plan.excluded
+            .iter()
+            .map(|e| (e.path.display().to_string(), e.reason.clone())),
+    );
+    section(
+        &mut line,
+        "environment",
+        env.iter().map(|(k, v)| (format!("{k}={v}"), String::new())),
+    );
+    section(
+        &mut line,
+        "notes",
+        plan.notes.iter().map(|n| (n.clone(), String::new())),
+    );
     print!("{out}");
     Ok(())
 }
@@ -205,7 +239,11 @@ fn list<'a>(it: impl Iterator<Item = &'a PathBuf>) -> String {
         .join(" ")
 }
 
-fn section(line: &mut impl FnMut(String), title: &str, rows: impl Iterator<Item = (String, String)>) {
+fn section(
+    line: &mut impl FnMut(String),
+    title: &str,
+    rows: impl Iterator<Item = (String, String)>,
+) {
     let rows: Vec<_> = rows.collect();
     if rows.is_empty() {
         return;
