@@ -53,8 +53,12 @@ def main():
         sys.exit(f"no retie binary at {retie}: run `cargo build --release` first")
     true = shutil.which("true")
     tmp = tempfile.mkdtemp(prefix="retie-bench-toolchain-")
-    env = dict(os.environ, XDG_STATE_HOME=os.path.join(tmp, "state"),
-               XDG_CONFIG_HOME=os.path.join(tmp, "config"))
+    # The ledger on tmpfs when there is one: its fsyncs (4 to 70 ms on a
+    # busy disk) are the same for both rows and would bury the difference.
+    state = tempfile.mkdtemp(prefix="retie-bench-toolchain-state-",
+                             dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    env = dict(os.environ, XDG_STATE_HOME=os.path.join(state, "state"),
+               XDG_CONFIG_HOME=os.path.join(state, "config"))
     ws = os.path.join(tmp, "ws")
     os.makedirs(ws)
     with open(os.path.join(ws, "Cargo.toml"), "w") as f:
@@ -80,6 +84,7 @@ def main():
                 times[k].append(spawn_time(cmds[k], env))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(state, ignore_errors=True)
     res = {k: {"median_ms": round(statistics.median(v), 3), "p90_ms": round(pct(v, 0.9), 3)}
            for k, v in times.items()}
     res["auto_minus_none_median_ms"] = round(res["auto"]["median_ms"] - res["none"]["median_ms"], 3)

@@ -164,10 +164,30 @@ impl HostEnv {
 /// The filesystem seam: detection reads the host only through this.
 pub trait HostFs {
     fn symlink_metadata(&self, p: &Path) -> io::Result<std::fs::Metadata>;
+    /// Metadata through links.
+    fn metadata(&self, p: &Path) -> io::Result<std::fs::Metadata>;
     fn canonicalize(&self, p: &Path) -> io::Result<PathBuf>;
+    /// Entries of a directory with their types, as the directory reports
+    /// them (no `stat` per entry).
+    fn read_dir_typed(&self, p: &Path) -> io::Result<Vec<(String, EntryType)>>;
     /// Entry names of a directory.
-    fn read_dir(&self, p: &Path) -> io::Result<Vec<String>>;
+    fn read_dir(&self, p: &Path) -> io::Result<Vec<String>> {
+        Ok(self
+            .read_dir_typed(p)?
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect())
+    }
     fn read_to_string(&self, p: &Path) -> io::Result<String>;
+}
+
+/// What a directory entry is (not following links).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum EntryType {
+    Dir,
+    File,
+    Symlink,
+    Other,
 }
 
 /// The real host filesystem.
@@ -177,12 +197,28 @@ impl HostFs for RealFs {
     fn symlink_metadata(&self, p: &Path) -> io::Result<std::fs::Metadata> {
         std::fs::symlink_metadata(p)
     }
+    fn metadata(&self, p: &Path) -> io::Result<std::fs::Metadata> {
+        std::fs::metadata(p)
+    }
     fn canonicalize(&self, p: &Path) -> io::Result<PathBuf> {
         std::fs::canonicalize(p)
     }
-    fn read_dir(&self, p: &Path) -> io::Result<Vec<String>> {
+    fn read_dir_typed(&self, p: &Path) -> io::Result<Vec<(String, EntryType)>> {
         std::fs::read_dir(p)?
-            .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+            .map(|e| {
+                let e = e?;
+                let t = e.file_type()?;
+                let kind = if t.is_dir() {
+                    EntryType::Dir
+                } else if t.is_file() {
+                    EntryType::File
+                } else if t.is_symlink() {
+                    EntryType::Symlink
+                } else {
+                    EntryType::Other
+                };
+                Ok((e.file_name().to_string_lossy().into_owned(), kind))
+            })
             .collect()
     }
     fn read_to_string(&self, p: &Path) -> io::Result<String> {
@@ -294,6 +330,10 @@ pub fn plan(sel: &Selection, ctx: &Context<'_>) -> Plan {
             selection: sel.describe(),
             ..Plan::default()
         },
+        real_home: ctx
+            .fs
+            .canonicalize(&ctx.env.home)
+            .unwrap_or_else(|_| ctx.env.home.clone()),
     };
     let kinds: Vec<Kind> = match sel {
         Selection::None => Vec::new(),
@@ -334,6 +374,8 @@ pub fn plan(sel: &Selection, ctx: &Context<'_>) -> Plan {
 struct Planner<'a> {
     ctx: &'a Context<'a>,
     plan: Plan,
+    /// The home, resolved once.
+    real_home: PathBuf,
 }
 
 impl Planner<'_> {
@@ -350,11 +392,7 @@ impl Planner<'_> {
         self.fs().symlink_metadata(p).is_ok()
     }
     fn is_dir(&self, p: &Path) -> bool {
-        self.fs()
-            .canonicalize(p)
-            .and_then(|c| self.fs().symlink_metadata(&c))
-            .map(|m| m.is_dir())
-            .unwrap_or(false)
+        self.fs().metadata(p).map(|m| m.is_dir()).unwrap_or(false)
     }
 
     /// The first marker for `k` in the workspace, if any.
@@ -438,11 +476,7 @@ impl Planner<'_> {
     /// not be bound.
     fn admissible(&mut self, p: &Path, rule: &str) -> Option<PathBuf> {
         let real = self.fs().canonicalize(p).ok()?;
-        let home = self
-            .fs()
-            .canonicalize(self.home())
-            .unwrap_or_else(|_| self.home().to_path_buf());
-        if real == Path::new("/") || home.starts_with(&real) {
+        if real == Path::new("/") || self.real_home.starts_with(&real) {
             self.exclude(
                 &real,
                 format!("{rule}: refused, it is the home directory or holds it (the whole home is never bound)"),
@@ -1027,7 +1061,8 @@ impl Planner<'_> {
         });
     }
 
-    /// Walk `dir` (inside a bind) to `depth`, covering every match.
+    /// Walk `dir` (inside a bind) to `depth`, covering every match. Entry
+    /// types come from the directory itself: no `stat` per entry.
     fn scan(&mut self, dir: &Path, depth: usize, comps: &mut Vec<String>) {
         let Ok(meta) = self.fs().symlink_metadata(dir) else {
             return;
@@ -1043,26 +1078,34 @@ impl Planner<'_> {
             comps.pop();
             return;
         }
+        self.scan_dir(dir, meta.permissions().mode(), depth, comps);
+    }
+
+    fn scan_dir(&mut self, dir: &Path, mode: u32, depth: usize, comps: &mut Vec<String>) {
         if depth == 0 {
             return;
         }
         // Invoked as root, the sandbox user is a stranger to every host
         // file: what it cannot enter it cannot read either.
-        if self.ctx.env.root_invoked && meta.permissions().mode() & 0o001 == 0 {
+        if self.ctx.env.root_invoked && mode & 0o001 == 0 {
             return;
         }
-        let mut names = self.fs().read_dir(dir).unwrap_or_default();
-        names.sort();
-        for n in names {
+        let mut entries = self.fs().read_dir_typed(dir).unwrap_or_default();
+        entries.sort();
+        for (n, kind) in entries {
             let p = dir.join(&n);
             comps.push(n);
             let hit = self.check(&p, comps);
-            if !hit {
-                if let Ok(m) = self.fs().symlink_metadata(&p) {
-                    if m.is_dir() {
-                        self.scan(&p, depth - 1, comps);
-                    }
-                }
+            if !hit && kind == EntryType::Dir && depth > 1 {
+                let mode = if self.ctx.env.root_invoked {
+                    self.fs()
+                        .symlink_metadata(&p)
+                        .map(|m| m.permissions().mode())
+                        .unwrap_or(0)
+                } else {
+                    0o755
+                };
+                self.scan_dir(&p, mode, depth - 1, comps);
             }
             comps.pop();
         }
@@ -1070,8 +1113,7 @@ impl Planner<'_> {
 
     /// Cover `p` if it matches a named entry; true if it did.
     fn check(&mut self, p: &Path, comps: &[String]) -> bool {
-        let refs: Vec<&str> = comps.iter().map(String::as_str).collect();
-        let Some(s) = SECRETS.iter().find(|s| s.matches_name(&refs)) else {
+        let Some(s) = SECRETS.iter().find(|s| s.matches_name(comps)) else {
             return false;
         };
         let Ok(meta) = self.fs().symlink_metadata(p) else {

@@ -136,20 +136,20 @@ impl Secret {
     }
 
     /// Does an entry whose path ends in `components` (last = its own name)
-    /// match this named entry?
-    pub fn matches_name(&self, components: &[&str]) -> bool {
+    /// match this named entry? Allocates nothing: it runs on every entry
+    /// of every bind on every `exec`.
+    pub fn matches_name<S: AsRef<str>>(&self, components: &[S]) -> bool {
         let Where::Named(pat) = self.at else {
             return false;
         };
-        let parts: Vec<&str> = pat.split('/').collect();
-        if components.len() < parts.len() {
-            return false;
+        let mut comps = components.iter().rev();
+        for part in pat.rsplit('/') {
+            match comps.next() {
+                Some(c) if glob(part, c.as_ref()) => {}
+                _ => return false,
+            }
         }
-        let tail = &components[components.len() - parts.len()..];
-        if !parts.iter().zip(tail).all(|(p, c)| glob(p, c)) {
-            return false;
-        }
-        let name = tail.last().copied().unwrap_or_default();
+        let name = components.last().map(AsRef::as_ref).unwrap_or_default();
         !(self.spare_code && is_code(name))
     }
 }
@@ -165,18 +165,15 @@ fn is_code(name: &str) -> bool {
 
 /// A glob with `*` only (any run of characters, including none).
 pub fn glob(pat: &str, s: &str) -> bool {
-    let mut parts = pat.split('*');
-    let first = parts.next().unwrap_or_default();
+    let Some((first, rest_pat)) = pat.split_once('*') else {
+        return pat == s;
+    };
     let Some(mut rest) = s.strip_prefix(first) else {
         return false;
     };
-    let pieces: Vec<&str> = parts.collect();
-    if pieces.is_empty() {
-        return rest.is_empty();
-    }
-    for (i, piece) in pieces.iter().enumerate() {
-        let last = i == pieces.len() - 1;
-        if last {
+    let mut pieces = rest_pat.split('*').peekable();
+    while let Some(piece) = pieces.next() {
+        if pieces.peek().is_none() {
             return rest.ends_with(piece);
         }
         match rest.find(piece) {
