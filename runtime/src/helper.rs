@@ -198,3 +198,31 @@ pub fn serve(reply_fd: i32) -> i32 {
     let _ = unsafe { std::fs::File::from_raw_fd(reply_fd) };
     code
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::HideKind;
+
+    /// The hand-kept transfer form carries the layered view: a field lost
+    /// here would silently drop a bind or, worse, a cover.
+    #[test]
+    fn request_round_trips_the_layered_view() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let spec = Sandbox::builder(["true"])
+            .workspace(dir.path())
+            .scratch("/opt/tool-home")
+            .layered_ro_bind("/opt/tool-home-src/bin", "/opt/tool-home/bin")
+            .hide("/opt/tool-home/bin/deploy.pem", HideKind::File)
+            .hide("/opt/tool-home/bin/.ssh", HideKind::Dir)
+            .build()
+            .expect("spec");
+        let text = serde_json::to_string(&Request::from_spec(&spec)).expect("encode");
+        let back: Request = serde_json::from_str(&text).expect("decode");
+        let spec2 = back.to_spec().expect("spec again");
+        assert_eq!(spec2.scratch(), spec.scratch());
+        assert_eq!(spec2.layered_binds(), spec.layered_binds());
+        assert_eq!(spec2.hides(), spec.hides());
+        assert_eq!(spec2.env(), spec.env());
+    }
+}

@@ -21,6 +21,11 @@ use crate::harness::*;
 /// `retie ARGS` as the leg, with HOME = the scratch home and a clean
 /// toolchain environment.
 fn retie(s: &Scratch, args: &[&str]) -> Output {
+    // Homes are private, as root's is: invoked as root, the sandbox user
+    // (uid 65534) cannot walk into this one, so the toolchain binds must
+    // come through the supervisor's detached trees.
+    std::fs::set_permissions(&s.home, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+        .expect("chmod home");
     let mut cmd = s.retie();
     for v in HostEnv::VARS {
         cmd.env_remove(v);
