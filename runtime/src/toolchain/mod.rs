@@ -371,6 +371,23 @@ pub fn plan(sel: &Selection, ctx: &Context<'_>) -> Plan {
     p.plan
 }
 
+/// The never-bound entry `path` is, or lies inside, if any: a home entry
+/// it starts with, or a named entry matching one of its ancestors.
+fn never_bound_ancestor(path: &Path, home: &Path) -> Option<&'static secrets::Secret> {
+    if let Some(s) = SECRETS.iter().find(|s| match s.at {
+        Where::Home(rel) => path.starts_with(home.join(rel)),
+        _ => false,
+    }) {
+        return Some(s);
+    }
+    let comps: Vec<String> = path
+        .components()
+        .skip(1)
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    (1..=comps.len()).find_map(|k| SECRETS.iter().find(|s| s.matches_name(&comps[..k])))
+}
+
 struct Planner<'a> {
     ctx: &'a Context<'a>,
     plan: Plan,
@@ -488,6 +505,15 @@ impl Planner<'_> {
                 self.exclude(&real, format!("{rule}: refused, {sys} is never bound"));
                 return None;
             }
+        }
+        // A toolchain directory that is, or lies inside, a never-bound
+        // entry (`NVM_DIR=~/.config/gh/...`) is refused whole.
+        if let Some(s) = never_bound_ancestor(&real, &self.real_home) {
+            self.exclude(
+                &real,
+                format!("{rule}: refused, it lies in {} ({})", s.pattern(), s.reason),
+            );
+            return None;
         }
         if self.ctx.system.iter().any(|s| real.starts_with(s)) {
             return None; // already visible through the profile
@@ -780,10 +806,24 @@ impl Planner<'_> {
                 .read_to_string(&nvm.join("alias/default"))
                 .ok()
                 .map(|a| a.trim().trim_start_matches('v').to_string());
-            let w = wanted.clone().or(alias);
+            let versions = nvm.join("versions/node");
             version_dir = self
-                .pick_version(&nvm.join("versions/node"), w.as_deref())
+                .pick_version(&versions, wanted.as_deref())
+                .or_else(|| {
+                    // `lts/*`, `node`, or a version not installed: nvm's
+                    // default alias, else the newest installed.
+                    self.pick_version(&versions, alias.as_deref())
+                        .or_else(|| self.pick_version(&versions, None))
+                })
                 .map(|d| (d, "node: nvm version"));
+            if let (Some(w), Some((d, _))) = (&wanted, &version_dir) {
+                if self.pick_version(&versions, Some(w)).as_ref() != Some(d) {
+                    self.note(format!(
+                        "node: {w} is not installed in nvm (or not a version number); using {}",
+                        d.display()
+                    ));
+                }
+            }
         }
         if version_dir.is_none() && self.is_dir(&fnm.join("node-versions")) {
             version_dir = self

@@ -227,3 +227,40 @@ fn a_cargo_config_with_a_token_is_not_bound() {
     assert!(!bound(&p).iter().any(|b| b.ends_with("config.toml")));
     assert!(p.excluded.iter().any(|e| e.path.ends_with("config.toml")));
 }
+
+#[test]
+fn a_toolchain_inside_a_never_bound_entry_is_refused() {
+    let mut l = lab();
+    let nvm = l.env.home.join(".config/gh/nvm");
+    put(&l.ws.join(".nvmrc"), "20\n");
+    put(&nvm.join("versions/node/v20.1.0/bin/node"), "");
+    l.env.vars.insert("NVM_DIR".into(), nvm.clone().into());
+    let p = run(&l, &Selection::Auto);
+    assert!(p.binds.is_empty(), "{:?}", p.binds);
+    assert!(
+        p.excluded.iter().any(|e| e.reason.contains("~/.config/gh")),
+        "{:?}",
+        p.excluded
+    );
+    let mut l = lab();
+    let nvm = l.root.join("keys.pem/nvm");
+    put(&l.ws.join("package.json"), "{}");
+    put(&nvm.join("versions/node/v20.1.0/bin/node"), "");
+    l.env.vars.insert("NVM_DIR".into(), nvm.into());
+    let p = run(&l, &Selection::Auto);
+    assert!(p.binds.is_empty(), "{:?}", p.binds);
+}
+
+#[test]
+fn an_nvmrc_naming_no_installed_version_falls_back_with_a_note() {
+    let mut l = lab();
+    let nvm = l.root.join("nvm");
+    put(&l.ws.join(".nvmrc"), "lts/*\n");
+    put(&nvm.join("versions/node/v18.2.0/bin/node"), "");
+    put(&nvm.join("versions/node/v20.1.0/bin/node"), "");
+    put(&nvm.join("alias/default"), "18\n");
+    l.env.vars.insert("NVM_DIR".into(), nvm.clone().into());
+    let p = run(&l, &Selection::Auto);
+    assert_eq!(bound(&p), vec![nvm.join("versions/node/v18.2.0")]);
+    assert!(p.notes.iter().any(|n| n.contains("lts/*")), "{:?}", p.notes);
+}
