@@ -648,6 +648,24 @@ impl Planner<'_> {
         }
     }
 
+    /// The install root of a venv's interpreter: `pyvenv.cfg`'s `home`
+    /// (its `bin` directory), resolved, and the directory above `bin`.
+    fn venv_interpreter(&self, venv: &Path) -> Option<PathBuf> {
+        let cfg = self.fs().read_to_string(&venv.join("pyvenv.cfg")).ok()?;
+        let home = cfg.lines().find_map(|l| {
+            let (k, v) = l.split_once('=')?;
+            (k.trim() == "home").then(|| PathBuf::from(v.trim()))
+        })?;
+        if !home.is_absolute() {
+            return None;
+        }
+        let real = self.fs().canonicalize(&home).unwrap_or(home);
+        Some(match real.parent() {
+            Some(up) if real.ends_with("bin") => up.to_path_buf(),
+            _ => real,
+        })
+    }
+
     /// A virtualenv at the workspace's top level.
     fn venv(&self) -> Option<PathBuf> {
         for name in [".venv", "venv", "env", ".env"] {
@@ -667,29 +685,15 @@ impl Planner<'_> {
         let venv = self.venv();
         if let Some(v) = &venv {
             found = true;
-            let cfg = self
-                .fs()
-                .read_to_string(&v.join("pyvenv.cfg"))
-                .unwrap_or_default();
-            let home = cfg.lines().find_map(|l| {
-                let (k, val) = l.split_once('=')?;
-                (k.trim() == "home").then(|| PathBuf::from(val.trim()))
-            });
-            match home {
-                Some(h) if h.is_absolute() => {
-                    let real = self.fs().canonicalize(&h).unwrap_or(h);
-                    let root = if real.ends_with("bin") {
-                        real.parent().map(Path::to_path_buf).unwrap_or(real)
-                    } else {
-                        real
-                    };
+            match self.venv_interpreter(v) {
+                Some(root) => {
                     self.bind(
                         &root,
                         "python: the workspace venv's interpreter (pyvenv.cfg `home`)",
                         false,
                     );
                 }
-                _ => self.note(format!(
+                None => self.note(format!(
                     "python: {} has no absolute `home` in pyvenv.cfg; its interpreter is not bound",
                     v.display()
                 )),
@@ -1003,23 +1007,12 @@ impl Planner<'_> {
                 for anc in target.ancestors().skip(1).take(3) {
                     if self.exists(&anc.join("pyvenv.cfg")) {
                         self.bind(anc, &format!("local-bin: the venv `{name}` runs in"), false);
-                        let cfg = self
-                            .fs()
-                            .read_to_string(&anc.join("pyvenv.cfg"))
-                            .unwrap_or_default();
-                        if let Some(h) = cfg.lines().find_map(|l| {
-                            let (k, v) = l.split_once('=')?;
-                            (k.trim() == "home").then(|| PathBuf::from(v.trim()))
-                        }) {
-                            let real = self.fs().canonicalize(&h).unwrap_or(h);
-                            if let Some(root) = real.parent() {
-                                let root = root.to_path_buf();
-                                self.bind(
-                                    &root,
-                                    &format!("local-bin: the interpreter of `{name}`'s venv"),
-                                    false,
-                                );
-                            }
+                        if let Some(root) = self.venv_interpreter(anc) {
+                            self.bind(
+                                &root,
+                                &format!("local-bin: the interpreter of `{name}`'s venv"),
+                                false,
+                            );
                         }
                         break;
                     }
