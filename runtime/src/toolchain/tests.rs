@@ -264,3 +264,82 @@ fn an_nvmrc_naming_no_installed_version_falls_back_with_a_note() {
     assert_eq!(bound(&p), vec![nvm.join("versions/node/v18.2.0")]);
     assert!(p.notes.iter().any(|n| n.contains("lts/*")), "{:?}", p.notes);
 }
+
+#[test]
+fn a_secret_link_is_covered_at_its_target_or_reported_dangling() {
+    let mut l = lab();
+    let gopath = l.root.join("gopath");
+    put(&l.ws.join("go.mod"), "");
+    put(&gopath.join("bin/keys/real-key"), "k");
+    put(&l.root.join("outside/key"), "k");
+    symlink(gopath.join("bin/keys/real-key"), gopath.join("bin/id_rsa")).expect("link");
+    symlink(l.root.join("outside/key"), gopath.join("bin/deploy.pem")).expect("link");
+    l.env.vars.insert("GOPATH".into(), gopath.clone().into());
+    let p = run(&l, &Selection::Only(vec![Kind::Go]));
+    assert!(
+        p.hidden
+            .iter()
+            .any(|h| h.path == gopath.join("bin/keys/real-key")),
+        "{:?}",
+        p.hidden
+    );
+    assert!(
+        p.excluded
+            .iter()
+            .any(|e| e.path == gopath.join("bin/deploy.pem") && e.reason.contains("dangles")),
+        "{:?}",
+        p.excluded
+    );
+}
+
+#[test]
+fn go_binds_goroot_from_path_and_the_module_cache() {
+    let mut l = lab();
+    let goroot = l.root.join("sdk/go");
+    put(&goroot.join("bin/go"), "");
+    let gopath = l.env.home.join("go");
+    put(&gopath.join("pkg/mod/cache/x"), "");
+    put(&gopath.join("bin/gopls"), "");
+    put(&l.ws.join("go.mod"), "module x\n");
+    l.env.vars.insert(
+        "PATH".into(),
+        format!("/nonexistent:{}", goroot.join("bin").display()).into(),
+    );
+    let p = run(&l, &Selection::Auto);
+    let b = bound(&p);
+    assert!(b.contains(&goroot), "{b:?}");
+    assert!(b.contains(&gopath.join("bin")), "{b:?}");
+    assert!(p
+        .binds
+        .iter()
+        .any(|x| x.cache && x.path == gopath.join("pkg/mod")));
+    assert!(p.scratch.iter().any(|s| s.path == gopath));
+    assert_eq!(p.env["GOPROXY"], "off");
+    assert_eq!(p.env["GOROOT"], goroot.to_string_lossy());
+}
+
+#[test]
+fn a_pipx_tool_brings_its_venv_and_interpreter() {
+    let l = lab();
+    let py = l.root.join("py/3.12");
+    put(&py.join("bin/python3"), "");
+    let venv = l.env.home.join(".local/share/pipx/venvs/black");
+    put(
+        &venv.join("pyvenv.cfg"),
+        &format!("home = {}\n", py.join("bin").display()),
+    );
+    put(&venv.join("bin/black"), "#!/usr/bin/env python3\n");
+    let bin = l.env.home.join(".local/bin");
+    std::fs::create_dir_all(&bin).expect("mkdir");
+    symlink(venv.join("bin/black"), bin.join("black")).expect("link");
+    put(&l.ws.join("Makefile"), "fmt:\n\tblack .\n");
+    let p = run(&l, &Selection::Only(vec![Kind::LocalBin]));
+    let tool = p
+        .binds
+        .iter()
+        .find(|b| b.path == bin.join("black"))
+        .expect("the tool is bound at its name");
+    assert_eq!(tool.source, venv.join("bin/black"));
+    let b = bound(&p);
+    assert!(b.contains(&venv) && b.contains(&py), "{b:?}");
+}
