@@ -50,26 +50,29 @@ pub fn mount_layered(spec: &SandboxSpec, trees: &[OwnedFd]) -> StepResult {
         .collect();
     ops.sort_by_key(|(d, k, _)| (*d, *k));
     for (_, _, op) in ops {
+        let hint = "`retie sandbox explain` shows each bind and the rule that added it; `--toolchain none` leaves the toolchains out";
         match op {
-            Op::Scratch(dir) => scratch(spec, dir)?,
+            Op::Scratch(dir) => scratch(spec, dir).map_err(|e| e.hint(hint))?,
             Op::Bind(i) => {
                 let b = &spec.layered_binds[i];
                 match trees.get(i) {
-                    Some(tree) => attach(tree, &b.inside)?,
-                    None => {
-                        let src = host(&b.host);
-                        let meta = std::fs::metadata(&src).map_err(|e| {
-                            SetupError::io(STEP, format!("toolchain bind {}", b.host.display()), e)
-                        })?;
-                        mountpoint(STEP, &b.inside, meta.is_dir())?;
-                        bind(STEP, &src, &b.inside)?;
-                        make_readonly(STEP, &b.inside)?;
-                    }
+                    Some(tree) => attach(tree, &b.inside),
+                    None => bind_host(&b.host, &b.inside),
                 }
+                .map_err(|e| e.hint(hint))?;
             }
         }
     }
     hide_all(spec)
+}
+
+fn bind_host(src: &Path, dst: &Path) -> StepResult {
+    let from = host(src);
+    let meta = std::fs::metadata(&from)
+        .map_err(|e| SetupError::io(STEP, format!("layered bind {}", src.display()), e))?;
+    mountpoint(STEP, dst, meta.is_dir())?;
+    bind(STEP, &from, dst)?;
+    make_readonly(STEP, dst)
 }
 
 fn depth(p: &Path) -> usize {
