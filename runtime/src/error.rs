@@ -61,6 +61,10 @@ pub enum RuntimeError {
     #[error("the sandbox's status channel was tampered with ({why}); nothing it reported is trusted, and the run counts as failed")]
     Channel { why: String },
 
+    /// A toolchain selection or plan is unusable.
+    #[error("toolchain: {0}")]
+    Toolchain(String),
+
     /// The helper process misbehaved (bad status, protocol error).
     #[error("sandbox helper: {0}")]
     Helper(String),

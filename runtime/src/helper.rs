@@ -40,6 +40,15 @@ pub struct Request {
     /// The network mode (a lab mode names the lab's keeper).
     #[serde(default)]
     pub net: crate::spec::NetMode,
+    /// Throwaway writable tmpfs directories.
+    #[serde(default)]
+    pub scratch: Vec<PathBuf>,
+    /// Read-only binds layered after the scratch directories.
+    #[serde(default)]
+    pub layered_binds: Vec<(PathBuf, PathBuf)>,
+    /// Paths covered inside the binds.
+    #[serde(default)]
+    pub hides: Vec<crate::spec::Hide>,
 }
 
 /// The helper's answer.
@@ -68,6 +77,13 @@ impl Request {
                 .collect(),
             masks: spec.masks.clone(),
             net: spec.net.clone(),
+            scratch: spec.scratch.clone(),
+            layered_binds: spec
+                .layered_binds
+                .iter()
+                .map(|b| (b.host.clone(), b.inside.clone()))
+                .collect(),
+            hides: spec.hides.clone(),
         }
     }
 
@@ -84,6 +100,15 @@ impl Request {
         }
         for (h, i) in &self.ro_binds {
             b = b.ro_bind(h, i);
+        }
+        for d in &self.scratch {
+            b = b.scratch(d);
+        }
+        for (h, i) in &self.layered_binds {
+            b = b.layered_ro_bind(h, i);
+        }
+        for h in &self.hides {
+            b = b.hide(&h.path, h.kind);
         }
         let mut spec = b.build()?;
         spec.env = self
@@ -199,4 +224,32 @@ pub fn serve(reply_fd: i32) -> i32 {
     // SAFETY: closing the fd we were handed, once.
     let _ = unsafe { std::fs::File::from_raw_fd(reply_fd) };
     code
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::HideKind;
+
+    /// The hand-kept transfer form carries the layered view: a field lost
+    /// here would silently drop a bind or, worse, a cover.
+    #[test]
+    fn request_round_trips_the_layered_view() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let spec = Sandbox::builder(["true"])
+            .workspace(dir.path())
+            .scratch("/opt/tool-home")
+            .layered_ro_bind("/opt/tool-home-src/bin", "/opt/tool-home/bin")
+            .hide("/opt/tool-home/bin/deploy.pem", HideKind::File)
+            .hide("/opt/tool-home/bin/.ssh", HideKind::Dir)
+            .build()
+            .expect("spec");
+        let text = serde_json::to_string(&Request::from_spec(&spec)).expect("encode");
+        let back: Request = serde_json::from_str(&text).expect("decode");
+        let spec2 = back.to_spec().expect("spec again");
+        assert_eq!(spec2.scratch(), spec.scratch());
+        assert_eq!(spec2.layered_binds(), spec.layered_binds());
+        assert_eq!(spec2.hides(), spec.hides());
+        assert_eq!(spec2.env(), spec.env());
+    }
 }

@@ -35,6 +35,8 @@ pub struct InitArgs<'a> {
     /// Detached trees for the extra read-only binds, opened by a root
     /// supervisor (the sandbox user may not be able to walk to them).
     pub ro_trees: Vec<OwnedFd>,
+    /// Detached trees for the layered binds (same rule as `ro_trees`).
+    pub layered_trees: Vec<OwnedFd>,
 }
 
 /// Run as PID 1 and never return.
@@ -61,6 +63,7 @@ pub fn main(args: InitArgs<'_>) -> ! {
     }
     drop(args.idmapped);
     drop(args.ro_trees);
+    drop(args.layered_trees);
     drop(args.go);
     // SAFETY: single-threaded; the child only execs or _exits.
     let pid = unsafe { libc::fork() };
@@ -123,6 +126,9 @@ fn setup_and_wait(args: &InitArgs<'_>) -> StepResult<setup::landlock::Enforced> 
     // Scratch tmpfs (home, /tmp) before the workspace, which may live
     // under one of them.
     setup::workspace::mount_scratch(spec)?;
+    // Toolchain binds and their hides: under the scratch (they may live in
+    // a home or /tmp), under the workspace (which may live inside one).
+    setup::layered::mount_layered(spec, &args.layered_trees)?;
     setup::workspace::mount_workspace(spec, args.idmapped.as_ref())?;
     // retie's own ledger or state, if they live in the workspace.
     setup::workspace::mask_dirs(spec)?;

@@ -27,6 +27,7 @@ pub mod setup;
 pub mod spec;
 pub mod supervisor;
 pub mod sys;
+pub mod toolchain;
 
 pub use error::{Result, RuntimeError};
 pub use outcome::{
@@ -37,6 +38,7 @@ pub use profile::Profile;
 /// try every rule (`retie selftest`).
 pub use setup::seccomp::{deny_table, ArgCheck, ArgOp, DeniedCall, DENY_ERRNO};
 pub use spec::{
-    Identity, LabNet, NetMode, Sandbox, SandboxBuilder, SandboxSpec, Stdio, WorkspaceMode,
+    Hide, HideKind, Identity, LabNet, NetMode, RoBind, Sandbox, SandboxBuilder, SandboxSpec, Stdio,
+    WorkspaceMode,
 };
 pub use supervisor::run;

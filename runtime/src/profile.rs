@@ -30,6 +30,29 @@ pub struct Profile {
     /// Resource limits for the command.
     #[serde(default)]
     pub limits: Limits,
+    /// Which host toolchains the sandbox sees (see `crate::toolchain`).
+    #[serde(default)]
+    pub toolchain: ToolchainSection,
+}
+
+/// The `[toolchain]` section.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolchainSection {
+    /// `["auto"]` (the default), `["none"]`, or names: `rust`, `python`,
+    /// `node`, `go`, `local-bin`. `--toolchain` on the command line wins.
+    #[serde(rename = "use", default = "auto")]
+    pub use_: Vec<String>,
+}
+
+impl Default for ToolchainSection {
+    fn default() -> Self {
+        ToolchainSection { use_: auto() }
+    }
+}
+
+fn auto() -> Vec<String> {
+    vec!["auto".into()]
 }
 
 /// The Landlock floor a profile demands.
@@ -142,6 +165,8 @@ impl Profile {
                 self.landlock.min_abi
             )));
         }
+        crate::toolchain::Selection::parse(&self.toolchain.use_)
+            .map_err(|e| bad(format!("toolchain.use: {e}")))?;
         let fs = &self.filesystem;
         for p in fs.ro.iter().chain(&fs.ro_optional).chain(&fs.tmpfs) {
             if !p.is_absolute()
@@ -262,6 +287,20 @@ mod tests {
                 "etc entry {name} accepted"
             );
         }
+    }
+
+    #[test]
+    fn toolchain_section_is_checked() {
+        assert_eq!(Profile::host().expect("host").toolchain.use_, vec!["auto"]);
+        let text = HOST_PROFILE_TOML.replace("use = [\"auto\"]", "use = [\"rust\", \"node\"]");
+        let p = Profile::parse(&text, "t").expect("names");
+        assert_eq!(p.toolchain.use_, vec!["rust", "node"]);
+        let bad = text.replace("\"node\"", "\"ruby\"");
+        let err = Profile::parse(&bad, "t").expect_err("unknown name");
+        assert!(err.to_string().contains("ruby"), "{err}");
+        let typo = text.replace("use =", "uses =");
+        let err = Profile::parse(&typo, "t").expect_err("unknown key");
+        assert!(err.to_string().contains("uses"), "{err}");
     }
 
     #[test]

@@ -111,6 +111,24 @@ pub struct RoBind {
     pub inside: PathBuf,
 }
 
+/// What a hidden path is: a directory gets an empty read-only tmpfs over
+/// it, a file an empty read-only file bound over it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HideKind {
+    Dir,
+    File,
+}
+
+/// A path inside the sandbox covered so the command cannot read it, even
+/// though it lies inside a bound directory. Applying it is checked: a hide
+/// that cannot be applied fails the run.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Hide {
+    pub path: PathBuf,
+    pub kind: HideKind,
+}
+
 /// A validated, immutable sandbox description.
 #[derive(Debug, Clone)]
 pub struct SandboxSpec {
@@ -124,6 +142,9 @@ pub struct SandboxSpec {
     pub(crate) timeout: Option<Duration>,
     pub(crate) ro_binds: Vec<RoBind>,
     pub(crate) masks: Vec<PathBuf>,
+    pub(crate) scratch: Vec<PathBuf>,
+    pub(crate) layered_binds: Vec<RoBind>,
+    pub(crate) hides: Vec<Hide>,
     pub(crate) identity: Identity,
     pub(crate) hostname: CString,
 }
@@ -163,6 +184,18 @@ impl SandboxSpec {
     pub fn masks(&self) -> &[PathBuf] {
         &self.masks
     }
+    /// Extra writable, throwaway tmpfs directories.
+    pub fn scratch(&self) -> &[PathBuf] {
+        &self.scratch
+    }
+    /// Read-only binds mounted after the scratch directories.
+    pub fn layered_binds(&self) -> &[RoBind] {
+        &self.layered_binds
+    }
+    /// Paths covered inside bound directories.
+    pub fn hides(&self) -> &[Hide] {
+        &self.hides
+    }
     /// The time limit, if any.
     pub fn timeout(&self) -> Option<Duration> {
         self.timeout
@@ -194,6 +227,9 @@ pub struct SandboxBuilder {
     env_pass: Vec<String>,
     ro_binds: Vec<RoBind>,
     masks: Vec<PathBuf>,
+    scratch: Vec<PathBuf>,
+    layered_binds: Vec<RoBind>,
+    hides: Vec<Hide>,
 }
 
 /// Entry point of the builder API.
@@ -221,12 +257,16 @@ impl Sandbox {
             env_pass: Vec::new(),
             ro_binds: Vec::new(),
             masks: Vec::new(),
+            scratch: Vec::new(),
+            layered_binds: Vec::new(),
+            hides: Vec::new(),
         }
     }
 }
 
 const ENV_BASE: &[&str] = &["PATH", "HOME", "TERM", "LANG", "USER"];
-const DEFAULT_PATH: &str = "/usr/local/bin:/usr/local/sbin:/usr/bin:/usr/sbin:/bin:/sbin";
+/// The command's PATH unless the caller sets one.
+pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/local/sbin:/usr/bin:/usr/sbin:/bin:/sbin";
 
 impl SandboxBuilder {
     /// The workspace directory (default: the current directory).
@@ -283,6 +323,40 @@ impl SandboxBuilder {
     /// in the workspace).
     pub fn mask(mut self, dir: impl Into<PathBuf>) -> Self {
         self.masks.push(dir.into());
+        self
+    }
+
+    /// A fresh, writable, throwaway tmpfs at `dir`, owned by the sandbox
+    /// user. Mounted after `$HOME`, the profile's tmpfs directories and the
+    /// profile's read-only view, so it may lie beneath any of them; what
+    /// the command writes there is gone when the sandbox ends.
+    pub fn scratch(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.scratch.push(dir.into());
+        self
+    }
+
+    /// Bind a host file or directory read-only at `inside`, layered after
+    /// the scratch directories (shallowest first), so it may lie beneath
+    /// `$HOME`, `/tmp` or a [`scratch`](Self::scratch) directory. Invoked
+    /// as root, the supervisor opens it as a detached tree (the sandbox
+    /// user may not be able to walk to it).
+    pub fn layered_ro_bind(mut self, host: impl Into<PathBuf>, inside: impl Into<PathBuf>) -> Self {
+        self.layered_binds.push(RoBind {
+            host: host.into(),
+            inside: inside.into(),
+        });
+        self
+    }
+
+    /// Cover `path` (inside the sandbox) after the layered binds: a
+    /// directory with an empty read-only tmpfs, a file with an empty
+    /// read-only file. If it cannot be applied (missing, not of that kind,
+    /// mount refused) the run fails.
+    pub fn hide(mut self, path: impl Into<PathBuf>, kind: HideKind) -> Self {
+        self.hides.push(Hide {
+            path: path.into(),
+            kind,
+        });
         self
     }
 
@@ -349,7 +423,23 @@ impl SandboxBuilder {
                 )));
             }
         }
-        for b in &self.ro_binds {
+        for p in self
+            .scratch
+            .iter()
+            .chain(self.hides.iter().map(|h| &h.path))
+        {
+            if !p.is_absolute()
+                || p.components()
+                    .any(|c| matches!(c, std::path::Component::ParentDir))
+                || p == Path::new("/")
+            {
+                return Err(invalid(format!(
+                    "scratch or hidden path {}: must be absolute, not /, and free of `..`",
+                    p.display()
+                )));
+            }
+        }
+        for b in self.ro_binds.iter().chain(&self.layered_binds) {
             if !b.inside.is_absolute() || !b.host.is_absolute() {
                 return Err(invalid(format!(
                     "read-only bind {} -> {}: both paths must be absolute",
@@ -404,6 +494,9 @@ impl SandboxBuilder {
             timeout: self.timeout,
             ro_binds: self.ro_binds,
             masks: self.masks,
+            scratch: self.scratch,
+            layered_binds: self.layered_binds,
+            hides: self.hides,
             identity,
             hostname: c"retie".to_owned(),
         })

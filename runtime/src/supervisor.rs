@@ -34,17 +34,8 @@ pub fn run(spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
 
     // Everything the child needs exists before the clone.
     let idmapped = workspace::prepare_idmap(spec)?;
-    let ro_trees = if spec.identity.idmap_workspace {
-        spec.ro_binds
-            .iter()
-            .map(|b| {
-                sys::open_tree_clone(&crate::setup::cpath(&b.host))
-                    .map_err(|e| RuntimeError::host(format!("open_tree {}", b.host.display()), e))
-            })
-            .collect::<Result<Vec<_>>>()?
-    } else {
-        Vec::new()
-    };
+    let ro_trees = open_trees(spec, &spec.ro_binds)?;
+    let layered_trees = open_trees(spec, &spec.layered_binds)?;
     let (go_r, go_w) = sys::pipe_cloexec().map_err(|e| RuntimeError::host("pipe", e))?;
     let (status_r, status_w) = sys::pipe_cloexec().map_err(|e| RuntimeError::host("pipe", e))?;
     let (stdio_fds, _stdio_keep) = stdio_fds(stdio);
@@ -94,6 +85,7 @@ pub fn run(spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
                 stdio: stdio_fds,
                 idmapped,
                 ro_trees,
+                layered_trees,
             })
         }
         Forked::Parent { pid, pidfd } => (pid, pidfd),
@@ -113,6 +105,7 @@ pub fn run(spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
     });
     drop(idmapped);
     drop(ro_trees);
+    drop(layered_trees);
     if let Err(e) = prepared {
         let _ = sys::pidfd_send_signal(&pidfd, libc::SIGKILL);
         wait(pid);
@@ -248,6 +241,22 @@ pub fn run(spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
         seccomp,
         helper_max_rss_kib: max_rss_kib(),
     })
+}
+
+/// Invoked as root, the sandbox user may not be able to walk to a bind's
+/// source (root's home is mode 700): the supervisor opens each one as a
+/// detached tree while it is still root, and init attaches it.
+fn open_trees(spec: &SandboxSpec, binds: &[crate::spec::RoBind]) -> Result<Vec<OwnedFd>> {
+    if !spec.identity.idmap_workspace {
+        return Ok(Vec::new());
+    }
+    binds
+        .iter()
+        .map(|b| {
+            sys::open_tree_clone(&crate::setup::cpath(&b.host))
+                .map_err(|e| RuntimeError::host(format!("open_tree {}", b.host.display()), e))
+        })
+        .collect()
 }
 
 fn clone_error(e: std::io::Error) -> RuntimeError {

@@ -10,5 +10,6 @@ pub mod replay;
 pub mod runs;
 pub mod sandbox;
 pub mod selftest;
+pub mod toolchain;
 pub mod undo;
 pub mod verify;

@@ -26,6 +26,10 @@ pub enum SandboxCmd {
     /// the sandbox could not be set up, 126/127 if the command could not be
     /// executed / was not found.
     Exec(ExecArgs),
+    /// What a sandbox will see, and why: each bind with its source and the
+    /// rule that added it, what was excluded and why, the environment, the
+    /// network mode. Runs nothing.
+    Explain(super::toolchain::ExplainArgs),
 }
 
 #[derive(Args)]
@@ -79,6 +83,11 @@ pub struct ExecArgs {
     /// The ledger (default: RETIE_LEDGER, else STATE/ledger.db).
     #[arg(long, value_name = "PATH")]
     pub ledger: Option<PathBuf>,
+    /// Toolchains the sandbox sees, read-only: `auto` (what the
+    /// workspace's marker files call for), `none`, or names (rust, python,
+    /// node, go, local-bin). Default: the profile's `[toolchain] use`.
+    #[arg(long, value_name = "auto|none|NAME", num_args = 1.., value_delimiter = ',')]
+    pub toolchain: Vec<String>,
     /// The command and its arguments.
     #[arg(required = true, last = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -95,6 +104,7 @@ pub enum ModeArg {
 pub fn run(cmd: SandboxCmd) -> i32 {
     match cmd {
         SandboxCmd::Exec(args) => exec(args),
+        SandboxCmd::Explain(args) => super::toolchain::explain(args),
     }
 }
 
@@ -156,7 +166,8 @@ fn exec(args: ExecArgs) -> i32 {
 
 fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
     let profile = Profile::load(&args.profile)?;
-    let mut b = Sandbox::builder(&args.command).profile(profile);
+    let toolchains = super::toolchain::selection(&args.toolchain, &profile)?;
+    let mut b = Sandbox::builder(&args.command).profile(profile.clone());
     let ws = match &args.workspace {
         Some(ws) => ws.clone(),
         None => {
@@ -187,6 +198,7 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
         );
     }
     b = b.workspace(&ws);
+    b = super::toolchain::plan(&ws, &profile, &toolchains).apply(b);
     let net = args.net.clone().unwrap_or_else(|| "none".into());
     if let Some(n) = &args.net {
         b = b.network(super::lab::resolve_net(n)?);

@@ -16,3 +16,4 @@ mod library;
 mod lifecycle;
 mod overlay;
 mod policy;
+mod toolchain;

@@ -46,6 +46,7 @@ pub fn restrict(spec: &SandboxSpec, kernel_abi: i32) -> StepResult<Enforced> {
         "/dev/pts".into(),
     ];
     writable.extend(spec.profile.filesystem.tmpfs.iter().cloned());
+    writable.extend(spec.scratch.iter().cloned());
 
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)

@@ -12,6 +12,7 @@ pub mod exec;
 pub mod fds;
 pub mod identity;
 pub mod landlock;
+pub mod layered;
 pub mod net;
 pub mod net_lab;
 pub mod netlink;
