@@ -743,3 +743,40 @@ fn a_workspace_inside_retie_state_is_refused() {
         );
     }
 }
+
+/// The chokepoint: a command the policy denies is recorded as proposed,
+/// decided and refused, and never runs.
+#[test]
+fn a_denied_action_is_recorded_and_never_runs() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let o = s.sh("touch ran.txt; sudo reboot");
+        assert_code(&o, 125, "denied");
+        assert!(stderr(&o).contains("refused by policy"), "{}", stderr(&o));
+        assert!(!s.ws.join("ran.txt").exists(), "{leg:?}: a denied command ran");
+        let (code, v) = verify_json(&s, &default_ledger(&s));
+        assert_eq!(code, 0, "{v}");
+        let o = run(&s, &["replay", "--last", "--json"]);
+        assert_code(&o, 0, "replay");
+        let r = json_out(&o);
+        assert_eq!(r["totals"]["refused"], 1, "{r}");
+        assert_eq!(r["totals"]["actions"], 0, "{r}");
+        // The raw entries: proposed, decision (deny, by the policy), refusal.
+        let db = rusqlite::Connection::open(default_ledger(&s)).expect("open the ledger");
+        let mut st = db
+            .prepare("SELECT kind || '|' || actor FROM entries ORDER BY seq")
+            .expect("query");
+        let kinds: Vec<String> = st
+            .query_map([], |r| r.get(0))
+            .expect("rows")
+            .map(|r| r.expect("row"))
+            .collect();
+        let tail: Vec<&str> = kinds.iter().rev().take(4).rev().map(String::as_str).collect();
+        assert_eq!(
+            tail,
+            ["action_proposed|agent", "decision|policy", "refusal|policy", "session_closed|person"],
+            "{kinds:?}"
+        );
+        assert!(!kinds.iter().any(|k| k.starts_with("intent")), "{kinds:?}");
+    }
+}
