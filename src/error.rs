@@ -32,6 +32,16 @@ pub enum CliError {
 }
 
 impl CliError {
+    /// The exit code this error ends the process with.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            CliError::Runtime(r) | CliError::Dispatch(retie_dispatch::Error::Runtime(r)) => {
+                retie_dispatch::sandbox::exit_code_of(r)
+            }
+            _ => retie_runtime::EXIT_SANDBOX_FAILED,
+        }
+    }
+
     pub fn io(what: impl Into<String>, source: std::io::Error) -> Self {
         CliError::Io {
             what: what.into(),

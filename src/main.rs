@@ -63,6 +63,11 @@ enum Command {
     /// show, apply or discard them.
     #[command(subcommand)]
     Changes(commands::runs::RunsCmd),
+    /// Remove what no undoable action needs: expired undo data, old kept
+    /// runs, leftovers of killed runs.
+    Gc(commands::gc::GcArgs),
+    /// What state retie keeps, where, and how large.
+    Status(commands::gc::StatusArgs),
     /// Undo one recorded action (an id from `retie log`, or `last`).
     Undo(commands::undo::UndoArgs),
     /// Undo every action of a session, newest first.
@@ -103,16 +108,25 @@ fn main() -> ExitCode {
         Command::Verify(args) => commands::verify::run(args),
         Command::Replay(args) => commands::replay::run(args),
         Command::Log(args) => commands::log::run(args),
-        Command::Changes(cmd) => match commands::runs::run(cmd) {
-            Ok(code) => code,
-            Err(e) => {
-                eprintln!("retie: {e}");
-                EXIT_SANDBOX_FAILED
-            }
-        },
+        Command::Changes(cmd) => or_125(commands::runs::run(cmd)),
+        Command::Gc(args) => or_125(commands::gc::gc(args)),
+        Command::Status(args) => or_125(commands::gc::status(args)),
         Command::Undo(args) => commands::undo::run_one(args),
         Command::UndoAll(args) => commands::undo::run_all(args),
         Command::LedgerDev(cmd) => ledger::dev::run(cmd),
     };
     ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1))
+}
+
+/// The one place a CLI error becomes an exit code: retie's own failures
+/// exit 125 (so they cannot be mistaken for a sandboxed command's code),
+/// except a command that could not be executed (126) or found (127).
+fn or_125(r: Result<i32, error::CliError>) -> i32 {
+    match r {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("retie: {e}");
+            e.exit_code()
+        }
+    }
 }

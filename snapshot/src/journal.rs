@@ -56,15 +56,19 @@ pub enum EntryState {
     Complete,
     /// Failed or interrupted and restored to the pre-images.
     RolledBack,
+    /// Complete once, but `gc` has since removed its pre-images (it was
+    /// older than what the state is kept for): it can no longer be undone.
+    Expired,
 }
 
 impl EntryState {
-    /// "pending", "complete", "rolled_back".
+    /// "pending", "complete", "rolled_back", "expired".
     pub fn name(self) -> &'static str {
         match self {
             EntryState::Pending => "pending",
             EntryState::Complete => "complete",
             EntryState::RolledBack => "rolled_back",
+            EntryState::Expired => "expired",
         }
     }
 }

@@ -43,6 +43,7 @@ mod changeset;
 mod engine;
 mod error;
 mod fsx;
+mod gc;
 mod hash;
 mod journal;
 mod node;
@@ -57,6 +58,7 @@ pub use engine::{
     apply, record_file_write, recover, undo, ApplyOptions, RecoveryReport, UndoOptions, Workspace,
 };
 pub use error::{Error, Mismatch, Result};
+pub use gc::{gc, GcOptions, GcReport};
 pub use hash::Hash;
 pub use journal::{new_id, Entry, EntryState, Journal, JournalLock, Op, Step, JOURNAL_VERSION};
 pub use node::Node;

@@ -123,6 +123,32 @@ impl Store {
         Ok(out)
     }
 
+    /// Every blob in the store, with its size.
+    pub fn blobs(&self) -> Result<Vec<(Hash, u64)>> {
+        let mut out = Vec::new();
+        let top = fs::read_dir(&self.blobs).map_err(|e| Error::io("read dir", &self.blobs, e))?;
+        for d in top {
+            let d = d.map_err(|e| Error::io("read dir", &self.blobs, e))?;
+            let prefix = d.file_name().to_string_lossy().into_owned();
+            let Ok(rd) = fs::read_dir(d.path()) else {
+                continue;
+            };
+            for f in rd.flatten() {
+                let name = format!("{prefix}{}", f.file_name().to_string_lossy());
+                if let (Some(h), Ok(m)) = (Hash::from_hex(&name), f.metadata()) {
+                    out.push((h, m.len()));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Removes blob `h` (only `gc` does, for blobs nothing needs).
+    pub fn remove(&self, h: &Hash) -> Result<()> {
+        let p = self.blob_path(h);
+        fs::remove_file(&p).map_err(|e| Error::io("remove", &p, e))
+    }
+
     /// Removes temp files left by an interrupted put.
     pub fn clean_temps(&self) -> Result<()> {
         let rd = fs::read_dir(&self.tmp).map_err(|e| Error::io("read dir", &self.tmp, e))?;

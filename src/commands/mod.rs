@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod changes;
+pub mod gc;
 pub mod helper;
 pub mod lab;
 pub mod log;

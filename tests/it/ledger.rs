@@ -753,7 +753,10 @@ fn a_denied_action_is_recorded_and_never_runs() {
         let o = s.sh("touch ran.txt; sudo reboot");
         assert_code(&o, 125, "denied");
         assert!(stderr(&o).contains("refused by policy"), "{}", stderr(&o));
-        assert!(!s.ws.join("ran.txt").exists(), "{leg:?}: a denied command ran");
+        assert!(
+            !s.ws.join("ran.txt").exists(),
+            "{leg:?}: a denied command ran"
+        );
         let (code, v) = verify_json(&s, &default_ledger(&s));
         assert_eq!(code, 0, "{v}");
         let o = run(&s, &["replay", "--last", "--json"]);
@@ -771,12 +774,110 @@ fn a_denied_action_is_recorded_and_never_runs() {
             .expect("rows")
             .map(|r| r.expect("row"))
             .collect();
-        let tail: Vec<&str> = kinds.iter().rev().take(4).rev().map(String::as_str).collect();
+        let tail: Vec<&str> = kinds
+            .iter()
+            .rev()
+            .take(4)
+            .rev()
+            .map(String::as_str)
+            .collect();
         assert_eq!(
             tail,
-            ["action_proposed|agent", "decision|policy", "refusal|policy", "session_closed|person"],
+            [
+                "action_proposed|agent",
+                "decision|policy",
+                "refusal|policy",
+                "session_closed|person"
+            ],
             "{kinds:?}"
         );
         assert!(!kinds.iter().any(|k| k.starts_with("intent")), "{kinds:?}");
+    }
+}
+
+/// `retie gc` keeps every pre-image an action that can still be undone
+/// needs (undo-all after gc restores the tree), removes the rest, and
+/// expires old entries honestly (undo then says why it cannot).
+#[test]
+fn gc_keeps_what_undo_needs_and_removes_the_rest() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        write(&s, "a.txt", "alpha\n");
+        write(&s, "b.txt", "beta\n");
+        let start = tree_hash(&s.ws);
+        let o = s.sh("echo more >> a.txt; rm b.txt");
+        assert_code(&o, 0, "first");
+        let sid = last_session(&s)["session"]
+            .as_str()
+            .expect("sid")
+            .to_string();
+        let o = s.exec(
+            &["--session", &sid],
+            &["sh", "-c", "echo c > c.txt; echo again >> a.txt"],
+        );
+        assert_code(&o, 0, "second");
+        // A kept run (timed out) and a leftover of a killed run.
+        let o = s.exec(
+            &["--timeout", "0.5"],
+            &["sh", "-c", "echo t > t.txt; sleep 5"],
+        );
+        assert_code(&o, 124, "kept run");
+        let o = run(&s, &["gc", "--json"]);
+        assert_code(&o, 0, "gc");
+        let g = json_out(&o);
+        assert_eq!(
+            g["snapshots"]["expired"].as_array().map(Vec::len),
+            Some(0),
+            "{g}"
+        );
+        assert!(
+            g["snapshots"]["blobs_kept"].as_u64().unwrap_or(0) >= 2,
+            "{g}"
+        );
+        assert_eq!(g["runs_removed"].as_array().map(Vec::len), Some(0), "{g}");
+        let o = run(&s, &["undo-all", "--session", &sid]);
+        assert_code(&o, 0, "undo-all after gc");
+        assert_eq!(
+            tree_hash(&s.ws),
+            start,
+            "{leg:?}: undo-all after gc did not restore the tree"
+        );
+        // Redo the session's first action, then expire everything: the
+        // pre-images go, and undo says why it refuses.
+        let o = s.sh("echo late >> a.txt");
+        assert_code(&o, 0, "late");
+        let o = run(&s, &["gc", "--keep-days", "0", "--dry-run", "--json"]);
+        assert_code(&o, 0, "dry run");
+        let dry = json_out(&o);
+        assert!(
+            dry["snapshots"]["blobs_removed"].as_u64().unwrap_or(0) >= 1,
+            "{dry}"
+        );
+        let o = run(&s, &["gc", "--keep-days", "0", "--json"]);
+        assert_code(&o, 0, "gc keep 0");
+        let g = json_out(&o);
+        assert_eq!(
+            g["snapshots"]["blobs_removed"], dry["snapshots"]["blobs_removed"],
+            "{g}"
+        );
+        assert_eq!(g["snapshots"]["blobs_kept"], 0, "{g}");
+        assert_eq!(g["runs_removed"].as_array().map(Vec::len), Some(1), "{g}");
+        let o = run(&s, &["undo", "last"]);
+        assert_ne!(o.status.code(), Some(0), "an expired action was undone");
+        assert!(
+            stdout(&o).contains("expired") || stderr(&o).contains("expired"),
+            "{}{}",
+            stdout(&o),
+            stderr(&o)
+        );
+        assert_eq!(
+            std::fs::read_to_string(s.ws.join("a.txt")).expect("a"),
+            "alpha\nlate\n"
+        );
+        let o = run(&s, &["status", "--json"]);
+        assert_code(&o, 0, "status");
+        let st = json_out(&o);
+        assert_eq!(st["runs"]["count"], 0, "{st}");
+        assert!(st["ledger"]["bytes"].as_u64().unwrap_or(0) > 0, "{st}");
     }
 }

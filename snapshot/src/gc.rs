@@ -1,0 +1,85 @@
+//! Bounded state: expire old journal entries and remove the blobs nothing
+//! needs any more.
+//!
+//! A blob is needed while any entry that names it is pending (recovery
+//! rolls it back from its pre-images) or complete (it can be undone). An
+//! entry older than the cut-off is marked [`EntryState::Expired`] first:
+//! from then on `undo` refuses it, saying why, instead of finding its
+//! pre-images gone. Nothing is removed for an entry that can still be
+//! undone.
+
+use std::collections::HashSet;
+
+use crate::error::Result;
+use crate::journal::{EntryState, Journal};
+use crate::store::Store;
+use crate::Hash;
+
+/// What to collect.
+#[derive(Debug, Clone, Default)]
+pub struct GcOptions {
+    /// Complete entries created before this (ms since the epoch) expire.
+    pub expire_before_ms: Option<u64>,
+    /// Report only; change nothing.
+    pub dry_run: bool,
+}
+
+/// What was (or, with `dry_run`, would be) collected.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct GcReport {
+    /// Entries expired now.
+    pub expired: Vec<String>,
+    /// Entries still undoable (complete) or pending.
+    pub live_entries: usize,
+    /// Blobs some live entry needs.
+    pub blobs_kept: usize,
+    /// Their bytes.
+    pub bytes_kept: u64,
+    /// Blobs nothing needs (removed unless `dry_run`).
+    pub blobs_removed: usize,
+    /// Their bytes.
+    pub bytes_removed: u64,
+}
+
+/// Collect under the journal lock.
+pub fn gc(store: &Store, journal: &Journal, opts: &GcOptions) -> Result<GcReport> {
+    let _lock = journal.lock()?;
+    let mut report = GcReport::default();
+    let mut live: HashSet<Hash> = HashSet::new();
+    for mut e in journal.entries()? {
+        let old = opts
+            .expire_before_ms
+            .is_some_and(|cut| e.created_unix_ms < cut);
+        if e.state == EntryState::Complete && old {
+            report.expired.push(e.id.clone());
+            if !opts.dry_run {
+                e.state = EntryState::Expired;
+                journal.write(&e)?;
+            }
+            continue;
+        }
+        if matches!(e.state, EntryState::Complete | EntryState::Pending) {
+            report.live_entries += 1;
+            for s in &e.steps {
+                for n in [&s.before, &s.after].into_iter().flatten() {
+                    if let Some(h) = n.hash() {
+                        live.insert(h);
+                    }
+                }
+            }
+        }
+    }
+    for (h, size) in store.blobs()? {
+        if live.contains(&h) {
+            report.blobs_kept += 1;
+            report.bytes_kept += size;
+        } else {
+            report.blobs_removed += 1;
+            report.bytes_removed += size;
+            if !opts.dry_run {
+                store.remove(&h)?;
+            }
+        }
+    }
+    Ok(report)
+}

@@ -1,0 +1,326 @@
+//! `retie gc` and `retie status`: the state retie keeps, where, how large,
+//! and collecting what nothing needs.
+//!
+//! What `gc` removes:
+//! - journal entries older than `keep_days` are expired (they can no
+//!   longer be undone, and `undo` says so), then every pre-image blob that
+//!   no pending or complete entry names;
+//! - kept overlay runs older than `keep_days`, and run directories a
+//!   killed retie left behind (no `run.json`, or never kept) older than a
+//!   day;
+//! - then, if the state is still over `max_mb`, the oldest entries and
+//!   runs until it fits.
+//!
+//! It never removes a pre-image an action that can still be undone needs:
+//! only entries it expires first lose theirs.
+
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use clap::Args;
+use retie_snapshot::{EntryState, GcOptions, Journal, Store};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::changes::RunMeta;
+use crate::error::CliError;
+
+#[derive(Args)]
+pub struct GcArgs {
+    /// Say what would be removed; remove nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Keep undo data and kept runs this many days (default: the config's
+    /// `[state] keep_days`, else 30).
+    #[arg(long, value_name = "N")]
+    pub keep_days: Option<u64>,
+    /// One JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct StatusArgs {
+    /// One JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `$XDG_CONFIG_HOME/retie/config.toml`; unknown keys are errors.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Config {
+    #[serde(default)]
+    state: StateConfig,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StateConfig {
+    keep_days: Option<u64>,
+    max_mb: Option<u64>,
+}
+
+fn config() -> Result<(Config, PathBuf), CliError> {
+    let path = crate::state::xdg_base("XDG_CONFIG_HOME", ".config")
+        .ok_or_else(|| CliError::Usage("neither XDG_CONFIG_HOME nor HOME is set".into()))?
+        .join("retie/config.toml");
+    match std::fs::read_to_string(&path) {
+        Ok(text) => toml::from_str(&text)
+            .map(|c| (c, path.clone()))
+            .map_err(|e| CliError::Usage(format!("{}: {e}", path.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok((Config::default(), path)),
+        Err(e) => Err(CliError::io(format!("reading {}", path.display()), e)),
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn dir_size(p: &Path) -> u64 {
+    let Ok(m) = std::fs::symlink_metadata(p) else {
+        return 0;
+    };
+    if !m.is_dir() {
+        return m.len();
+    }
+    std::fs::read_dir(p)
+        .map(|d| d.flatten().map(|e| dir_size(&e.path())).sum())
+        .unwrap_or(0)
+}
+
+struct RunDir {
+    id: String,
+    path: PathBuf,
+    meta: Option<RunMeta>,
+    age_ms: u64,
+    bytes: u64,
+}
+
+fn runs(state: &Path) -> Vec<RunDir> {
+    let now = now_ms();
+    std::fs::read_dir(state.join("runs"))
+        .map(|d| {
+            d.flatten()
+                .map(|e| {
+                    let path = e.path();
+                    let meta: Option<RunMeta> = std::fs::read(path.join("run.json"))
+                        .ok()
+                        .and_then(|b| serde_json::from_slice(&b).ok());
+                    let created = meta
+                        .as_ref()
+                        .map(|m| u64::try_from(m.created_ms).unwrap_or(0))
+                        .or_else(|| {
+                            e.metadata()
+                                .ok()
+                                .and_then(|m| m.modified().ok())
+                                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                                .map(|d| u64::try_from(d.as_millis()).unwrap_or(0))
+                        })
+                        .unwrap_or(0);
+                    RunDir {
+                        id: e.file_name().to_string_lossy().into_owned(),
+                        bytes: dir_size(&path),
+                        path,
+                        meta,
+                        age_ms: now.saturating_sub(created),
+                    }
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn remove_run(path: &Path) {
+    // overlay leaves work/work with mode 000.
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::set_permissions(
+        path.join("work/work"),
+        std::fs::Permissions::from_mode(0o700),
+    );
+    let _ = std::fs::remove_dir_all(path);
+}
+
+const DAY_MS: u64 = 24 * 3600 * 1000;
+
+pub fn gc(args: GcArgs) -> Result<i32, CliError> {
+    let (cfg, _) = config()?;
+    let keep_days = args.keep_days.or(cfg.state.keep_days).unwrap_or(30);
+    let state = crate::state::dir()?;
+    let snaps = state.join("snapshots");
+    let store = Store::open(&snaps)?;
+    let journal = Journal::open(&snaps)?;
+    let now = now_ms();
+    let mut cutoff = now.saturating_sub(keep_days.saturating_mul(DAY_MS));
+    let run_due = |r: &RunDir, cutoff_age: u64| match &r.meta {
+        Some(m) if m.kept.is_some() => r.age_ms > cutoff_age,
+        // Never kept: a run still going, or one a killed retie left.
+        _ => r.age_ms > DAY_MS.max(cutoff_age),
+    };
+    // Over the cap: move the cut-off forward, oldest entries first, until
+    // what is left fits (a dry run each step).
+    if let Some(max_mb) = cfg.state.max_mb {
+        let cap = max_mb.saturating_mul(1 << 20);
+        let mut created: Vec<u64> = journal
+            .entries()?
+            .into_iter()
+            .filter(|e| e.state == EntryState::Complete && e.created_unix_ms >= cutoff)
+            .map(|e| e.created_unix_ms + 1)
+            .collect();
+        created.sort_unstable();
+        for c in std::iter::once(cutoff).chain(created) {
+            cutoff = c;
+            let r = retie_snapshot::gc(
+                &store,
+                &journal,
+                &GcOptions {
+                    expire_before_ms: Some(cutoff),
+                    dry_run: true,
+                },
+            )?;
+            let runs_left: u64 = runs(&state)
+                .iter()
+                .filter(|r| !run_due(r, now.saturating_sub(cutoff)))
+                .map(|r| r.bytes)
+                .sum();
+            if r.bytes_kept + runs_left <= cap {
+                break;
+            }
+        }
+    }
+    let report = retie_snapshot::gc(
+        &store,
+        &journal,
+        &GcOptions {
+            expire_before_ms: Some(cutoff),
+            dry_run: args.dry_run,
+        },
+    )?;
+    let mut removed_runs = Vec::new();
+    let mut run_bytes = 0;
+    for r in runs(&state) {
+        if run_due(&r, now.saturating_sub(cutoff)) {
+            if !args.dry_run {
+                remove_run(&r.path);
+            }
+            run_bytes += r.bytes;
+            removed_runs.push(r.id);
+        }
+    }
+    let verb = if args.dry_run {
+        "would remove"
+    } else {
+        "removed"
+    };
+    if args.json {
+        println!(
+            "{}",
+            json!({
+                "dry_run": args.dry_run,
+                "keep_days": keep_days,
+                "snapshots": report,
+                "runs_removed": removed_runs,
+                "run_bytes_removed": run_bytes,
+            })
+        );
+    } else {
+        println!(
+            "retie gc: {verb} {} pre-image blob(s) ({} bytes) and {} run(s) ({} bytes); expired {} undo entr{} older than the cut-off; kept {} blob(s) ({} bytes) for {} entr{} that can still be undone",
+            report.blobs_removed,
+            report.bytes_removed,
+            removed_runs.len(),
+            run_bytes,
+            report.expired.len(),
+            if report.expired.len() == 1 { "y" } else { "ies" },
+            report.blobs_kept,
+            report.bytes_kept,
+            report.live_entries,
+            if report.live_entries == 1 { "y" } else { "ies" },
+        );
+    }
+    Ok(0)
+}
+
+pub fn status(args: StatusArgs) -> Result<i32, CliError> {
+    let (cfg, config_path) = config()?;
+    let state = crate::state::dir()?;
+    let ledger = crate::ledger::resolve_path(None)?;
+    let key = crate::ledger::keys::user_key_path()?;
+    let snaps = state.join("snapshots");
+    let journal = Journal::open(&snaps)?;
+    let mut by_state = std::collections::BTreeMap::new();
+    for e in journal.entries()? {
+        *by_state.entry(e.state.name()).or_insert(0u64) += 1;
+    }
+    let runs = runs(&state);
+    let kept = runs
+        .iter()
+        .filter(|r| r.meta.as_ref().is_some_and(|m| m.kept.is_some()))
+        .count();
+    let ledger_bytes: u64 = ["", "-wal", "-shm", ".checkpoints"]
+        .iter()
+        .map(|sfx| {
+            let mut p = ledger.as_os_str().to_owned();
+            p.push(sfx);
+            dir_size(Path::new(&p))
+        })
+        .sum();
+    let v = json!({
+        "config": {"path": config_path, "keep_days": cfg.state.keep_days.unwrap_or(30), "max_mb": cfg.state.max_mb},
+        "user_key": {"path": key, "present": key.exists()},
+        "state_dir": {"path": state, "bytes": dir_size(&state)},
+        "ledger": {"path": ledger, "bytes": ledger_bytes},
+        "snapshots": {"path": snaps, "bytes": dir_size(&snaps), "journal_entries": by_state},
+        "runs": {"path": state.join("runs"), "count": runs.len(), "kept": kept, "bytes": runs.iter().map(|r| r.bytes).sum::<u64>()},
+    });
+    if args.json {
+        println!("{v}");
+        return Ok(0);
+    }
+    let show = |p: &serde_json::Value| crate::ui::visible(p.as_str().unwrap_or("?"));
+    println!("config     {}", show(&v["config"]["path"]));
+    println!(
+        "user key   {} ({})",
+        show(&v["user_key"]["path"]),
+        if key.exists() {
+            "present"
+        } else {
+            "not created yet"
+        }
+    );
+    println!(
+        "state      {}  {} bytes",
+        show(&v["state_dir"]["path"]),
+        v["state_dir"]["bytes"]
+    );
+    println!(
+        "ledger     {}  {} bytes",
+        show(&v["ledger"]["path"]),
+        v["ledger"]["bytes"]
+    );
+    println!(
+        "snapshots  {}  {} bytes, journal entries {}",
+        show(&v["snapshots"]["path"]),
+        v["snapshots"]["bytes"],
+        v["snapshots"]["journal_entries"]
+    );
+    println!(
+        "runs       {}  {} run(s), {} kept, {} bytes",
+        show(&v["runs"]["path"]),
+        v["runs"]["count"],
+        kept,
+        v["runs"]["bytes"]
+    );
+    println!(
+        "retention  keep {} days{} (retie gc; [state] keep_days / max_mb in the config)",
+        v["config"]["keep_days"],
+        cfg.state
+            .max_mb
+            .map(|m| format!(", at most {m} MB"))
+            .unwrap_or_default()
+    );
+    Ok(0)
+}
