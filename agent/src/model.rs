@@ -1,0 +1,152 @@
+//! The conversation, independent of any wire format.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Who said it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+    /// A tool result, answering the call with the same id.
+    Tool,
+}
+
+/// One message of the conversation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: Role,
+    /// Text (for a tool result: the result as the model will read it).
+    #[serde(default)]
+    pub text: String,
+    /// The assistant's tool calls (assistant messages only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// For a tool result: the id of the call it answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// For a tool result: the tool's name (some formats need it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_name: Option<String>,
+}
+
+impl Message {
+    pub fn system(text: impl Into<String>) -> Message {
+        Message::plain(Role::System, text)
+    }
+    pub fn user(text: impl Into<String>) -> Message {
+        Message::plain(Role::User, text)
+    }
+    pub fn assistant(text: impl Into<String>, tool_calls: Vec<ToolCall>) -> Message {
+        Message {
+            tool_calls,
+            ..Message::plain(Role::Assistant, text)
+        }
+    }
+    pub fn tool_result(call: &ToolCall, text: impl Into<String>) -> Message {
+        Message {
+            tool_call_id: Some(call.id.clone()),
+            tool_name: Some(call.name.clone()),
+            ..Message::plain(Role::Tool, text)
+        }
+    }
+    fn plain(role: Role, text: impl Into<String>) -> Message {
+        Message {
+            role,
+            text: text.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            tool_name: None,
+        }
+    }
+}
+
+/// A tool call as the model made it. `arguments` is what the model sent,
+/// parsed leniently: `Ok` only when it is a complete JSON object; a call
+/// whose arguments are not (truncated JSON, a string, cut off by a length
+/// limit) is never executed: the model is told instead.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The provider's id, or one the client made up when it sent none.
+    pub id: String,
+    pub name: String,
+    /// The arguments as a JSON object, or why they are unusable.
+    pub arguments: Result<serde_json::Map<String, Value>, String>,
+    /// The raw argument text as received (kept for the ledger).
+    pub raw_arguments: String,
+}
+
+/// A tool the model may call: name, description, JSON schema of its
+/// arguments (an object schema with `additionalProperties: false`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    pub parameters: Value,
+}
+
+/// Tokens counted by the provider.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+/// What a provider is asked for one turn.
+#[derive(Debug, Clone)]
+pub struct TurnRequest {
+    pub model: String,
+    pub messages: Vec<Message>,
+    pub tools: Vec<ToolSpec>,
+    pub max_tokens: Option<u64>,
+}
+
+/// Something that arrived while a turn streamed (for live rendering).
+#[derive(Debug, Clone, PartialEq)]
+pub enum StreamEvent {
+    /// Assistant text, as it comes.
+    Text(String),
+    /// Reasoning, shown dimmed, never sent back as assistant text.
+    Reasoning(String),
+    /// A tool call is complete (its arguments parsed or refused).
+    ToolCall(ToolCall),
+}
+
+/// One finished turn.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Turn {
+    /// The assistant's text (reasoning excluded).
+    pub text: String,
+    pub reasoning: String,
+    pub tool_calls: Vec<ToolCall>,
+    pub usage: Usage,
+    /// Why it stopped, as the provider said (`stop`, `tool_calls`,
+    /// `length`, `end_turn`, `max_tokens`...).
+    pub stop_reason: Option<String>,
+    /// True when the turn was cut off by a length limit: any tool call in
+    /// it may be incomplete and is never executed.
+    pub truncated: bool,
+    /// The raw events/body as received, for the ledger.
+    pub raw: Vec<String>,
+}
+
+/// How a provider failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ProviderError {
+    /// Authentication, permission, quota or an unknown model: retrying
+    /// cannot help. The session stops with the provider-failure code.
+    #[error("the provider refused permanently: {0}")]
+    Permanent(String),
+    /// Rate limited or overloaded, after the capped retries.
+    #[error("the provider stayed unavailable: {0}")]
+    Unavailable(String),
+    /// The stream or body could not be understood (mid-stream error event,
+    /// a stream that ended before its terminator, garbage).
+    #[error("the provider's answer was malformed: {0}")]
+    Malformed(String),
+    /// Connection-level failure.
+    #[error("could not reach the provider: {0}")]
+    Transport(String),
+}
