@@ -1,5 +1,9 @@
 //! The CLI's error type.
 
+/// retie itself failed (bad arguments, unusable workspace, a set-up
+/// error...): 125, never a code the sandboxed command could have meant.
+pub const EXIT_FAILED: i32 = retie_runtime::EXIT_SANDBOX_FAILED;
+
 /// Errors of the `retie` binary itself (the runtime and policy crates have
 /// their own).
 #[derive(Debug, thiserror::Error)]

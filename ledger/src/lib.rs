@@ -436,8 +436,11 @@ impl Ledger {
         // move into the database by SQLite's automatic checkpoint every
         // 1,000 pages. Each commit is still one fsync of the WAL, which is
         // what makes it durable (synchronous=FULL).
-        conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
-            .map_err(sql)?;
+        conn.set_db_config(
+            rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+            true,
+        )
+        .map_err(sql)?;
         let mut l = Ledger {
             conn,
             path: path.to_path_buf(),

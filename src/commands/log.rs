@@ -23,7 +23,7 @@ pub fn run(a: LogArgs) -> i32 {
         Ok(r) => r,
         Err(e) => {
             eprintln!("retie: {e}");
-            return 125;
+            return crate::error::EXIT_FAILED;
         }
     };
     let sessions = model::sessions(&rows);

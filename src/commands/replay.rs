@@ -55,14 +55,14 @@ pub fn run(a: ReplayArgs) -> i32 {
         Ok(p) => p,
         Err(e) => {
             eprintln!("retie: {e}");
-            return 125;
+            return crate::error::EXIT_FAILED;
         }
     };
     let report = match verify::verify(&path) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("retie: {e}");
-            return 125;
+            return crate::error::EXIT_FAILED;
         }
     };
     if !report.intact {
@@ -83,7 +83,7 @@ pub fn run(a: ReplayArgs) -> i32 {
         Ok(r) => r,
         Err(e) => {
             eprintln!("retie: {e}");
-            return 125;
+            return crate::error::EXIT_FAILED;
         }
     };
     let sessions = model::sessions(&rows);
@@ -99,7 +99,7 @@ pub fn run(a: ReplayArgs) -> i32 {
                 None => "the ledger has no session".into(),
             }
         );
-        return 125;
+        return crate::error::EXIT_FAILED;
     };
     let t = totals(s);
     if a.json {

@@ -146,12 +146,7 @@ fn exec(args: ExecArgs) -> i32 {
             code
         }
         Err(e) => {
-            let code = match &e {
-                CliError::Runtime(r) | CliError::Dispatch(retie_dispatch::Error::Runtime(r)) => {
-                    retie_dispatch::sandbox::exit_code_of(r)
-                }
-                _ => EXIT_SANDBOX_FAILED,
-            };
+            let code = e.exit_code();
             eprintln!("retie: {e}");
             if json {
                 emit_json(

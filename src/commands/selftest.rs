@@ -609,7 +609,7 @@ fn lab_section(
     if server == 0 {
         let code = match retie_runtime::run(&target_spec, Stdio::Inherit) {
             Ok(o) => o.exit_code,
-            Err(_) => 125,
+            Err(_) => crate::error::EXIT_FAILED,
         };
         // SAFETY: ending the child without running the parent's handlers.
         unsafe { libc::_exit(code) };

@@ -81,7 +81,7 @@ fn run(
         Ok(code) => code,
         Err(e) => {
             eprintln!("retie: {e}");
-            125
+            crate::error::EXIT_FAILED
         }
     }
 }

@@ -24,14 +24,14 @@ pub fn run(a: VerifyArgs) -> i32 {
         Ok(p) => p,
         Err(e) => {
             eprintln!("retie: {e}");
-            return 125;
+            return crate::error::EXIT_FAILED;
         }
     };
     let r = match verify::verify(&path) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("retie: {e}");
-            return 125;
+            return crate::error::EXIT_FAILED;
         }
     };
     if a.json {

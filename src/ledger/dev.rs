@@ -70,7 +70,7 @@ pub fn run(cmd: DevCmd) -> i32 {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("retie: {e}");
-            125
+            crate::error::EXIT_FAILED
         }
     }
 }
