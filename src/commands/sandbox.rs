@@ -194,9 +194,16 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
     }
     b = b.workspace(&ws);
     b = super::toolchain::plan(&ws, &profile, &toolchains).apply(b);
-    let net = args.net.clone().unwrap_or_else(|| "none".into());
+    let mut net = json!({ "mode": "none" });
+    let mut lab_mode = false;
     if let Some(n) = &args.net {
-        b = b.network(super::lab::resolve_net(n)?);
+        let mode = super::lab::resolve_net(n)?;
+        if let Some(lab) = mode.lab() {
+            // What a lab run could reach: recorded with its intent.
+            net = json!({ "mode": "lab", "lab": lab.name, "ports": lab.ports });
+            lab_mode = true;
+        }
+        b = b.network(mode);
     }
     if let Some(t) = args.timeout {
         if !(t.is_finite() && t > 0.0) {
@@ -248,7 +255,12 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
 
     // The action, as the policy reads it: a shell line run in the sandbox.
     let line = crate::ui::shell_line(&args.command.iter().map(String::as_str).collect::<Vec<_>>());
-    let effects = ["reads_workspace", "writes_workspace", "runs_sandboxed"];
+    // A lab run acts on a target retie cannot roll back and reads what it
+    // answers: untrusted (it taints a session, see the policy's trifecta).
+    let mut effects = vec!["reads_workspace", "writes_workspace", "runs_sandboxed"];
+    if lab_mode {
+        effects.extend(["lab_access", "reads_untrusted"]);
+    }
     let action = Action::from_json(
         &json!({ "tool": "bash", "args": { "command": line }, "effects": effects }).to_string(),
     )
