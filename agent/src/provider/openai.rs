@@ -1,0 +1,331 @@
+//! OpenAI-compatible chat completions, streamed (SSE ending with
+//! `data: [DONE]`). Also serves Ollama's `/v1`, vLLM, llama.cpp's
+//! server, LM Studio, OpenRouter.
+//!
+//! Tolerated deviations: tool-call deltas without `index`, parallel calls
+//! all on index 0 told apart by `id`, a first fragment without
+//! `arguments`, arguments sent as an object instead of a string,
+//! `usage: {}` or `null`, the usage in a final chunk with empty
+//! `choices`, reasoning in `reasoning` or `reasoning_content`.
+
+use serde_json::{json, Map, Value};
+
+use super::http::{json_error_text, plain, Http, RetryPolicy, Sse};
+use super::{emit_calls, make_call_id, parse_arguments, refuse_truncated, Provider};
+use crate::model::{
+    Message, ProviderError, Role, StreamEvent, ToolCall, ToolSpec, Turn, TurnRequest, Usage,
+};
+
+pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+
+#[derive(Debug, Clone)]
+pub struct OpenAiProvider {
+    http: Http,
+    base_url: String,
+    api_key: Option<String>,
+}
+
+impl OpenAiProvider {
+    pub fn new(base_url: Option<&str>, api_key: Option<String>) -> Result<Self, ProviderError> {
+        Ok(OpenAiProvider {
+            http: Http::new()?,
+            base_url: base_url
+                .unwrap_or(DEFAULT_BASE_URL)
+                .trim_end_matches('/')
+                .to_string(),
+            api_key: api_key.filter(|k| !k.is_empty()),
+        })
+    }
+
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+        self.http.retry = retry;
+        self
+    }
+}
+
+impl Provider for OpenAiProvider {
+    fn name(&self) -> &str {
+        "openai"
+    }
+
+    async fn turn(
+        &mut self,
+        req: &TurnRequest,
+        on_event: &mut (dyn FnMut(StreamEvent) + Send),
+    ) -> Result<Turn, ProviderError> {
+        let url = format!("{}/chat/completions", self.base_url);
+        let mut headers = Vec::new();
+        if let Some(k) = &self.api_key {
+            headers.push(("authorization", format!("Bearer {k}")));
+        }
+        let resp = self
+            .http
+            .post_json(&url, &headers, &request_body(req))
+            .await?;
+        let mut sse = Sse::new(resp);
+        let mut acc = Accumulator::default();
+        let mut raw = Vec::new();
+        let mut done = false;
+        while let Some(ev) = sse.next_event().await? {
+            let data = ev.data.trim();
+            raw.push(ev.data.clone());
+            if data == "[DONE]" {
+                done = true;
+                break;
+            }
+            if data.is_empty() {
+                continue;
+            }
+            let v: Value = serde_json::from_str(data).map_err(|e| {
+                ProviderError::Malformed(plain(&format!("an event is not JSON ({e}): {data}")))
+            })?;
+            if ev.event.as_deref() == Some("error") || v.get("error").is_some() {
+                let msg = json_error_text(&v).unwrap_or_else(|| data.to_string());
+                return Err(ProviderError::Malformed(format!(
+                    "the provider reported an error mid-stream: {}",
+                    plain(&msg)
+                )));
+            }
+            acc.chunk(&v, on_event);
+        }
+        if !done {
+            return Err(ProviderError::Malformed(
+                "the stream ended before its terminator (data: [DONE])".into(),
+            ));
+        }
+        let turn = acc.finish(raw);
+        emit_calls(&turn.tool_calls, on_event);
+        Ok(turn)
+    }
+}
+
+/// The request body: messages, tools, streaming with usage.
+pub fn request_body(req: &TurnRequest) -> Value {
+    let mut body = json!({
+        "model": req.model,
+        "messages": req.messages.iter().map(message).collect::<Vec<_>>(),
+        "stream": true,
+        "stream_options": {"include_usage": true},
+    });
+    if !req.tools.is_empty() {
+        body["tools"] = Value::Array(req.tools.iter().map(tool).collect());
+    }
+    if let Some(n) = req.max_tokens {
+        body["max_tokens"] = json!(n);
+    }
+    body
+}
+
+fn tool(t: &ToolSpec) -> Value {
+    json!({
+        "type": "function",
+        "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+    })
+}
+
+/// The arguments as sent back in the assistant message: the parsed
+/// object, or `{}` for a call that was refused (servers that re-parse
+/// the history reject invalid JSON; the tool result says what was wrong).
+pub(crate) fn arguments_text(c: &ToolCall) -> String {
+    match &c.arguments {
+        Ok(m) => Value::Object(m.clone()).to_string(),
+        Err(_) => "{}".to_string(),
+    }
+}
+
+fn message(m: &Message) -> Value {
+    match m.role {
+        Role::System => json!({"role": "system", "content": m.text}),
+        Role::User => json!({"role": "user", "content": m.text}),
+        Role::Assistant if m.tool_calls.is_empty() => {
+            json!({"role": "assistant", "content": m.text})
+        }
+        Role::Assistant => {
+            let calls: Vec<Value> = m
+                .tool_calls
+                .iter()
+                .map(|c| {
+                    json!({
+                        "id": c.id,
+                        "type": "function",
+                        "function": {"name": c.name, "arguments": arguments_text(c)},
+                    })
+                })
+                .collect();
+            let content = if m.text.is_empty() {
+                Value::Null
+            } else {
+                Value::String(m.text.clone())
+            };
+            json!({"role": "assistant", "content": content, "tool_calls": calls})
+        }
+        Role::Tool => json!({
+            "role": "tool",
+            "tool_call_id": m.tool_call_id.clone().unwrap_or_default(),
+            "content": m.text,
+        }),
+    }
+}
+
+#[derive(Debug, Default)]
+struct Partial {
+    index: Option<u64>,
+    id: Option<String>,
+    name: String,
+    args: String,
+}
+
+#[derive(Debug, Default)]
+struct Accumulator {
+    text: String,
+    reasoning: String,
+    calls: Vec<Partial>,
+    usage: Usage,
+    stop_reason: Option<String>,
+}
+
+impl Accumulator {
+    fn chunk(&mut self, v: &Value, on_event: &mut (dyn FnMut(StreamEvent) + Send)) {
+        if let Some(u) = v.get("usage").and_then(Value::as_object) {
+            read_usage(u, &mut self.usage);
+        }
+        let Some(choices) = v.get("choices").and_then(Value::as_array) else {
+            return;
+        };
+        // One completion is asked for; a server that sends several gets
+        // its first read.
+        let Some(choice) = choices.iter().find(|c| {
+            c.get("index")
+                .and_then(Value::as_u64)
+                .map_or(true, |i| i == 0)
+        }) else {
+            return;
+        };
+        if let Some(r) = choice.get("finish_reason").and_then(Value::as_str) {
+            self.stop_reason = Some(r.to_string());
+        }
+        // Some servers send the whole message instead of a delta.
+        let Some(delta) = choice.get("delta").or_else(|| choice.get("message")) else {
+            return;
+        };
+        for key in ["reasoning_content", "reasoning"] {
+            if let Some(r) = delta.get(key).and_then(Value::as_str) {
+                if !r.is_empty() {
+                    self.reasoning.push_str(r);
+                    on_event(StreamEvent::Reasoning(r.to_string()));
+                }
+            }
+        }
+        if let Some(t) = delta.get("content").and_then(Value::as_str) {
+            if !t.is_empty() {
+                self.text.push_str(t);
+                on_event(StreamEvent::Text(t.to_string()));
+            }
+        }
+        if let Some(tcs) = delta.get("tool_calls").and_then(Value::as_array) {
+            for tc in tcs {
+                self.tool_delta(tc);
+            }
+        }
+    }
+
+    fn tool_delta(&mut self, tc: &Value) {
+        let index = tc.get("index").and_then(Value::as_u64);
+        let id = tc
+            .get("id")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty());
+        let slot = self.slot(index, id);
+        let p = &mut self.calls[slot];
+        if p.id.is_none() {
+            p.id = id.map(str::to_string);
+        }
+        if p.index.is_none() {
+            p.index = index;
+        }
+        let Some(f) = tc.get("function") else { return };
+        if let Some(n) = f.get("name").and_then(Value::as_str) {
+            // The name comes whole in the first fragment; a server that
+            // repeats it must not double it.
+            if p.name.is_empty() {
+                p.name = n.to_string();
+            } else if n != p.name {
+                p.name.push_str(n);
+            }
+        }
+        match f.get("arguments") {
+            Some(Value::String(s)) => p.args.push_str(s),
+            Some(Value::Null) | None => {}
+            Some(other) => p.args.push_str(&other.to_string()),
+        }
+    }
+
+    /// Which partial call a fragment belongs to: the one with its id;
+    /// else a new one when the id is new (parallel calls sharing an
+    /// index); else the last one with its index; else, without an index,
+    /// the last one.
+    fn slot(&mut self, index: Option<u64>, id: Option<&str>) -> usize {
+        if let Some(id) = id {
+            if let Some(i) = self.calls.iter().position(|p| p.id.as_deref() == Some(id)) {
+                return i;
+            }
+            // A first fragment that carried no id, now completed by one.
+            if let Some(i) = self
+                .calls
+                .iter()
+                .rposition(|p| p.id.is_none() && p.index == index && index.is_some())
+            {
+                return i;
+            }
+        } else if let Some(index) = index {
+            if let Some(i) = self.calls.iter().rposition(|p| p.index == Some(index)) {
+                return i;
+            }
+        } else if !self.calls.is_empty() {
+            return self.calls.len() - 1;
+        }
+        self.calls.push(Partial {
+            index,
+            ..Partial::default()
+        });
+        self.calls.len() - 1
+    }
+
+    fn finish(self, raw: Vec<String>) -> Turn {
+        let truncated = self.stop_reason.as_deref() == Some("length");
+        let mut tool_calls: Vec<ToolCall> = self
+            .calls
+            .into_iter()
+            .map(|p| ToolCall {
+                id: p.id.unwrap_or_else(make_call_id),
+                name: p.name,
+                arguments: parse_arguments(&p.args),
+                raw_arguments: p.args,
+            })
+            .collect();
+        if truncated {
+            refuse_truncated(&mut tool_calls);
+        }
+        Turn {
+            text: self.text,
+            reasoning: self.reasoning,
+            tool_calls,
+            usage: self.usage,
+            stop_reason: self.stop_reason,
+            truncated,
+            raw,
+        }
+    }
+}
+
+/// `prompt_tokens`/`completion_tokens` (or the `input_`/`output_`
+/// spelling); missing fields leave the count as it was.
+fn read_usage(u: &Map<String, Value>, usage: &mut Usage) {
+    let n = |a: &str, b: &str| u.get(a).or_else(|| u.get(b)).and_then(Value::as_u64);
+    if let Some(i) = n("prompt_tokens", "input_tokens") {
+        usage.input_tokens = i;
+    }
+    if let Some(o) = n("completion_tokens", "output_tokens") {
+        usage.output_tokens = o;
+    }
+}
