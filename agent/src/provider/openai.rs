@@ -235,7 +235,17 @@ impl Accumulator {
             .get("id")
             .and_then(Value::as_str)
             .filter(|s| !s.is_empty());
-        let slot = self.slot(index, id);
+        let f = tc.get("function");
+        let name = f
+            .and_then(|f| f.get("name"))
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty());
+        let has_args = match f.and_then(|f| f.get("arguments")) {
+            Some(Value::String(s)) => !s.is_empty(),
+            Some(Value::Null) | None => false,
+            Some(_) => true,
+        };
+        let slot = self.slot(index, id, name, has_args);
         let p = &mut self.calls[slot];
         if p.id.is_none() {
             p.id = id.map(str::to_string);
@@ -243,17 +253,12 @@ impl Accumulator {
         if p.index.is_none() {
             p.index = index;
         }
-        let Some(f) = tc.get("function") else { return };
-        if let Some(n) = f.get("name").and_then(Value::as_str) {
-            // The name comes whole in the first fragment; a server that
-            // repeats it must not double it.
-            if p.name.is_empty() {
-                p.name = n.to_string();
-            } else if n != p.name {
-                p.name.push_str(n);
-            }
+        // The name comes whole in the first fragment; a server that
+        // repeats it must not double it.
+        if let (true, Some(n)) = (p.name.is_empty(), name) {
+            p.name = n.to_string();
         }
-        match f.get("arguments") {
+        match f.and_then(|f| f.get("arguments")) {
             Some(Value::String(s)) => p.args.push_str(s),
             Some(Value::Null) | None => {}
             Some(other) => p.args.push_str(&other.to_string()),
@@ -262,27 +267,42 @@ impl Accumulator {
 
     /// Which partial call a fragment belongs to: the one with its id;
     /// else a new one when the id is new (parallel calls sharing an
-    /// index); else the last one with its index; else, without an index,
-    /// the last one.
-    fn slot(&mut self, index: Option<u64>, id: Option<&str>) -> usize {
-        if let Some(id) = id {
+    /// index); else the last one with its index (or, without an index,
+    /// the last one) unless the fragment names a function and that call
+    /// is already named, differently or with complete arguments while
+    /// the fragment brings more (parallel calls without ids or indexes;
+    /// a server that repeats the name in every fragment stays one call).
+    fn slot(
+        &mut self,
+        index: Option<u64>,
+        id: Option<&str>,
+        name: Option<&str>,
+        has_args: bool,
+    ) -> usize {
+        let candidate = if let Some(id) = id {
             if let Some(i) = self.calls.iter().position(|p| p.id.as_deref() == Some(id)) {
                 return i;
             }
             // A first fragment that carried no id, now completed by one.
-            if let Some(i) = self
-                .calls
+            self.calls
                 .iter()
-                .rposition(|p| p.id.is_none() && p.index == index && index.is_some())
-            {
+                .rposition(|p| p.id.is_none() && index.is_some() && p.index == index)
+        } else if index.is_some() {
+            self.calls.iter().rposition(|p| p.index == index)
+        } else {
+            self.calls.len().checked_sub(1)
+        };
+        if let Some(i) = candidate {
+            let p = &self.calls[i];
+            let starts_another = id.is_none()
+                && name.is_some_and(|n| {
+                    !p.name.is_empty()
+                        && (n != p.name
+                            || (has_args && serde_json::from_str::<Value>(p.args.trim()).is_ok()))
+                });
+            if !starts_another {
                 return i;
             }
-        } else if let Some(index) = index {
-            if let Some(i) = self.calls.iter().rposition(|p| p.index == Some(index)) {
-                return i;
-            }
-        } else if !self.calls.is_empty() {
-            return self.calls.len() - 1;
         }
         self.calls.push(Partial {
             index,
