@@ -796,6 +796,34 @@ async fn openai_without_a_key_sends_no_authorization() {
 }
 
 #[tokio::test]
+async fn openai_without_streaming_reads_one_json_answer() {
+    let answer = json!({
+        "id": "chatcmpl-2", "object": "chat.completion", "model": "qwen3",
+        "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+            "role": "assistant", "content": "", "reasoning_content": "think",
+            "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "read", "arguments": "{\"path\": \"a.rs\"}"}},
+                {"id": "call_2", "type": "function", "function": {"name": "read", "arguments": "{\"path\": \"b.rs\"}"}}]}}],
+        "usage": {"prompt_tokens": 50, "completion_tokens": 20, "total_tokens": 70}
+    });
+    let server = serve(vec![error_reply(200, vec![], answer)]).await;
+    let mut p = openai(&server).with_stream(false);
+    let turn = ok(run(&mut p, &request()).await.0);
+    assert_eq!(turn.reasoning, "think");
+    assert_eq!(turn.text, "");
+    assert_eq!(turn.tool_calls.len(), 2);
+    assert_eq!(turn.tool_calls[1].id, "call_2");
+    assert_eq!(args(&turn.tool_calls[1]), json!({"path": "b.rs"}));
+    assert_eq!(
+        (turn.usage.input_tokens, turn.usage.output_tokens),
+        (50, 20)
+    );
+    let b = &server.seen()[0].body;
+    assert_eq!(b["stream"], false);
+    assert!(b.get("stream_options").is_none());
+}
+
+#[tokio::test]
 async fn connection_refused_is_transport() {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");

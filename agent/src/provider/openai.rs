@@ -23,6 +23,7 @@ pub struct OpenAiProvider {
     http: Http,
     base_url: String,
     api_key: Option<String>,
+    stream: bool,
 }
 
 impl OpenAiProvider {
@@ -34,7 +35,17 @@ impl OpenAiProvider {
                 .trim_end_matches('/')
                 .to_string(),
             api_key: api_key.filter(|k| !k.is_empty()),
+            stream: true,
         })
+    }
+
+    /// Ask for one JSON answer instead of a stream (`stream: false`):
+    /// for servers whose streamed tool calls are unreliable (Ollama's
+    /// `/v1` in some versions). A server that answers JSON to a
+    /// streamed request is read the same way.
+    pub fn with_stream(mut self, stream: bool) -> Self {
+        self.stream = stream;
+        self
     }
 
     pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
@@ -58,12 +69,39 @@ impl Provider for OpenAiProvider {
         if let Some(k) = &self.api_key {
             headers.push(("authorization", format!("Bearer {k}")));
         }
-        let resp = self
-            .http
-            .post_json(&url, &headers, &request_body(req))
-            .await?;
-        let mut sse = Sse::new(resp);
+        let mut body = request_body(req);
+        if !self.stream {
+            body["stream"] = json!(false);
+            if let Some(o) = body.as_object_mut() {
+                o.remove("stream_options");
+            }
+        }
+        let resp = self.http.post_json(&url, &headers, &body).await?;
+        let is_json = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|ct| ct.trim_start().starts_with("application/json"));
         let mut acc = Accumulator::default();
+        if is_json {
+            let text = resp.text().await.map_err(|e| {
+                ProviderError::Malformed(plain(&format!("the answer broke off: {e}")))
+            })?;
+            let v: Value = serde_json::from_str(&text).map_err(|e| {
+                ProviderError::Malformed(plain(&format!("the answer is not JSON ({e}): {text}")))
+            })?;
+            if let Some(msg) = json_error_text(&v) {
+                return Err(ProviderError::Malformed(format!(
+                    "the provider reported an error: {}",
+                    plain(&msg)
+                )));
+            }
+            acc.chunk(&v, on_event);
+            let turn = acc.finish(vec![text]);
+            emit_calls(&turn.tool_calls, on_event);
+            return Ok(turn);
+        }
+        let mut sse = Sse::new(resp);
         let mut raw = Vec::new();
         let mut done = false;
         while let Some(ev) = sse.next_event().await? {
