@@ -317,8 +317,8 @@ fn concurrent_runs_on_one_workspace_do_not_undo_each_other() {
                 .spawn()
                 .expect("spawn")
         };
-        let slow = spawn("echo B >> g.txt; sleep 1");
-        let fast = spawn("rm g.txt; sleep 0.3");
+        let slow = spawn("echo B >> g.txt; sleep 4");
+        let fast = spawn("rm g.txt");
         let fast = fast.wait_with_output().expect("wait");
         let slow = slow.wait_with_output().expect("wait");
         assert_code(&fast, 0, "the first run");
