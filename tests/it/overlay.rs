@@ -318,6 +318,17 @@ fn concurrent_runs_on_one_workspace_do_not_undo_each_other() {
                 .expect("spawn")
         };
         let slow = spawn("echo B >> g.txt; sleep 4");
+        // The slow run has started and written its copy before the fast
+        // one starts: wait for its upper layer to hold g.txt.
+        let runs = s.home.join(".local/state/retie/runs");
+        assert!(
+            wait_until(20.0, || {
+                std::fs::read_dir(&runs).is_ok_and(|d| {
+                    d.flatten().any(|r| r.path().join("upper/g.txt").exists())
+                })
+            }),
+            "{leg:?}: the slow run never wrote"
+        );
         let fast = spawn("rm g.txt");
         let fast = fast.wait_with_output().expect("wait");
         let slow = slow.wait_with_output().expect("wait");
