@@ -45,7 +45,10 @@ impl Threads {
             .collect();
         let t = Threads { stop, handles };
         let count = thread_count();
-        assert!(count > n, "expected more than {n} threads, /proc says {count}");
+        assert!(
+            count > n,
+            "expected more than {n} threads, /proc says {count}"
+        );
         t
     }
 }
@@ -91,8 +94,11 @@ fn exec_failures_come_back_typed_with_their_exit_codes() {
     assert_code(&cli, 127, "the CLI agrees");
 
     write(&s, "not-exec.sh", "echo hi\n");
-    std::fs::set_permissions(s.ws.join("not-exec.sh"), std::fs::Permissions::from_mode(0o644))
-        .expect("chmod");
+    std::fs::set_permissions(
+        s.ws.join("not-exec.sh"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .expect("chmod");
     let spec = Sandbox::builder([s.ws.join("not-exec.sh")])
         .workspace(&s.ws)
         .build()
@@ -198,7 +204,13 @@ fn overlay_run_through_the_helper_from_a_threaded_program_matches_the_cli() {
         let (helper_kinds, helper_outcome) = ledger_of(&s);
         let (cli_kinds, cli_outcome) = ledger_of(&cli);
         assert_eq!(helper_kinds, cli_kinds, "{leg:?}: ledger entries");
-        for k in ["action_proposed", "decision", "intent", "changes", "outcome"] {
+        for k in [
+            "action_proposed",
+            "decision",
+            "intent",
+            "changes",
+            "outcome",
+        ] {
             assert!(
                 helper_kinds.iter().any(|h| h == k),
                 "{leg:?}: no {k} in {helper_kinds:?}"
