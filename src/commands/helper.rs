@@ -10,7 +10,7 @@ pub struct HelperArgs {
     #[arg(long)]
     pub reply_fd: i32,
     /// fd the JSON request (the sandbox spec) is read from, to EOF.
-    #[arg(long)]
+    #[arg(long, default_value_t = 4)]
     pub request_fd: i32,
 }
 
