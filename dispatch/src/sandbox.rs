@@ -25,6 +25,19 @@ pub enum JobMode {
     },
 }
 
+/// Who sets the sandbox up. Namespaces can only be created from a
+/// single-threaded process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Runner {
+    /// In this process ([`retie_runtime::run`]): the single-threaded CLI.
+    InProcess,
+    /// In a helper process, `exe __sandbox-helper`
+    /// ([`retie_runtime::helper::run_via_helper_with`]): any caller,
+    /// multi-threaded ones (the agent) included. Same spec, same stdio,
+    /// same outcome and typed errors as in process.
+    Helper { exe: PathBuf },
+}
+
 /// What the person sees and answers while the job's changes are handled
 /// (the CLI prints and asks on the terminal; tests answer directly).
 pub trait JobUi {
@@ -52,6 +65,8 @@ pub struct SandboxJob<'u> {
     /// When retie runs as root for a workspace owned by someone else.
     pub owner: Option<(u32, u32)>,
     pub stdio: Option<Stdio>,
+    /// In this process or through the helper.
+    pub runner: Runner,
     pub ui: &'u mut dyn JobUi,
 }
 
@@ -117,7 +132,11 @@ impl Executor for SandboxJob<'_> {
                 kept: None,
             })?;
         }
-        let ran = retie_runtime::run(&spec, self.stdio.take().unwrap_or_default());
+        let stdio = self.stdio.take().unwrap_or_default();
+        let ran = match &self.runner {
+            Runner::InProcess => retie_runtime::run(&spec, stdio),
+            Runner::Helper { exe } => retie_runtime::helper::run_via_helper_with(exe, &spec, stdio),
+        };
         let outcome = match ran {
             Ok(o) => o,
             Err(e) => {
@@ -286,8 +305,5 @@ fn nanos(t: SystemTime) -> u128 {
 
 /// A runtime error's exit code for `retie sandbox exec`.
 pub fn exit_code_of(e: &RuntimeError) -> i32 {
-    match e {
-        RuntimeError::Exec { exit_code, .. } => *exit_code,
-        _ => retie_runtime::EXIT_SANDBOX_FAILED,
-    }
+    e.exit_code()
 }

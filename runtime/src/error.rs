@@ -71,6 +71,16 @@ pub enum RuntimeError {
 }
 
 impl RuntimeError {
+    /// The exit code `retie sandbox exec` ends with for this error: the
+    /// command's 126/127 when it could not be executed, 125
+    /// ([`crate::EXIT_SANDBOX_FAILED`]) when the sandbox itself failed.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            RuntimeError::Exec { exit_code, .. } => *exit_code,
+            _ => crate::outcome::EXIT_SANDBOX_FAILED,
+        }
+    }
+
     /// Shorthand for a failed host-side syscall.
     pub(crate) fn host(op: impl Into<String>, source: io::Error) -> Self {
         RuntimeError::Host {
@@ -87,3 +97,157 @@ impl RuntimeError {
 
 /// Result alias for the runtime crate.
 pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;
+
+/// [`RuntimeError`] as it crosses a process boundary (the helper's reply):
+/// one variant per variant, converted both ways by exhaustive matches, so
+/// a new error variant cannot be forgotten on the wire. A host error keeps
+/// its errno (its message is rebuilt from it); one without an errno keeps
+/// its message.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+enum Wire {
+    InvalidSpec {
+        message: String,
+    },
+    Workspace {
+        path: PathBuf,
+        reason: String,
+    },
+    Profile {
+        path: String,
+        reason: String,
+    },
+    Unsupported {
+        problem: String,
+        fix: String,
+    },
+    NotSingleThreaded {
+        threads: usize,
+    },
+    Host {
+        op: String,
+        errno: Option<i32>,
+        message: String,
+    },
+    Setup {
+        step: String,
+        message: String,
+        hint: Option<String>,
+    },
+    Exec {
+        program: String,
+        reason: String,
+        exit_code: i32,
+    },
+    Channel {
+        why: String,
+    },
+    Toolchain {
+        message: String,
+    },
+    Helper {
+        message: String,
+    },
+}
+
+impl RuntimeError {
+    /// The wire form of this error.
+    fn wire(&self) -> Wire {
+        match self {
+            RuntimeError::InvalidSpec(m) => Wire::InvalidSpec { message: m.clone() },
+            RuntimeError::Workspace { path, reason } => Wire::Workspace {
+                path: path.clone(),
+                reason: reason.clone(),
+            },
+            RuntimeError::Profile { path, reason } => Wire::Profile {
+                path: path.clone(),
+                reason: reason.clone(),
+            },
+            RuntimeError::Unsupported { problem, fix } => Wire::Unsupported {
+                problem: problem.clone(),
+                fix: fix.clone(),
+            },
+            RuntimeError::NotSingleThreaded { threads } => {
+                Wire::NotSingleThreaded { threads: *threads }
+            }
+            RuntimeError::Host { op, source } => Wire::Host {
+                op: op.clone(),
+                errno: source.raw_os_error(),
+                message: source.to_string(),
+            },
+            RuntimeError::Setup {
+                step,
+                message,
+                hint,
+            } => Wire::Setup {
+                step: step.clone(),
+                message: message.clone(),
+                hint: hint.clone(),
+            },
+            RuntimeError::Exec {
+                program,
+                reason,
+                exit_code,
+            } => Wire::Exec {
+                program: program.clone(),
+                reason: reason.clone(),
+                exit_code: *exit_code,
+            },
+            RuntimeError::Channel { why } => Wire::Channel { why: why.clone() },
+            RuntimeError::Toolchain(m) => Wire::Toolchain { message: m.clone() },
+            RuntimeError::Helper(m) => Wire::Helper { message: m.clone() },
+        }
+    }
+}
+
+impl From<Wire> for RuntimeError {
+    fn from(w: Wire) -> RuntimeError {
+        match w {
+            Wire::InvalidSpec { message } => RuntimeError::InvalidSpec(message),
+            Wire::Workspace { path, reason } => RuntimeError::Workspace { path, reason },
+            Wire::Profile { path, reason } => RuntimeError::Profile { path, reason },
+            Wire::Unsupported { problem, fix } => RuntimeError::Unsupported { problem, fix },
+            Wire::NotSingleThreaded { threads } => RuntimeError::NotSingleThreaded { threads },
+            Wire::Host { op, errno, message } => RuntimeError::Host {
+                op,
+                source: match errno {
+                    Some(n) => io::Error::from_raw_os_error(n),
+                    None => io::Error::other(message),
+                },
+            },
+            Wire::Setup {
+                step,
+                message,
+                hint,
+            } => RuntimeError::Setup {
+                step,
+                message,
+                hint,
+            },
+            Wire::Exec {
+                program,
+                reason,
+                exit_code,
+            } => RuntimeError::Exec {
+                program,
+                reason,
+                exit_code,
+            },
+            Wire::Channel { why } => RuntimeError::Channel { why },
+            Wire::Toolchain { message } => RuntimeError::Toolchain(message),
+            Wire::Helper { message } => RuntimeError::Helper(message),
+        }
+    }
+}
+
+impl serde::Serialize for RuntimeError {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        self.wire().serialize(s)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for RuntimeError {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        Wire::deserialize(d).map(RuntimeError::from)
+    }
+}

@@ -2,148 +2,100 @@
 //!
 //! Namespaces cannot be created from a multi-threaded process, so such a
 //! caller spawns `retie __sandbox-helper` (any binary that calls
-//! [`serve`]) with the request as JSON in `RETIE_HELPER_REQUEST` and a
-//! reply pipe on fd 3. The helper is single-threaded, runs
-//! [`crate::supervisor::run`], and writes the [`Outcome`] (or the error)
-//! as one JSON object on fd 3. The command's stdio is the helper's stdio.
+//! [`serve`]). The protocol:
+//! - the request is the spec itself ([`SpecWire`], JSON), written by the
+//!   caller on a pipe the helper reads on fd 4 (`--request-fd`) until EOF,
+//!   before anything runs; the helper derives the identity from its own
+//!   credentials and checks the rest again (see [`SpecWire`]);
+//! - the command's stdin, stdout and stderr are the helper's fds 0, 1
+//!   and 2, which the caller chooses ([`run_via_helper_with`]; a
+//!   [`Stdio::Fds`] entry of `None` is /dev/null, as in process);
+//! - the helper is single-threaded, runs [`crate::supervisor::run`], and
+//!   writes one [`Reply`] as JSON on fd 3 (`--reply-fd`): the [`Outcome`],
+//!   or the [`RuntimeError`] itself (typed, with its exit code, step and
+//!   hint), so the caller gets exactly what an in-process run returns.
 
 use std::io::Read;
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, RuntimeError};
 use crate::outcome::{Outcome, EXIT_SANDBOX_FAILED};
-use crate::profile::Profile;
-use crate::spec::{Sandbox, SandboxSpec, Stdio};
+use crate::spec::{SandboxSpec, SpecWire, Stdio};
 
-const REQUEST_ENV: &str = "RETIE_HELPER_REQUEST";
+/// Where the helper reads the request.
+const REQUEST_FD: i32 = 4;
+/// Where the helper writes its reply.
 const REPLY_FD: i32 = 3;
 
-/// What a helper is asked to run: a [`SandboxSpec`] in transferable form.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Request {
-    pub argv: Vec<String>,
-    pub workspace: PathBuf,
-    pub profile: Profile,
-    pub timeout_ms: Option<u64>,
-    /// The final environment, `K=V`.
-    pub env: Vec<String>,
-    pub ro_binds: Vec<(PathBuf, PathBuf)>,
-    /// Directories hidden from the command.
-    #[serde(default)]
-    pub masks: Vec<PathBuf>,
-    /// The network mode (a lab mode names the lab's keeper).
-    #[serde(default)]
-    pub net: crate::spec::NetMode,
-    /// Throwaway writable tmpfs directories.
-    #[serde(default)]
-    pub scratch: Vec<PathBuf>,
-    /// Read-only binds layered after the scratch directories.
-    #[serde(default)]
-    pub layered_binds: Vec<(PathBuf, PathBuf)>,
-    /// Paths covered inside the binds.
-    #[serde(default)]
-    pub hides: Vec<crate::spec::Hide>,
-}
+/// What a helper is asked to run: the spec's own data.
+pub type Request = SpecWire;
 
 /// The helper's answer.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "result", rename_all = "snake_case")]
 pub enum Reply {
+    /// The command ran (whatever its exit code).
     Ok { outcome: Outcome },
-    Err { message: String, exit_code: i32 },
+    /// The sandbox failed, or the command could not be executed.
+    Err { error: RuntimeError },
 }
 
-impl Request {
-    /// Transferable form of a spec.
-    pub fn from_spec(spec: &SandboxSpec) -> Self {
-        Request {
-            argv: spec.argv(),
-            workspace: spec.workspace.clone(),
-            profile: spec.profile.clone(),
-            timeout_ms: spec
-                .timeout
-                .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
-            env: spec.env(),
-            ro_binds: spec
-                .ro_binds
-                .iter()
-                .map(|b| (b.host.clone(), b.inside.clone()))
-                .collect(),
-            masks: spec.masks.clone(),
-            net: spec.net.clone(),
-            scratch: spec.scratch.clone(),
-            layered_binds: spec
-                .layered_binds
-                .iter()
-                .map(|b| (b.host.clone(), b.inside.clone()))
-                .collect(),
-            hides: spec.hides.clone(),
-        }
-    }
-
-    fn to_spec(&self) -> Result<SandboxSpec> {
-        let mut b = Sandbox::builder(&self.argv)
-            .workspace(&self.workspace)
-            .profile(self.profile.clone())
-            .network(self.net.clone());
-        if let Some(ms) = self.timeout_ms {
-            b = b.timeout(Duration::from_millis(ms));
-        }
-        for m in &self.masks {
-            b = b.mask(m);
-        }
-        for (h, i) in &self.ro_binds {
-            b = b.ro_bind(h, i);
-        }
-        for d in &self.scratch {
-            b = b.scratch(d);
-        }
-        for (h, i) in &self.layered_binds {
-            b = b.layered_ro_bind(h, i);
-        }
-        for h in &self.hides {
-            b = b.hide(&h.path, h.kind);
-        }
-        let mut spec = b.build()?;
-        spec.env = self
-            .env
-            .iter()
-            .map(|kv| {
-                std::ffi::CString::new(kv.as_bytes()).map_err(|_| {
-                    RuntimeError::InvalidSpec(format!("environment entry {kv:?} holds NUL"))
-                })
-            })
-            .collect::<Result<_>>()?;
-        Ok(spec)
-    }
-}
-
-/// Run `spec` through a helper process (`helper_exe __sandbox-helper`).
-/// Safe to call from any thread of any process. The command's stdio is
-/// inherited from the caller.
+/// Run `spec` through a helper process (`helper_exe __sandbox-helper`),
+/// the command's stdio inherited from the caller. Safe to call from any
+/// thread of any process.
 pub fn run_via_helper(helper_exe: &Path, spec: &SandboxSpec) -> Result<Outcome> {
-    let request = serde_json::to_string(&Request::from_spec(spec))
+    run_via_helper_with(helper_exe, spec, Stdio::Inherit)
+}
+
+/// Run `spec` through a helper process with the command's stdio chosen as
+/// for an in-process run: [`Stdio::Inherit`] passes the caller's fds 0-2,
+/// [`Stdio::Fds`] the given descriptors (`None` = /dev/null). Returns what
+/// [`crate::run`] would: the outcome, or the same typed error.
+pub fn run_via_helper_with(helper_exe: &Path, spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
+    let request = serde_json::to_vec(&Request::from(spec))
         .map_err(|e| RuntimeError::Helper(format!("encoding the request: {e}")))?;
     let (reply_r, reply_w) =
         crate::sys::pipe_cloexec().map_err(|e| RuntimeError::host("pipe", e))?;
-    let w = reply_w.as_raw_fd();
+    let (request_r, request_w) =
+        crate::sys::pipe_cloexec().map_err(|e| RuntimeError::host("pipe", e))?;
+    let (w, r) = (reply_w.as_raw_fd(), request_r.as_raw_fd());
     let mut cmd = Command::new(helper_exe);
     cmd.arg("__sandbox-helper")
         .arg("--reply-fd")
         .arg(REPLY_FD.to_string())
-        .env(REQUEST_ENV, request);
-    // SAFETY: the closure runs in the forked child before exec and only
-    // calls dup2, which is async-signal-safe; `w` stays open in the parent
-    // until spawn returns.
+        .arg("--request-fd")
+        .arg(REQUEST_FD.to_string());
+    if let Stdio::Fds {
+        stdin,
+        stdout,
+        stderr,
+    } = stdio
+    {
+        let pick = |fd: Option<OwnedFd>| fd.map_or_else(std::process::Stdio::null, Into::into);
+        cmd.stdin(pick(stdin))
+            .stdout(pick(stdout))
+            .stderr(pick(stderr));
+    }
+    // SAFETY: the closure runs in the forked child before exec and calls
+    // only fcntl and dup2, which are async-signal-safe and allocate
+    // nothing. `w` and `r` stay open in the parent until spawn returns.
+    // Both are first copied above 9, so moving one to 3 or 4 can never
+    // overwrite the other before it moves, and dup2 onto a different
+    // number always clears close-on-exec on the copy the helper keeps.
     unsafe {
         cmd.pre_exec(move || {
-            if libc::dup2(w, REPLY_FD) < 0 {
+            let high_w = libc::fcntl(w, libc::F_DUPFD_CLOEXEC, 10);
+            let high_r = libc::fcntl(r, libc::F_DUPFD_CLOEXEC, 10);
+            if high_w < 0
+                || high_r < 0
+                || libc::dup2(high_w, REPLY_FD) < 0
+                || libc::dup2(high_r, REQUEST_FD) < 0
+            {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
@@ -152,7 +104,14 @@ pub fn run_via_helper(helper_exe: &Path, spec: &SandboxSpec) -> Result<Outcome> 
     let mut child = cmd
         .spawn()
         .map_err(|e| RuntimeError::host(format!("spawning {}", helper_exe.display()), e))?;
+    drop(cmd);
     drop(reply_w);
+    drop(request_r);
+    // The helper reads the whole request before it does anything else, so
+    // this write cannot wait on the reply. A helper that died at once
+    // leaves a broken pipe: its (missing) reply tells the story.
+    let _ = crate::sys::write_all(request_w.as_raw_fd(), &request);
+    drop(request_w);
     let mut reply = String::new();
     std::fs::File::from(reply_r)
         .read_to_string(&mut reply)
@@ -162,10 +121,90 @@ pub fn run_via_helper(helper_exe: &Path, spec: &SandboxSpec) -> Result<Outcome> 
         .map_err(|e| RuntimeError::host("waiting for the helper", e))?;
     match serde_json::from_str::<Reply>(reply.trim()) {
         Ok(Reply::Ok { outcome }) => Ok(outcome),
-        Ok(Reply::Err { message, .. }) => Err(RuntimeError::Helper(message)),
+        Ok(Reply::Err { error }) => Err(error),
         Err(e) => Err(RuntimeError::Helper(format!(
             "no valid reply ({e}); helper exited with {status}"
         ))),
+    }
+}
+
+/// One captured stream of [`run_via_helper_captured`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Captured {
+    /// The first `cap` bytes the command wrote.
+    pub bytes: Vec<u8>,
+    /// Every byte the command wrote, kept or not.
+    pub total: u64,
+    /// True when bytes beyond the cap were dropped.
+    pub truncated: bool,
+}
+
+/// What [`run_via_helper_captured`] returns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CapturedRun {
+    pub outcome: Outcome,
+    pub stdout: Captured,
+    pub stderr: Captured,
+}
+
+/// Run `spec` through a helper with stdin on /dev/null and stdout and
+/// stderr captured, each up to `cap_bytes`: bytes beyond the cap are read
+/// (the command never blocks on a full pipe), counted and dropped, and the
+/// stream is marked truncated. Both streams are drained concurrently, on
+/// two threads of their own, while the helper runs.
+pub fn run_via_helper_captured(
+    helper_exe: &Path,
+    spec: &SandboxSpec,
+    cap_bytes: usize,
+) -> Result<CapturedRun> {
+    let (out_r, out_w) = crate::sys::pipe_cloexec().map_err(|e| RuntimeError::host("pipe", e))?;
+    let (err_r, err_w) = crate::sys::pipe_cloexec().map_err(|e| RuntimeError::host("pipe", e))?;
+    let out = std::thread::spawn(move || drain(out_r, cap_bytes));
+    let err = std::thread::spawn(move || drain(err_r, cap_bytes));
+    // The write ends are moved into the helper's Command and closed in
+    // this process when the run returns, so both readers reach EOF.
+    let ran = run_via_helper_with(
+        helper_exe,
+        spec,
+        Stdio::Fds {
+            stdin: None,
+            stdout: Some(out_w),
+            stderr: Some(err_w),
+        },
+    );
+    let join = |h: std::thread::JoinHandle<std::io::Result<Captured>>, what: &str| {
+        h.join()
+            .map_err(|_| RuntimeError::Helper(format!("the {what} reader panicked")))?
+            .map_err(|e| RuntimeError::host(format!("reading the command's {what}"), e))
+    };
+    let stdout = join(out, "stdout");
+    let stderr = join(err, "stderr");
+    let outcome = ran?;
+    Ok(CapturedRun {
+        outcome,
+        stdout: stdout?,
+        stderr: stderr?,
+    })
+}
+
+/// Read `fd` to EOF, keeping the first `cap` bytes.
+fn drain(fd: OwnedFd, cap: usize) -> std::io::Result<Captured> {
+    let mut file = std::fs::File::from(fd);
+    let mut got = Captured::default();
+    let mut chunk = [0u8; 16 * 1024];
+    loop {
+        let n = match file.read(&mut chunk) {
+            Ok(0) => return Ok(got),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        got.total = got.total.saturating_add(n as u64);
+        let room = cap.saturating_sub(got.bytes.len());
+        got.bytes.extend_from_slice(&chunk[..n.min(room)]);
+        if n > room {
+            got.truncated = true;
+        }
     }
 }
 
@@ -188,68 +227,270 @@ pub fn check_passed_fd(fd: i32) -> std::result::Result<(), String> {
 }
 
 /// The helper's side: read the request, run it, reply. Returns the exit
-/// code the helper process should end with.
-pub fn serve(reply_fd: i32) -> i32 {
-    // The reply fd comes from the command line: it must be open, and not
-    // stdio (the reply would mix with the command's output). Checked before
-    // anything runs, so a run is never left without its report.
-    if let Err(problem) = check_passed_fd(reply_fd) {
-        eprintln!("retie: --reply-fd {reply_fd}: {problem}");
+/// code the helper process should end with (what `retie sandbox exec`
+/// would: the command's, or the error's).
+pub fn serve(reply_fd: i32, request_fd: i32) -> i32 {
+    // Both fds come from the command line: they must be open, distinct,
+    // and not stdio (the reply would mix with the command's output).
+    // Checked before anything runs, so a run is never left without its
+    // report.
+    for (flag, fd) in [("--reply-fd", reply_fd), ("--request-fd", request_fd)] {
+        if let Err(problem) = check_passed_fd(fd) {
+            eprintln!("retie: {flag} {fd}: {problem}");
+            return EXIT_SANDBOX_FAILED;
+        }
+    }
+    if reply_fd == request_fd {
+        eprintln!("retie: --reply-fd and --request-fd must be two descriptors");
         return EXIT_SANDBOX_FAILED;
     }
-    let reply = match std::env::var(REQUEST_ENV)
-        .map_err(|_| RuntimeError::Helper(format!("{REQUEST_ENV} is not set")))
-        .and_then(|s| {
-            serde_json::from_str::<Request>(&s)
+    // SAFETY: the request fd was checked open above, was handed to this
+    // process for this one use, and nothing else in it owns or closes it.
+    let request = unsafe { OwnedFd::from_raw_fd(request_fd) };
+    let mut text = Vec::new();
+    let reply = std::fs::File::from(request)
+        .read_to_end(&mut text)
+        .map_err(|e| RuntimeError::host("reading the request", e))
+        .and_then(|_| {
+            serde_json::from_slice::<Request>(&text)
                 .map_err(|e| RuntimeError::Helper(format!("bad request: {e}")))
         })
-        .and_then(|req| req.to_spec())
-        .and_then(|spec| crate::supervisor::run(&spec, Stdio::Inherit))
-    {
-        Ok(outcome) => Reply::Ok { outcome },
-        Err(e) => Reply::Err {
-            exit_code: match &e {
-                RuntimeError::Exec { exit_code, .. } => *exit_code,
-                _ => EXIT_SANDBOX_FAILED,
-            },
-            message: e.to_string(),
-        },
-    };
-    let code = match &reply {
-        Reply::Ok { outcome } => outcome.exit_code,
-        Reply::Err { exit_code, .. } => *exit_code,
+        .and_then(SpecWire::into_spec)
+        .and_then(|spec| crate::supervisor::run(&spec, Stdio::Inherit));
+    let (code, reply) = match reply {
+        Ok(outcome) => (outcome.exit_code, Reply::Ok { outcome }),
+        Err(error) => (error.exit_code(), Reply::Err { error }),
     };
     let text = serde_json::to_string(&reply).unwrap_or_default();
-    let _ = crate::sys::write_all(reply_fd, text.as_bytes());
-    // SAFETY: closing the fd we were handed, once.
-    let _ = unsafe { std::fs::File::from_raw_fd(reply_fd) };
+    // SAFETY: as for the request fd: checked open, handed over for this
+    // one use, owned by nothing else; closed when the File drops.
+    let reply_file = unsafe { std::fs::File::from_raw_fd(reply_fd) };
+    let _ = crate::sys::write_all(reply_file.as_raw_fd(), text.as_bytes());
     code
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::spec::HideKind;
+    use std::path::PathBuf;
+    use std::time::Duration;
 
-    /// The hand-kept transfer form carries the layered view: a field lost
-    /// here would silently drop a bind or, worse, a cover.
-    #[test]
-    fn request_round_trips_the_layered_view() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let spec = Sandbox::builder(["true"])
-            .workspace(dir.path())
+    use super::*;
+    use crate::profile::{Limits, Profile};
+    use crate::spec::{Hide, HideKind, LabNet, NetMode, RoBind, Sandbox, WorkspaceMode};
+
+    /// A spec with every field set to something other than its default.
+    fn full_spec(dir: &Path) -> SandboxSpec {
+        let ws = dir.join("ws");
+        let runs = dir.join("run");
+        for d in [ws.join(".retie"), runs.join("upper"), runs.join("work")] {
+            std::fs::create_dir_all(&d).expect("mkdir");
+        }
+        let ws = std::fs::canonicalize(&ws).expect("canonical");
+        let runs = std::fs::canonicalize(&runs).expect("canonical");
+        let mut profile = Profile::host().expect("host profile");
+        profile.description = "round trip".into();
+        profile.filesystem.tmpfs.push("/var/tmp".into());
+        let limits = Limits {
+            address_space: Some(1 << 33),
+            core: Some(0),
+            cpu: Some(30),
+            fsize: Some(1 << 20),
+            nofile: Some(256),
+            nproc: Some(64),
+        };
+        let mut spec = Sandbox::builder(["sh", "-c", "echo \u{e9}t\u{e9} > f"])
+            .workspace(&ws)
+            .workspace_mode(WorkspaceMode::Overlay {
+                upper: runs.join("upper"),
+                work: runs.join("work"),
+            })
+            .network(NetMode::Lab(LabNet {
+                name: "web".into(),
+                keeper_pid: 4242,
+                ports: vec![80, 8443],
+            }))
+            .profile(profile)
+            .limits(limits)
+            .timeout(Duration::from_millis(12_345))
+            .env("FOO", "bar baz")
+            .ro_bind("/usr/share", "/opt/share")
+            .mask(ws.join(".retie"))
             .scratch("/opt/tool-home")
             .layered_ro_bind("/opt/tool-home-src/bin", "/opt/tool-home/bin")
             .hide("/opt/tool-home/bin/deploy.pem", HideKind::File)
             .hide("/opt/tool-home/bin/.ssh", HideKind::Dir)
             .build()
             .expect("spec");
-        let text = serde_json::to_string(&Request::from_spec(&spec)).expect("encode");
-        let back: Request = serde_json::from_str(&text).expect("decode");
-        let spec2 = back.to_spec().expect("spec again");
-        assert_eq!(spec2.scratch(), spec.scratch());
-        assert_eq!(spec2.layered_binds(), spec.layered_binds());
-        assert_eq!(spec2.hides(), spec.hides());
-        assert_eq!(spec2.env(), spec.env());
+        spec.hostname = c"box-1".to_owned();
+        spec
+    }
+
+    /// The transfer form is the spec's own data: every field comes back
+    /// equal. The destructuring below names each field, so a field added
+    /// to the spec must be given a non-default value here too.
+    #[test]
+    fn request_round_trips_every_field() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let spec = full_spec(dir.path());
+        let SandboxSpec {
+            argv,
+            env,
+            workspace,
+            workspace_mode,
+            net,
+            profile,
+            limits,
+            timeout,
+            ro_binds,
+            masks,
+            scratch,
+            layered_binds,
+            hides,
+            identity,
+            hostname,
+        } = &spec;
+        // Each one differs from what a bare builder gives.
+        let bare = Sandbox::builder(["true"])
+            .workspace(dir.path())
+            .build()
+            .expect("bare spec");
+        assert_ne!(argv, &bare.argv);
+        assert_ne!(env, &bare.env);
+        assert_ne!(workspace, &bare.workspace);
+        assert_ne!(workspace_mode, &bare.workspace_mode);
+        assert_ne!(net, &bare.net);
+        assert_ne!(profile, &bare.profile);
+        assert_ne!(limits, &bare.limits);
+        assert_ne!(timeout, &bare.timeout);
+        assert_ne!(ro_binds, &bare.ro_binds);
+        assert_ne!(masks, &bare.masks);
+        assert_ne!(scratch, &bare.scratch);
+        assert_ne!(layered_binds, &bare.layered_binds);
+        assert_ne!(hides, &bare.hides);
+        assert_ne!(hostname, &bare.hostname);
+        // The identity is derived, not sent: the receiver computes the
+        // same one for the same workspace and credentials.
+        assert_eq!(identity, &bare.identity);
+
+        let text = serde_json::to_vec(&Request::from(&spec)).expect("encode");
+        let back: Request = serde_json::from_slice(&text).expect("decode");
+        assert_eq!(back, Request::from(&spec));
+        assert_eq!(back.into_spec().expect("spec again"), spec);
+    }
+
+    /// A request cannot choose who the sandbox runs as: an identity on the
+    /// wire is refused, and the one a spec runs with is always derived by
+    /// the receiver.
+    #[test]
+    fn request_carries_no_identity() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let spec = full_spec(dir.path());
+        let mut v = serde_json::to_value(Request::from(&spec)).expect("encode");
+        assert!(v.get("identity").is_none());
+        v["identity"] = serde_json::json!({"host_uid": 0, "host_gid": 0});
+        let err = serde_json::from_value::<Request>(v).expect_err("identity refused");
+        assert!(err.to_string().contains("identity"), "{err}");
+    }
+
+    /// What arrives is checked as `build` checks it.
+    #[test]
+    fn request_is_validated_on_arrival() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let spec = full_spec(dir.path());
+        let mut req = Request::from(&spec);
+        req.masks = vec![PathBuf::from("/etc")];
+        assert!(matches!(
+            req.into_spec(),
+            Err(RuntimeError::InvalidSpec(m)) if m.contains("mask /etc")
+        ));
+        let mut req = Request::from(&spec);
+        req.workspace = dir.path().join("ws/../ws");
+        assert!(matches!(
+            req.into_spec(),
+            Err(RuntimeError::Workspace { reason, .. }) if reason.contains("not canonical")
+        ));
+        let mut req = Request::from(&spec);
+        req.argv.clear();
+        assert!(req.into_spec().is_err());
+        let mut req = Request::from(&spec);
+        req.env.push(c"NOEQUALS".to_owned());
+        assert!(req.into_spec().is_err());
+        let mut req = Request::from(&spec);
+        req.ro_binds.push(RoBind {
+            host: "relative".into(),
+            inside: "/x".into(),
+        });
+        assert!(req.into_spec().is_err());
+        let mut req = Request::from(&spec);
+        req.hides.push(Hide {
+            path: "/a/../etc".into(),
+            kind: HideKind::Dir,
+        });
+        assert!(req.into_spec().is_err());
+    }
+
+    /// Every error variant crosses as itself: same message, same exit code.
+    #[test]
+    fn errors_round_trip_typed() {
+        let errors = [
+            RuntimeError::InvalidSpec("x".into()),
+            RuntimeError::Workspace {
+                path: "/w".into(),
+                reason: "gone".into(),
+            },
+            RuntimeError::Profile {
+                path: "p.toml".into(),
+                reason: "bad".into(),
+            },
+            RuntimeError::Unsupported {
+                problem: "no userns".into(),
+                fix: "sysctl".into(),
+            },
+            RuntimeError::NotSingleThreaded { threads: 4 },
+            RuntimeError::host("open", std::io::Error::from_raw_os_error(libc::EACCES)),
+            RuntimeError::host("parse", std::io::Error::other("no digits")),
+            RuntimeError::Setup {
+                step: "mounts".into(),
+                message: "EPERM".into(),
+                hint: Some("do this".into()),
+            },
+            RuntimeError::Exec {
+                program: "nope".into(),
+                reason: "not found".into(),
+                exit_code: 127,
+            },
+            RuntimeError::Channel { why: "junk".into() },
+            RuntimeError::Toolchain("t".into()),
+            RuntimeError::Helper("h".into()),
+        ];
+        for e in errors {
+            let text = serde_json::to_string(&e).expect("encode");
+            let back: RuntimeError = serde_json::from_str(&text).expect("decode");
+            assert_eq!(back.to_string(), e.to_string(), "{text}");
+            assert_eq!(back.exit_code(), e.exit_code());
+            assert_eq!(
+                std::mem::discriminant(&back),
+                std::mem::discriminant(&e),
+                "{text}"
+            );
+            if let (RuntimeError::Host { source: a, .. }, RuntimeError::Host { source: b, .. }) =
+                (&back, &e)
+            {
+                assert_eq!(a.raw_os_error(), b.raw_os_error());
+            }
+        }
+    }
+
+    #[test]
+    fn drain_caps_and_counts() {
+        let (r, w) = crate::sys::pipe_cloexec().expect("pipe");
+        let reader = std::thread::spawn(move || drain(r, 10));
+        // More than a pipe holds: the reader must keep draining.
+        crate::sys::write_all(w.as_raw_fd(), &[b'x'; 200_000]).expect("write");
+        drop(w);
+        let got = reader.join().expect("join").expect("drain");
+        assert_eq!(got.bytes, vec![b'x'; 10]);
+        assert_eq!(got.total, 200_000);
+        assert!(got.truncated);
     }
 }

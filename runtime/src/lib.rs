@@ -38,7 +38,7 @@ pub use profile::Profile;
 /// try every rule (`retie selftest`).
 pub use setup::seccomp::{deny_table, ArgCheck, ArgOp, DeniedCall, DENY_ERRNO};
 pub use spec::{
-    Hide, HideKind, Identity, LabNet, NetMode, RoBind, Sandbox, SandboxBuilder, SandboxSpec, Stdio,
-    WorkspaceMode,
+    Hide, HideKind, Identity, LabNet, NetMode, RoBind, Sandbox, SandboxBuilder, SandboxSpec,
+    SpecWire, Stdio, WorkspaceMode,
 };
 pub use supervisor::run;

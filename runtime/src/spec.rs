@@ -58,7 +58,8 @@ impl NetMode {
 
 /// How the workspace is presented inside the sandbox. The mount step
 /// dispatches on this; nothing else in the set-up depends on it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum WorkspaceMode {
     /// The real workspace, bound read-write at its own path.
     Direct,
@@ -105,7 +106,8 @@ pub struct Identity {
 }
 
 /// An extra read-only bind (`host` appears at `inside`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RoBind {
     pub host: PathBuf,
     pub inside: PathBuf,
@@ -130,7 +132,11 @@ pub struct Hide {
 }
 
 /// A validated, immutable sandbox description.
-#[derive(Debug, Clone)]
+///
+/// It crosses a process boundary (to the helper) as a [`SpecWire`], built
+/// from and into it by exhaustive destructuring: a field added here that
+/// the wire does not carry fails to compile.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SandboxSpec {
     pub(crate) argv: Vec<CString>,
     pub(crate) env: Vec<CString>,
@@ -199,6 +205,240 @@ impl SandboxSpec {
     /// The time limit, if any.
     pub fn timeout(&self) -> Option<Duration> {
         self.timeout
+    }
+    /// How the workspace is presented.
+    pub fn workspace_mode(&self) -> &WorkspaceMode {
+        &self.workspace_mode
+    }
+    /// The command's resource limits.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// The checks every spec passes before anything runs, whether it was
+    /// just built or arrived from another process (then nothing else has
+    /// checked it). The workspace is already canonical.
+    fn validate(&self) -> Result<()> {
+        let invalid = |m: String| RuntimeError::InvalidSpec(m);
+        match self.argv.first() {
+            None => return Err(invalid("no command given".into())),
+            Some(a) if a.as_bytes().is_empty() => {
+                return Err(invalid("the command name is empty".into()))
+            }
+            Some(_) => {}
+        }
+        for kv in &self.env {
+            let bytes = kv.as_bytes();
+            let name = bytes
+                .iter()
+                .position(|b| *b == b'=')
+                .and_then(|i| std::str::from_utf8(&bytes[..i]).ok())
+                .ok_or_else(|| {
+                    invalid(format!(
+                        "environment entry {:?} is not NAME=VALUE",
+                        String::from_utf8_lossy(bytes)
+                    ))
+                })?;
+            check_env_name(name)?;
+        }
+        let workspace = &self.workspace;
+        if let WorkspaceMode::Overlay { upper, work } = &self.workspace_mode {
+            if upper.parent() != work.parent() || upper == work {
+                return Err(invalid(
+                    "overlay upper and work must be two directories with the same parent (overlay wants them on one mount)".into(),
+                ));
+            }
+            for (what, dir) in [("upper", upper), ("work", work)] {
+                let empty = std::fs::read_dir(dir)
+                    .map(|mut d| d.next().is_none())
+                    .map_err(|e| RuntimeError::Workspace {
+                        path: dir.clone(),
+                        reason: format!("overlay {what} directory: {e}"),
+                    })?;
+                if !empty || !dir.is_absolute() {
+                    return Err(RuntimeError::Workspace {
+                        path: dir.clone(),
+                        reason: format!("overlay {what} directory must be absolute and empty"),
+                    });
+                }
+            }
+        }
+        for m in &self.masks {
+            if !m.is_absolute() || !m.starts_with(workspace) || m == workspace {
+                return Err(invalid(format!(
+                    "mask {}: must be an absolute directory strictly inside the workspace",
+                    m.display()
+                )));
+            }
+        }
+        for p in self
+            .scratch
+            .iter()
+            .chain(self.hides.iter().map(|h| &h.path))
+        {
+            if !p.is_absolute()
+                || p.components()
+                    .any(|c| matches!(c, std::path::Component::ParentDir))
+                || p == Path::new("/")
+            {
+                return Err(invalid(format!(
+                    "scratch or hidden path {}: must be absolute, not /, and free of `..`",
+                    p.display()
+                )));
+            }
+        }
+        for b in self.ro_binds.iter().chain(&self.layered_binds) {
+            if !b.inside.is_absolute() || !b.host.is_absolute() {
+                return Err(invalid(format!(
+                    "read-only bind {} -> {}: both paths must be absolute",
+                    b.host.display(),
+                    b.inside.display()
+                )));
+            }
+        }
+
+        let host = self.hostname.as_bytes();
+        if host.is_empty()
+            || host.len() > 64
+            || !host
+                .iter()
+                .all(|b| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'.')
+        {
+            return Err(invalid(format!(
+                "host name {:?}: 1 to 64 letters, digits, `-` or `.`",
+                String::from_utf8_lossy(host)
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A [`SandboxSpec`] in transferable form: the spec's own data, every field
+/// but the identity, serialized with serde (what the helper receives).
+///
+/// **The identity is never taken from the wire.** [`SpecWire::into_spec`]
+/// derives it again, in the receiving process, from that process's own
+/// credentials and the workspace's owner, exactly as
+/// [`SandboxBuilder::build`] does. A caller therefore cannot ask a helper
+/// to map the sandbox to another uid: the helper runs as the caller (the
+/// kernel would refuse most such maps anyway), and a root caller's helper
+/// still runs the command as [`ROOT_INVOKED_HOST_ID`]. The rest of the
+/// spec is validated again on arrival (the checks `build` makes), because
+/// the receiver is what runs it. Unknown fields, an `identity` among
+/// them, are refused.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpecWire {
+    pub argv: Vec<CString>,
+    pub env: Vec<CString>,
+    pub workspace: PathBuf,
+    pub workspace_mode: WorkspaceMode,
+    pub net: NetMode,
+    pub profile: Profile,
+    pub limits: Limits,
+    pub timeout: Option<Duration>,
+    pub ro_binds: Vec<RoBind>,
+    pub masks: Vec<PathBuf>,
+    pub scratch: Vec<PathBuf>,
+    pub layered_binds: Vec<RoBind>,
+    pub hides: Vec<Hide>,
+    pub hostname: CString,
+}
+
+impl From<&SandboxSpec> for SpecWire {
+    fn from(spec: &SandboxSpec) -> SpecWire {
+        // Exhaustive: a field added to SandboxSpec must be carried (or
+        // left out on purpose, like the identity) before this compiles.
+        let SandboxSpec {
+            argv,
+            env,
+            workspace,
+            workspace_mode,
+            net,
+            profile,
+            limits,
+            timeout,
+            ro_binds,
+            masks,
+            scratch,
+            layered_binds,
+            hides,
+            identity: _, // derived again by the receiver, see SpecWire
+            hostname,
+        } = spec;
+        SpecWire {
+            argv: argv.clone(),
+            env: env.clone(),
+            workspace: workspace.clone(),
+            workspace_mode: workspace_mode.clone(),
+            net: net.clone(),
+            profile: profile.clone(),
+            limits: limits.clone(),
+            timeout: *timeout,
+            ro_binds: ro_binds.clone(),
+            masks: masks.clone(),
+            scratch: scratch.clone(),
+            layered_binds: layered_binds.clone(),
+            hides: hides.clone(),
+            hostname: hostname.clone(),
+        }
+    }
+}
+
+impl SpecWire {
+    /// The spec again, checked as `build` checks it, with the identity
+    /// derived here from this process's own credentials.
+    pub fn into_spec(self) -> Result<SandboxSpec> {
+        let SpecWire {
+            argv,
+            env,
+            workspace,
+            workspace_mode,
+            net,
+            profile,
+            limits,
+            timeout,
+            ro_binds,
+            masks,
+            scratch,
+            layered_binds,
+            hides,
+            hostname,
+        } = self;
+        let canonical = canonical_workspace(&workspace)?;
+        if canonical != workspace {
+            return Err(RuntimeError::Workspace {
+                path: workspace,
+                reason: format!(
+                    "is not canonical (it resolves to {}); a spec names its workspace canonically",
+                    canonical.display()
+                ),
+            });
+        }
+        let meta = std::fs::metadata(&workspace).map_err(|e| RuntimeError::Workspace {
+            path: workspace.clone(),
+            reason: e.to_string(),
+        })?;
+        let identity = identity_for(meta.uid(), meta.gid());
+        let spec = SandboxSpec {
+            argv,
+            env,
+            workspace,
+            workspace_mode,
+            net,
+            profile,
+            limits,
+            timeout,
+            ro_binds,
+            masks,
+            scratch,
+            layered_binds,
+            hides,
+            identity,
+            hostname,
+        };
+        spec.validate()?;
+        Ok(spec)
     }
 }
 
@@ -394,61 +634,6 @@ impl SandboxBuilder {
 
         let identity = identity_for(meta.uid(), meta.gid());
 
-        if let WorkspaceMode::Overlay { upper, work } = &self.workspace_mode {
-            if upper.parent() != work.parent() || upper == work {
-                return Err(invalid(
-                    "overlay upper and work must be two directories with the same parent (overlay wants them on one mount)".into(),
-                ));
-            }
-            for (what, dir) in [("upper", upper), ("work", work)] {
-                let empty = std::fs::read_dir(dir)
-                    .map(|mut d| d.next().is_none())
-                    .map_err(|e| RuntimeError::Workspace {
-                        path: dir.clone(),
-                        reason: format!("overlay {what} directory: {e}"),
-                    })?;
-                if !empty || !dir.is_absolute() {
-                    return Err(RuntimeError::Workspace {
-                        path: dir.clone(),
-                        reason: format!("overlay {what} directory must be absolute and empty"),
-                    });
-                }
-            }
-        }
-        for m in &self.masks {
-            if !m.is_absolute() || !m.starts_with(&workspace) || *m == workspace {
-                return Err(invalid(format!(
-                    "mask {}: must be an absolute directory strictly inside the workspace",
-                    m.display()
-                )));
-            }
-        }
-        for p in self
-            .scratch
-            .iter()
-            .chain(self.hides.iter().map(|h| &h.path))
-        {
-            if !p.is_absolute()
-                || p.components()
-                    .any(|c| matches!(c, std::path::Component::ParentDir))
-                || p == Path::new("/")
-            {
-                return Err(invalid(format!(
-                    "scratch or hidden path {}: must be absolute, not /, and free of `..`",
-                    p.display()
-                )));
-            }
-        }
-        for b in self.ro_binds.iter().chain(&self.layered_binds) {
-            if !b.inside.is_absolute() || !b.host.is_absolute() {
-                return Err(invalid(format!(
-                    "read-only bind {} -> {}: both paths must be absolute",
-                    b.host.display(),
-                    b.inside.display()
-                )));
-            }
-        }
-
         // The environment: the five base variables and nothing else unless
         // asked for by name.
         let mut env: BTreeMap<String, OsString> = BTreeMap::new();
@@ -483,7 +668,7 @@ impl SandboxBuilder {
             })
             .collect::<Result<Vec<_>>>()?;
 
-        Ok(SandboxSpec {
+        let spec = SandboxSpec {
             argv,
             env,
             workspace,
@@ -499,7 +684,9 @@ impl SandboxBuilder {
             hides: self.hides,
             identity,
             hostname: c"retie".to_owned(),
-        })
+        };
+        spec.validate()?;
+        Ok(spec)
     }
 }
 

@@ -11,7 +11,7 @@ use retie_runtime::{Outcome, Profile, RuntimeError, Sandbox, Stdio, EXIT_SANDBOX
 use serde_json::json;
 
 use retie_dispatch::record::SessionSpec;
-use retie_dispatch::sandbox::{JobMode, SandboxJob};
+use retie_dispatch::sandbox::{JobMode, Runner, SandboxJob};
 use retie_dispatch::{dispatch, CommandLine, Dispatched, Proposal, Recorder};
 use retie_policy::{Action, Context, Policy};
 
@@ -307,6 +307,7 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
         snaps,
         owner,
         stdio: Some(Stdio::Inherit),
+        runner: Runner::InProcess,
         ui: &mut ui,
     };
     let ctx = Context::new(policy.default_tier());

@@ -9,6 +9,7 @@ mod harness;
 
 mod escapes;
 mod exec;
+mod helper;
 mod identity;
 mod lab;
 mod ledger;

@@ -376,7 +376,7 @@ mod tests {
             .network(lab())
             .build()
             .expect("spec");
-        let req = crate::helper::Request::from_spec(&spec);
+        let req = crate::helper::Request::from(&spec);
         let text = serde_json::to_string(&req).expect("json");
         let back: crate::helper::Request = serde_json::from_str(&text).expect("parse");
         assert_eq!(back.net, lab());
