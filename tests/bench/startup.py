@@ -33,16 +33,40 @@ import tempfile
 import time
 
 
-def spawn_time(argv, cwd, env=None):
-    """Wall time of one fork+exec+wait of argv, in ms; checks it succeeded."""
+def high_pipe():
+    """A pipe whose ends sit above the fds the file actions set (3, 4), so
+    one dup2 cannot overwrite the source of another; both inheritable (a
+    dup2 onto itself would keep CLOEXEC)."""
+    r, w = os.pipe()
+    hr, hw = os.dup2(r, 100 + r, inheritable=True), os.dup2(w, 100 + w, inheritable=True)
+    os.close(r)
+    os.close(w)
+    return hr, hw
+
+
+def spawn_time(argv, cwd, env=None, request=None):
+    """Wall time of one fork+exec+wait of argv, in ms; checks it succeeded.
+    With `request`, it is written to a pipe the child reads on fd 4 (the
+    helper's protocol), inside the timed span."""
     t0 = time.perf_counter_ns()
-    pid = os.posix_spawn(argv[0], argv, env or os.environ, file_actions=[
+    actions = [
         (os.POSIX_SPAWN_OPEN, 1, "/dev/null", os.O_WRONLY, 0),
         (os.POSIX_SPAWN_OPEN, 2, "/dev/null", os.O_WRONLY, 0),
         (os.POSIX_SPAWN_OPEN, 3, "/dev/null", os.O_WRONLY, 0),
-    ]) if cwd is None else None
+    ]
+    r = w = None
+    if request is not None:
+        r, w = high_pipe()
+        actions.append((os.POSIX_SPAWN_DUP2, r, 4))
+        actions.append((os.POSIX_SPAWN_CLOSE, r))
+        actions.append((os.POSIX_SPAWN_CLOSE, w))
+    pid = os.posix_spawn(argv[0], argv, env or os.environ, file_actions=actions) if cwd is None else None
     if pid is None:
         raise RuntimeError("cwd unsupported")
+    if request is not None:
+        os.close(r)
+        os.write(w, request)
+        os.close(w)
     _, status = os.waitpid(pid, 0)
     dt = (time.perf_counter_ns() - t0) / 1e6
     if os.waitstatus_to_exitcode(status) != 0:
@@ -73,17 +97,10 @@ def main():
     ws = tempfile.mkdtemp(prefix="retie-bench-")
     ws2 = tempfile.mkdtemp(prefix="retie-bench-w-")
     state = tempfile.mkdtemp(prefix="retie-bench-state-")
-    import tomllib
-    profile = tomllib.load(open(os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                             "../../rootfs/host.toml"), "rb"))
-    request = json.dumps({
-        "argv": ["true"], "workspace": ws, "profile": profile, "timeout_ms": None,
-        "env": ["PATH=/usr/bin:/bin", "HOME=/tmp", "TERM=dumb", "LANG=C.UTF-8", "USER=bench"],
-        "ro_binds": [],
-    })
-    envs = {
-        "retie-runtime": dict(os.environ, RETIE_HELPER_REQUEST=request),
-    }
+    # The helper's request: the sandbox spec, as retie itself serializes it.
+    request = subprocess.run([retie, "__sandbox-helper", "--print-request", "--workspace", ws, "--", true],
+                             check=True, capture_output=True).stdout
+    envs = {}
     for k in ("cli-direct", "cli-overlay-unchanged", "cli-overlay-write"):
         envs[k] = dict(os.environ, XDG_STATE_HOME=state, XDG_CONFIG_HOME=state, XDG_DATA_HOME=state)
     try:
@@ -105,22 +122,30 @@ def main():
                       "--bind", ws, ws, "--chdir", ws, "true"],
             "true": [true],
         }
+        reqs = {"retie-runtime": request}
         for name, argv in cmds.items():  # warm up, and fail early
             for _ in range(5):
-                spawn_time(argv, None, envs.get(name))
+                spawn_time(argv, None, envs.get(name), reqs.get(name))
         times = {k: [] for k in cmds}
         order = list(cmds)
         for i in range(args.runs):
             for name in (order if i % 2 == 0 else reversed(order)):
-                times[name].append(spawn_time(cmds[name], None, envs.get(name)))
+                times[name].append(spawn_time(cmds[name], None, envs.get(name), reqs.get(name)))
 
         rss = []
         for _ in range(20):
-            r, w = os.pipe()
-            pid = os.posix_spawn(retie, [retie, "__sandbox-helper", "--reply-fd", "3"], envs["retie-runtime"],
+            r, w = high_pipe()
+            qr, qw = high_pipe()
+            pid = os.posix_spawn(retie, [retie, "__sandbox-helper", "--reply-fd", "3"], os.environ,
                                  file_actions=[(os.POSIX_SPAWN_DUP2, w, 3),
+                                               (os.POSIX_SPAWN_DUP2, qr, 4),
+                                               (os.POSIX_SPAWN_CLOSE, w), (os.POSIX_SPAWN_CLOSE, qr),
+                                               (os.POSIX_SPAWN_CLOSE, r), (os.POSIX_SPAWN_CLOSE, qw),
                                                (os.POSIX_SPAWN_OPEN, 1, "/dev/null", os.O_WRONLY, 0)])
             os.close(w)
+            os.close(qr)
+            os.write(qw, request)
+            os.close(qw)
             reply = b""
             while chunk := os.read(r, 65536):
                 reply += chunk
