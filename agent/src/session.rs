@@ -11,7 +11,6 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use retie_dispatch::record::SessionSpec;
@@ -48,7 +47,7 @@ pub struct SessionConfig {
     /// The same failing call is not run again after this many failures.
     pub repeat_limit: usize,
     /// Set from outside (SIGINT) to stop between steps.
-    pub interrupt: Option<Arc<AtomicBool>>,
+    pub interrupt: Option<&'static AtomicBool>,
 }
 
 impl SessionConfig {
