@@ -30,6 +30,8 @@ bash runs each command line in a fresh sandbox with no network; its changes to t
 Every call is recorded. When a call is refused, do not retry it unchanged: explain or try another way. \
 When the task is done, answer with a short summary and no tool call.";
 
+const SAID_CHARS: usize = 2000;
+
 /// Limits and settings of one session.
 #[derive(Debug, Clone)]
 pub struct SessionConfig {
@@ -101,7 +103,7 @@ pub struct CallRecord {
     /// `ok`, `error`, `refused`, `invalid`.
     pub status: &'static str,
     pub summary: String,
-    /// The first line of what the model was told.
+    /// What the model was told (its first 2000 characters).
     pub said: String,
 }
 
@@ -414,7 +416,7 @@ pub async fn run<P: Provider>(
                                 action: r.action,
                                 status: r.status,
                                 summary: r.summary,
-                                said: r.text.lines().next().unwrap_or("").to_string(),
+                                said: r.text.chars().take(SAID_CHARS).collect(),
                             }
                         }
                     }

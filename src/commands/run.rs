@@ -385,7 +385,15 @@ impl Render for Terminal {
             "\n  → {id}{}: {} — {}",
             crate::ui::visible(&c.summary),
             c.status,
-            crate::ui::visible(&c.said.chars().take(160).collect::<String>())
+            crate::ui::visible(
+                &c.said
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .chars()
+                    .take(160)
+                    .collect::<String>()
+            )
         );
     }
 }

@@ -149,6 +149,10 @@ pub struct Tools {
     /// Large results kept out of the transcript.
     pub recall: Recall,
     ws: Workspace,
+    /// A file tool wrote since the last sandbox started: the next one
+    /// waits for the coarse clock to tick first, or the write would look
+    /// like a change made during the run (a conflict).
+    wrote: bool,
 }
 
 /// What a call came to.
@@ -186,6 +190,7 @@ impl Tools {
             bash,
             recall: Recall::default(),
             ws,
+            wrote: false,
         })
     }
 
@@ -253,9 +258,14 @@ impl Tools {
             }
             "write" | "edit" => {
                 let mut ex = files::WriteExec::new(self.snapshots()?, &p);
-                dispatch(rec, policy, &ctx, proposal(action), approver, &mut ex)?
+                let d = dispatch(rec, policy, &ctx, proposal(action), approver, &mut ex)?;
+                self.wrote = true;
+                d
             }
             "bash" => {
+                if std::mem::take(&mut self.wrote) {
+                    retie_dispatch::overlay::wait_for_next_tick();
+                }
                 let mut ex = bash::BashExec::new(self, self.snapshots()?, &p.args, &mut notes)?;
                 dispatch(rec, policy, &ctx, proposal(action), approver, &mut ex)?
             }
