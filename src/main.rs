@@ -72,6 +72,13 @@ enum Command {
     Undo(commands::undo::UndoArgs),
     /// Undo every action of a session, newest first.
     UndoAll(commands::undo::UndoAllArgs),
+    /// The agent: one task in DIR, every tool call through the chokepoint.
+    /// Exits 0 finished, 3 budget spent, 4 provider failed, 130
+    /// interrupted, 125 usage error.
+    Run(commands::run::RunArgs),
+    /// Offline, no key, under a minute: a scripted model fixes a bug in a
+    /// sample project, then replay, verify and undo-all.
+    Demo(commands::demo::DemoArgs),
     /// Internal: ledger test and benchmark tools.
     #[command(name = "__ledger", hide = true, subcommand)]
     LedgerDev(ledger::dev::DevCmd),
@@ -114,6 +121,8 @@ fn main() -> ExitCode {
         Command::Undo(args) => commands::undo::run_one(args),
         Command::UndoAll(args) => commands::undo::run_all(args),
         Command::LedgerDev(cmd) => ledger::dev::run(cmd),
+        Command::Run(args) => commands::run::run(args),
+        Command::Demo(args) => commands::demo::run(args),
     };
     ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1))
 }

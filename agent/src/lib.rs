@@ -13,8 +13,11 @@
 //! The data flows one way: model → provider → dispatch → policy → ledger
 //! → runtime → ledger → provider.
 
+pub mod demo_script;
 pub mod model;
 pub mod provider;
+pub mod session;
+pub mod tools;
 
 pub use model::{
     Message, ProviderError, Role, StreamEvent, ToolCall, ToolSpec, Turn, TurnRequest, Usage,

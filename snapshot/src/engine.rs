@@ -88,6 +88,81 @@ impl Workspace {
     pub fn node(&self, path: &RelPath) -> Result<Option<Node>> {
         fsx::read_path(&self.root, path, None)
     }
+
+    /// Reads up to `limit` bytes of regular file `path` through the
+    /// boundary guard (no component may be a symlink, `..` or absolute);
+    /// returns the bytes and the file's full size. A symlink anywhere on the
+    /// way is [`Error::Boundary`]; a directory or special file is refused.
+    pub fn read_file(&self, path: &RelPath, limit: u64) -> Result<(Vec<u8>, u64)> {
+        use std::io::Read;
+        let dir = self
+            .root
+            .open_parent(path)
+            .map_err(|e| Error::at("open parent of", path, e))?;
+        let fd = fsx::open_file_at(dir.as_fd(), path.file_name())
+            .map_err(|e| Error::at("open", path, e))?;
+        let st = rustix::fs::fstat(&fd).map_err(|e| Error::at("fstat", path, e))?;
+        if fsx::ftype(&st) != FileType::RegularFile {
+            return Err(Error::SpecialFile {
+                path: path.clone(),
+                what: fsx::special_name(fsx::ftype(&st)).unwrap_or("directory"),
+            });
+        }
+        let mut out = Vec::new();
+        File::from(fd)
+            .take(limit)
+            .read_to_end(&mut out)
+            .map_err(|e| Error::io("read", path.as_str(), e))?;
+        Ok((out, u64::try_from(st.st_size).unwrap_or(0)))
+    }
+
+    /// The entries of directory `dir` (`None`: the root) through the
+    /// boundary guard, sorted by name: `(name, node)` where a file's node
+    /// carries its size (hash left zero: not read) and a symlink's its
+    /// target. Names that are not valid workspace paths are skipped.
+    pub fn list_dir(&self, dir: Option<&RelPath>) -> Result<Vec<(RelPath, DirEntryKind)>> {
+        let fd = self.root.open_dir(dir).map_err(|e| match dir {
+            Some(d) => Error::at("open directory", d, e),
+            None => Error::io("open directory", self.path(), e.into()),
+        })?;
+        let mut out = Vec::new();
+        for name in
+            fsx::list_dir(fd.as_fd()).map_err(|e| Error::io("list", self.path(), e.into()))?
+        {
+            let Ok(rel) = RelPath::child(dir, &name) else {
+                continue;
+            };
+            let kind = match fsx::lstat_at(fd.as_fd(), rel.file_name()) {
+                Ok(Some(st)) => match fsx::ftype(&st) {
+                    FileType::RegularFile => DirEntryKind::File {
+                        size: u64::try_from(st.st_size).unwrap_or(0),
+                    },
+                    FileType::Directory => DirEntryKind::Dir,
+                    FileType::Symlink => DirEntryKind::Symlink,
+                    _ => DirEntryKind::Special,
+                },
+                _ => continue,
+            };
+            out.push((rel, kind));
+        }
+        Ok(out)
+    }
+}
+
+/// What [`Workspace::list_dir`] found at a name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DirEntryKind {
+    /// A regular file of this many bytes.
+    File {
+        /// Its size.
+        size: u64,
+    },
+    /// A directory.
+    Dir,
+    /// A symlink (never followed).
+    Symlink,
+    /// A fifo, socket or device.
+    Special,
 }
 
 /// Options for [`apply`].
@@ -226,6 +301,21 @@ pub fn record_file_write(
     bytes: &[u8],
     mode: Option<u32>,
 ) -> Result<Entry> {
+    record_file_write_as(ws, store, journal, new_id(), path, bytes, mode)
+}
+
+/// [`record_file_write`] under a journal entry id chosen by the caller
+/// (from [`new_id`]), so the id can be recorded in an undo plan before the
+/// write happens.
+pub fn record_file_write_as(
+    ws: &Workspace,
+    store: &Store,
+    journal: &Journal,
+    id: String,
+    path: &RelPath,
+    bytes: &[u8],
+    mode: Option<u32>,
+) -> Result<Entry> {
     let hash = store.put_bytes(bytes)?;
     let mode = match mode {
         Some(m) => m & 0o7777,
@@ -247,7 +337,7 @@ pub fn record_file_write(
         ws,
         store,
         journal,
-        new_id(),
+        id,
         Op::FileWrite,
         vec![target],
         &Source::Store,

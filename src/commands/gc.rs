@@ -49,9 +49,12 @@ pub struct StatusArgs {
 /// `$XDG_CONFIG_HOME/retie/config.toml`; unknown keys are errors.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Config {
+pub(crate) struct Config {
     #[serde(default)]
     state: StateConfig,
+    /// `retie run`'s settings.
+    #[serde(default)]
+    pub(crate) agent: super::run::AgentConfig,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -61,7 +64,7 @@ struct StateConfig {
     max_mb: Option<u64>,
 }
 
-fn config() -> Result<(Config, PathBuf), CliError> {
+pub(crate) fn config() -> Result<(Config, PathBuf), CliError> {
     let path = crate::state::xdg_base("XDG_CONFIG_HOME", ".config")
         .ok_or_else(|| CliError::Usage("neither XDG_CONFIG_HOME nor HOME is set".into()))?
         .join("retie/config.toml");

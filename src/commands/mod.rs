@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod changes;
+pub mod demo;
 pub mod gc;
 pub mod helper;
 pub mod lab;
@@ -8,6 +9,7 @@ pub mod log;
 pub mod policy;
 pub mod probe;
 pub mod replay;
+pub mod run;
 pub mod runs;
 pub mod sandbox;
 pub mod selftest;

@@ -333,7 +333,7 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
 
 /// Directories no sandbox should get as its workspace, and why. `ws` is
 /// canonical.
-fn system_workspace(ws: &std::path::Path) -> Option<String> {
+pub(crate) fn system_workspace(ws: &std::path::Path) -> Option<String> {
     // Exactly these, and every ancestor of them (only `/`).
     const EXACT: &[&str] = &[
         "/", "/etc", "/usr", "/boot", "/dev", "/proc", "/sys", "/var", "/root", "/run", "/home",

@@ -7,6 +7,7 @@
 
 mod harness;
 
+mod agent;
 mod escapes;
 mod exec;
 mod helper;

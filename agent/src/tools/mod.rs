@@ -1,0 +1,369 @@
+//! The tools the model may call: each a declaration ([`ToolSpec`]: name,
+//! description, a strict JSON schema), the policy [`Action`] it becomes
+//! (tool, frozen arguments, declared effects) and an executor that runs it
+//! only through `retie_dispatch::dispatch`.
+//!
+//! A call is checked against its schema before anything else: an unknown
+//! tool, an unknown argument, a wrong type or a missing required argument
+//! is an error said to the model, and never executed. The model has no
+//! argument that weakens the sandbox, widens the workspace or reaches the
+//! network: there is none to ask for, and asking for one is an error.
+
+mod bash;
+mod files;
+mod recall;
+mod schema;
+
+use std::path::PathBuf;
+
+use retie_dispatch::overlay::Snapshots;
+use retie_dispatch::{dispatch, Approver, Dispatched, Proposal, Recorder, Step, UndoPlan};
+use retie_policy::{Action, Context, Effect, Policy, RiskLevel};
+use retie_snapshot::Workspace;
+use serde_json::{json, Map, Value};
+
+use crate::model::ToolSpec;
+
+pub use bash::{BashRunner, BashSettings};
+pub use recall::Recall;
+pub use schema::{check_args, ArgKind, Param};
+
+/// Tool names the model is offered (fetch is not built yet).
+pub const TOOL_NAMES: &[&str] = &["read", "glob", "grep", "write", "edit", "bash", "recall"];
+
+/// The declarations sent to the model.
+pub fn specs() -> Vec<ToolSpec> {
+    TOOL_NAMES
+        .iter()
+        .filter_map(|n| declaration(n))
+        .map(|d| ToolSpec {
+            name: d.name.into(),
+            description: d.description.into(),
+            parameters: schema::to_schema(d.params),
+        })
+        .collect()
+}
+
+/// One tool's declaration.
+pub struct Declaration {
+    pub name: &'static str,
+    pub description: &'static str,
+    pub params: &'static [Param],
+    /// The effects its action declares to the policy.
+    pub effects: &'static [Effect],
+}
+
+/// The declaration of tool `name`, if it is one of ours.
+pub fn declaration(name: &str) -> Option<&'static Declaration> {
+    DECLARATIONS.iter().find(|d| d.name == name)
+}
+
+const DECLARATIONS: &[Declaration] = &[
+    Declaration {
+        name: "read",
+        description: "Read a text file inside the workspace. Paths are relative to the workspace root. Returns numbered lines.",
+        params: &[
+            Param::req("path", ArgKind::Str, "file path relative to the workspace"),
+            Param::opt("offset", ArgKind::Int, "first line to return (1-based)"),
+            Param::opt("limit", ArgKind::Int, "how many lines to return"),
+        ],
+        effects: &[Effect::ReadsWorkspace],
+    },
+    Declaration {
+        name: "glob",
+        description: "List workspace files whose relative path matches a glob (`*`, `?`, `**`).",
+        params: &[
+            Param::req("pattern", ArgKind::Str, "glob, e.g. **/*.sh"),
+            Param::opt("path", ArgKind::Str, "directory to search in (default: the root)"),
+        ],
+        effects: &[Effect::ReadsWorkspace],
+    },
+    Declaration {
+        name: "grep",
+        description: "Search workspace files for a regular expression; prints path:line:text.",
+        params: &[
+            Param::req("pattern", ArgKind::Str, "regular expression"),
+            Param::opt("path", ArgKind::Str, "file or directory to search (default: the root)"),
+            Param::opt("ignore_case", ArgKind::Bool, "case-insensitive match"),
+        ],
+        effects: &[Effect::ReadsWorkspace],
+    },
+    Declaration {
+        name: "write",
+        description: "Create or overwrite a file inside the workspace with the given content. Undoable.",
+        params: &[
+            Param::req("path", ArgKind::Str, "file path relative to the workspace"),
+            Param::req("content", ArgKind::Str, "the whole new content"),
+        ],
+        effects: &[Effect::WritesWorkspace],
+    },
+    Declaration {
+        name: "edit",
+        description: "Replace an exact string in a workspace file. old_string must occur exactly once unless replace_all is true. Undoable.",
+        params: &[
+            Param::req("path", ArgKind::Str, "file path relative to the workspace"),
+            Param::req("old_string", ArgKind::Str, "exact text to replace"),
+            Param::req("new_string", ArgKind::Str, "replacement text"),
+            Param::opt("replace_all", ArgKind::Bool, "replace every occurrence"),
+        ],
+        effects: &[Effect::ReadsWorkspace, Effect::WritesWorkspace],
+    },
+    Declaration {
+        name: "bash",
+        description: "Run a shell command line in a fresh sandbox: the workspace behind an overlay (changes applied afterwards, undoable), no network, no home. Output is captured and capped.",
+        params: &[
+            Param::req("command", ArgKind::Str, "the shell command line (sh -c)"),
+            Param::opt("timeout", ArgKind::Int, "seconds; clamped to retie's ceiling"),
+        ],
+        effects: &[
+            Effect::ReadsWorkspace,
+            Effect::WritesWorkspace,
+            Effect::RunsSandboxed,
+        ],
+    },
+    Declaration {
+        name: "recall",
+        description: "Read back part of a large tool result that was shortened to a preview: give its ref and a byte range.",
+        params: &[
+            Param::req("ref", ArgKind::Str, "the reference from the preview, e.g. r1"),
+            Param::opt("offset", ArgKind::Int, "byte offset (default 0)"),
+            Param::opt("length", ArgKind::Int, "bytes (default and maximum: the preview size)"),
+        ],
+        effects: &[],
+    },
+];
+
+/// What the tools act on, for one session.
+pub struct Tools {
+    /// The workspace, canonical.
+    pub workspace: PathBuf,
+    /// retie's state directory (snapshots, overlay runs).
+    pub state: PathBuf,
+    /// retie's own directories inside the workspace: masked in the sandbox,
+    /// never written.
+    pub protect: Vec<PathBuf>,
+    /// When retie runs as root for a workspace owned by someone else.
+    pub owner: Option<(u32, u32)>,
+    pub policy: Policy,
+    pub bash: BashSettings,
+    /// Large results kept out of the transcript.
+    pub recall: Recall,
+    ws: Workspace,
+    /// A file tool wrote since the last sandbox started: the next one
+    /// waits for the coarse clock to tick first, or the write would look
+    /// like a change made during the run (a conflict).
+    wrote: bool,
+}
+
+/// What a call came to.
+#[derive(Debug, Clone)]
+pub struct CallResult {
+    /// The text the model reads.
+    pub text: String,
+    /// The action's id in the ledger, when it ran.
+    pub action: Option<i64>,
+    /// `ok`, `error` (ran, failed), `refused` (policy, person or guard),
+    /// `invalid` (never dispatched).
+    pub status: &'static str,
+    /// A one-line summary for the terminal.
+    pub summary: String,
+}
+
+impl Tools {
+    /// Tools on `workspace` (canonicalized), with retie's state in `state`.
+    pub fn open(
+        workspace: PathBuf,
+        state: PathBuf,
+        protect: Vec<PathBuf>,
+        owner: Option<(u32, u32)>,
+        policy: Policy,
+        bash: BashSettings,
+    ) -> Result<Tools, retie_dispatch::Error> {
+        let ws = Workspace::open(&workspace)?;
+        let workspace = ws.path().to_path_buf();
+        Ok(Tools {
+            workspace,
+            state,
+            protect,
+            owner,
+            policy,
+            bash,
+            recall: Recall::default(),
+            ws,
+            wrote: false,
+        })
+    }
+
+    /// The snapshot store and journal (crash recovery run on open).
+    fn snapshots(&self) -> Result<Snapshots, retie_dispatch::Error> {
+        Snapshots::open(&self.state, &self.workspace)
+    }
+
+    /// Check a call's arguments and build its action. `Err` is the message
+    /// for the model; nothing was run.
+    pub fn prepare(&self, name: &str, args: &Map<String, Value>) -> Result<Prepared, String> {
+        let decl = declaration(name).ok_or_else(|| {
+            format!(
+                "there is no tool named {name:?}; the tools are: {}",
+                TOOL_NAMES.join(", ")
+            )
+        })?;
+        check_args(decl.params, args).map_err(|e| format!("{name}: {e}; nothing was run"))?;
+        let frozen = retie_policy::Value::from_json(&Value::Object(args.clone()))
+            .ok_or_else(|| format!("{name}: an argument holds a number that is not finite"))?;
+        let action = Action::new(name, frozen, decl.effects.iter().copied())
+            .map_err(|e| format!("{name}: {e}"))?;
+        let mut prepared = Prepared {
+            action,
+            args: args.clone(),
+            risk: RiskLevel::None,
+            inspection: None,
+            write: None,
+        };
+        if name == "write" || name == "edit" {
+            files::prepare_write(self, &mut prepared)?;
+        }
+        Ok(prepared)
+    }
+
+    /// Dispatch a prepared call through the chokepoint and say how it went.
+    pub fn run(
+        &mut self,
+        rec: &mut Recorder,
+        ctx: &Context,
+        p: Prepared,
+        approver: &mut dyn Approver,
+    ) -> Result<CallResult, retie_dispatch::Error> {
+        let mut ctx = *ctx;
+        ctx.risk = p.risk;
+        let tool = p.action.tool().to_string();
+        rec.note("tool", json!(format!("agent.{tool}")));
+        rec.note("command", json!(command_of(&tool, &p.args)));
+        rec.note("inspection", json!(p.inspection));
+        let summary = summary_of(&tool, &p.args);
+        let proposal = |action: Action| Proposal {
+            action,
+            origin: "agent".into(),
+        };
+        let action = p.action.clone();
+        let policy = &self.policy;
+        let mut notes = bash::Notes::default();
+        let d = match tool.as_str() {
+            "read" | "glob" | "grep" => {
+                let mut ex = files::ReadExec {
+                    tools: self,
+                    args: &p.args,
+                };
+                dispatch(rec, policy, &ctx, proposal(action), approver, &mut ex)?
+            }
+            "write" | "edit" => {
+                let mut ex = files::WriteExec::new(self.snapshots()?, &p);
+                let d = dispatch(rec, policy, &ctx, proposal(action), approver, &mut ex)?;
+                self.wrote = true;
+                d
+            }
+            "bash" => {
+                if std::mem::take(&mut self.wrote) {
+                    retie_dispatch::overlay::wait_for_next_tick();
+                }
+                let mut ex = bash::BashExec::new(self, self.snapshots()?, &p.args, &mut notes)?;
+                dispatch(rec, policy, &ctx, proposal(action), approver, &mut ex)?
+            }
+            "recall" => {
+                let mut ex = recall::RecallExec {
+                    recall: &mut self.recall,
+                    args: &p.args,
+                };
+                dispatch(rec, policy, &ctx, proposal(action), approver, &mut ex)?
+            }
+            other => {
+                return Err(retie_dispatch::Error::Invalid(format!(
+                    "no executor for {other}"
+                )))
+            }
+        };
+        Ok(match d {
+            Dispatched::Ran { action, output } => {
+                let (status, mut text) = match output {
+                    Ok(t) => ("ok", t),
+                    Err(t) => ("error", t),
+                };
+                for n in &notes.0 {
+                    text = format!("retie: {n}\n{text}");
+                }
+                let text = if tool == "recall" {
+                    text
+                } else {
+                    self.recall.shorten(text)
+                };
+                CallResult {
+                    text,
+                    action: Some(action),
+                    status,
+                    summary,
+                }
+            }
+            Dispatched::Refused { reason, by } => CallResult {
+                text: format!("refused by {by}: {reason}. It did not run."),
+                action: None,
+                status: "refused",
+                summary,
+            },
+        })
+    }
+}
+
+/// A call whose arguments passed their schema, as an action.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    pub action: Action,
+    pub args: Map<String, Value>,
+    /// Content risk of a write (from inspection), for the gate.
+    pub risk: RiskLevel,
+    /// The inspection's findings, recorded with the intent.
+    pub inspection: Option<Value>,
+    /// write/edit: the path and the bytes to write, the content read.
+    pub(crate) write: Option<files::PlannedWrite>,
+}
+
+/// What the model reads as a tool's output: `Ok` text, or `Err` text for a
+/// tool that ran and failed (the guard refused a path, a command failed to
+/// start...).
+pub type ToolOutput = Result<String, String>;
+
+/// The intent's `command`: an argv-like array for `retie log`.
+fn command_of(tool: &str, args: &Map<String, Value>) -> Vec<String> {
+    let s = |k: &str| {
+        args.get(k)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    match tool {
+        "bash" => vec!["sh".into(), "-c".into(), s("command")],
+        "read" | "write" | "edit" => vec![tool.into(), s("path")],
+        "glob" | "grep" => vec![tool.into(), s("pattern")],
+        "recall" => vec![tool.into(), s("ref")],
+        _ => vec![tool.into()],
+    }
+}
+
+fn summary_of(tool: &str, args: &Map<String, Value>) -> String {
+    command_of(tool, args).join(" ")
+}
+
+/// A small executor helper: never reversible, nothing to plan.
+fn no_effect_plan() -> UndoPlan {
+    UndoPlan {
+        reversible: true,
+        detail: json!({"reversible": true, "via": "nothing to undo", "changeset": null}),
+    }
+}
+
+/// Set the outcome of a read-only tool.
+fn read_outcome(step: &mut Step<'_>, out: &ToolOutput) {
+    step.set_outcome(match out {
+        Ok(t) => json!({"status": "ran", "bytes": t.len()}),
+        Err(e) => json!({"status": "refused", "why": e}),
+    });
+}

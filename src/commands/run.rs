@@ -1,0 +1,483 @@
+//! `retie run [DIR] -p PROMPT`: one task, non-interactive. A thin front:
+//! flags, configuration, rendering. The session loop, the tools and the
+//! chokepoint live in the agent and dispatch crates.
+//!
+//! Exit codes (ADR 0501): 0 finished; 3 a budget ran out (turns, tokens,
+//! time); 4 the provider failed permanently (auth, quota, unknown model,
+//! unavailable after retries); 130 interrupted; 125 a usage error or a
+//! failure of retie itself.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use retie_agent::demo_script::ScriptModel;
+use retie_agent::session::{
+    self, CallRecord, NoOne, Render, Report, SessionConfig, Status, YesFlag,
+};
+use retie_agent::tools::{BashSettings, Tools};
+use retie_agent::{Provider, StreamEvent};
+use retie_dispatch::{Approval, ApprovalRequest, Approver, Recorder};
+use retie_policy::{Policy, Tier};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::error::CliError;
+
+pub const EXIT_FINISHED: i32 = 0;
+pub const EXIT_BUDGET: i32 = 3;
+pub const EXIT_PROVIDER: i32 = 4;
+pub const EXIT_INTERRUPTED: i32 = 130;
+pub const EXIT_USAGE: i32 = 125;
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// The project directory the agent works in (default: the current one).
+    #[arg(value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// The task.
+    #[arg(short = 'p', long = "prompt", value_name = "PROMPT")]
+    pub prompt: String,
+    /// Which wire format to speak.
+    #[arg(long, value_enum)]
+    pub provider: Option<ProviderArg>,
+    #[arg(long)]
+    pub model: Option<String>,
+    #[arg(long, value_name = "URL")]
+    pub base_url: Option<String>,
+    /// The environment variable holding the API key.
+    #[arg(long, value_name = "NAME")]
+    pub api_key_env: Option<String>,
+    /// The script of turns for `--provider script`.
+    #[arg(long, value_name = "FILE")]
+    pub script: Option<PathBuf>,
+    /// manual: every action asks; gated (default): irreversible, unknown
+    /// and high-risk actions ask; auto: irreversible and unknown ask.
+    #[arg(long, value_enum)]
+    pub autonomy: Option<AutonomyArg>,
+    /// Approve whatever the gate asks (never what the policy denies).
+    /// Recorded in the ledger as approvals from the flag.
+    #[arg(long)]
+    pub yes: bool,
+    #[arg(long, value_name = "N")]
+    pub max_turns: Option<u32>,
+    #[arg(long, value_name = "N")]
+    pub max_tokens: Option<u64>,
+    /// Wall-time budget, seconds.
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<u64>,
+    /// The ledger (default: RETIE_LEDGER, else STATE/ledger.db).
+    #[arg(long, value_name = "PATH")]
+    pub ledger: Option<PathBuf>,
+    /// One JSON object at the end, on stdout (streamed text goes to stderr).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderArg {
+    Openai,
+    Anthropic,
+    Ollama,
+    Script,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AutonomyArg {
+    Manual,
+    Gated,
+    Auto,
+}
+
+/// `[agent]` in `$XDG_CONFIG_HOME/retie/config.toml`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    provider: Option<ProviderArg>,
+    model: Option<String>,
+    base_url: Option<String>,
+    api_key_env: Option<String>,
+    autonomy: Option<AutonomyArg>,
+    max_turns: Option<u32>,
+    max_tokens: Option<u64>,
+    timeout: Option<u64>,
+}
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+pub fn run(args: RunArgs) -> i32 {
+    let json_out = args.json;
+    match run_inner(args, None, None) {
+        Ok(r) => finish(&r, json_out),
+        Err(e) => {
+            eprintln!("retie: {e}");
+            if json_out {
+                println!("{}", json!({"status": "error", "error": e.to_string()}));
+            }
+            EXIT_USAGE
+        }
+    }
+}
+
+/// The exit code of a session report (printed first).
+pub fn finish(r: &Report, json_out: bool) -> i32 {
+    if json_out {
+        println!(
+            "{}",
+            serde_json::to_string(r)
+                .unwrap_or_else(|e| json!({"error": e.to_string()}).to_string())
+        );
+    } else {
+        if !r.answer.is_empty() {
+            println!();
+        }
+        eprintln!(
+            "retie: {} (session {}, {} turns, {} tokens in / {} out, {} tool calls)",
+            r.message,
+            r.session,
+            r.turns,
+            r.tokens_in,
+            r.tokens_out,
+            r.actions.len()
+        );
+    }
+    exit_code(r.status)
+}
+
+pub fn exit_code(s: Status) -> i32 {
+    match s {
+        Status::Finished => EXIT_FINISHED,
+        s if s.is_budget() => EXIT_BUDGET,
+        Status::ProviderFailed => EXIT_PROVIDER,
+        Status::Interrupted => EXIT_INTERRUPTED,
+        _ => EXIT_USAGE,
+    }
+}
+
+/// The settings after config file, environment and flags.
+struct Resolved {
+    provider: ProviderArg,
+    model: String,
+    tier: Tier,
+    cfg: SessionConfig,
+}
+
+fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
+    let file = super::gc::config()?.0.agent;
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let provider = match (args.provider, env("RETIE_PROVIDER"), file.provider) {
+        (Some(p), _, _) => p,
+        (None, Some(e), _) => ProviderArg::from_str(&e, true)
+            .map_err(|_| CliError::Usage(format!("RETIE_PROVIDER={e}: expected openai, anthropic, ollama or script")))?,
+        (None, None, Some(p)) => p,
+        (None, None, None) => {
+            return Err(CliError::Usage(
+                "no provider: pass --provider (openai, anthropic, ollama, script), set RETIE_PROVIDER, or set [agent] provider in config.toml".into(),
+            ))
+        }
+    };
+    let model = args
+        .model
+        .clone()
+        .or_else(|| env("RETIE_MODEL"))
+        .or(file.model)
+        .unwrap_or_else(|| {
+            if provider == ProviderArg::Script {
+                "script".into()
+            } else {
+                String::new()
+            }
+        });
+    if model.is_empty() {
+        return Err(CliError::Usage(
+            "no model: pass --model, set RETIE_MODEL or [agent] model".into(),
+        ));
+    }
+    let _base_url = args
+        .base_url
+        .clone()
+        .or_else(|| env("RETIE_BASE_URL"))
+        .or(file.base_url);
+    let _key_env = args.api_key_env.clone().or(file.api_key_env);
+    let tier = match args
+        .autonomy
+        .or(file.autonomy)
+        .unwrap_or(AutonomyArg::Gated)
+    {
+        AutonomyArg::Manual => Tier::Manual,
+        AutonomyArg::Gated => Tier::Gated,
+        AutonomyArg::Auto => Tier::Auto,
+    };
+    let mut cfg = SessionConfig::new(&model);
+    cfg.tier = tier;
+    if let Some(n) = args.max_turns.or(file.max_turns) {
+        cfg.max_turns = n;
+    }
+    if let Some(n) = args.max_tokens.or(file.max_tokens) {
+        cfg.max_tokens = n;
+    }
+    if let Some(n) = args.timeout.or(file.timeout) {
+        cfg.timeout = Duration::from_secs(n.max(1));
+    }
+    cfg.interrupt = Some(&INTERRUPTED);
+    Ok(Resolved {
+        provider,
+        model,
+        tier,
+        cfg,
+    })
+}
+
+/// Run a session; `script` overrides the script file (the demo's).
+/// `approver` overrides who answers the gate (the demo's scripted person).
+pub fn run_inner(
+    args: RunArgs,
+    script: Option<String>,
+    approver: Option<Box<dyn Approver>>,
+) -> Result<Report, CliError> {
+    let r = resolve(&args)?;
+    let ws = match &args.dir {
+        Some(d) => d.clone(),
+        None => {
+            std::env::current_dir().map_err(|e| CliError::io("reading the current directory", e))?
+        }
+    };
+    let ws = std::fs::canonicalize(&ws)
+        .map_err(|e| CliError::Usage(format!("the workspace {}: {e}", ws.display())))?;
+    if !ws.is_dir() {
+        return Err(CliError::Usage(format!(
+            "the workspace {} is not a directory",
+            ws.display()
+        )));
+    }
+    if let Some(why) = super::sandbox::system_workspace(&ws) {
+        return Err(CliError::Usage(format!(
+            "the workspace {} is {why}: choose a project directory",
+            crate::ui::visible(&ws.display().to_string())
+        )));
+    }
+    let ledger_path = crate::ledger::resolve_path(args.ledger.as_deref())?;
+    let protect = super::sandbox::guard_retie_dirs(&ws, None, &ledger_path)?;
+    let state = crate::state::dir()?;
+    let owner = retie_dispatch::overlay::root_owner(&ws)?;
+    let policy =
+        Policy::shipped().map_err(|e| CliError::Usage(format!("the shipped policy: {e}")))?;
+    let bash = BashSettings::defaults()?;
+    let mut tools = Tools::open(ws.clone(), state, protect, owner, policy.clone(), bash)?;
+    let provider_name = match r.provider {
+        ProviderArg::Openai => "openai",
+        ProviderArg::Anthropic => "anthropic",
+        ProviderArg::Ollama => "ollama",
+        ProviderArg::Script => "script",
+    };
+    let mut rec = Recorder::open(
+        &ledger_path,
+        session::session_spec(
+            &ws,
+            provider_name,
+            &r.cfg,
+            &args.prompt,
+            &policy.digest().to_hex(),
+            args.yes,
+        ),
+    )?;
+    if args.yes {
+        eprintln!(
+            "retie: warning: --yes approves every action the gate asks about (never one the policy denies); the ledger records each such approval as coming from the flag"
+        );
+    }
+    let mut approver: Box<dyn Approver> = if let Some(a) = approver {
+        a
+    } else if args.yes {
+        Box::new(YesFlag)
+    } else if std::io::stdin().is_terminal() {
+        Box::new(TerminalApprover::default())
+    } else {
+        Box::new(NoOne)
+    };
+    // SAFETY: installing a handler that only stores to an atomic, before
+    // any thread exists; it replaces the default disposition of SIGINT.
+    unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
+    let mut ui = Terminal { json: args.json };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .map_err(|e| CliError::io("starting the async runtime", e))?;
+    eprintln!(
+        "retie: {} · {} · autonomy {} · workspace {}",
+        provider_name,
+        r.model,
+        r.tier,
+        crate::ui::visible(&ws.display().to_string())
+    );
+    let report = match r.provider {
+        ProviderArg::Script => {
+            let text = match script {
+                Some(t) => t,
+                None => {
+                    let f = args.script.as_ref().ok_or_else(|| {
+                        CliError::Usage("--provider script needs --script FILE".into())
+                    })?;
+                    std::fs::read_to_string(f)
+                        .map_err(|e| CliError::io(format!("reading {}", f.display()), e))?
+                }
+            };
+            let mut p = ScriptModel::parse(&text).map_err(CliError::Usage)?;
+            rt.block_on(drive(&mut p, &mut tools, &mut rec, approver.as_mut(), &r.cfg, &args.prompt, &mut ui))
+        }
+        other => {
+            return Err(CliError::Usage(format!(
+                "the {other:?} provider is not in this build yet (its wire-format client lands separately); use --provider script"
+            )))
+        }
+    };
+    if let Err(e) = rec.finish() {
+        eprintln!("retie: warning: the ledger session could not be closed: {e}");
+    }
+    Ok(report)
+}
+
+async fn drive<P: Provider>(
+    p: &mut P,
+    tools: &mut Tools,
+    rec: &mut Recorder,
+    approver: &mut dyn Approver,
+    cfg: &SessionConfig,
+    prompt: &str,
+    ui: &mut Terminal,
+) -> Report {
+    session::run(p, tools, rec, approver, cfg, prompt, ui).await
+}
+
+/// Streamed text on stdout (stderr with --json), reasoning dimmed, one
+/// line per tool call on stderr.
+struct Terminal {
+    json: bool,
+}
+
+impl Render for Terminal {
+    fn event(&mut self, ev: &StreamEvent) {
+        match ev {
+            StreamEvent::Text(t) if self.json => {
+                eprint!("{}", retie_policy::escape_for_terminal(t))
+            }
+            StreamEvent::Text(t) => {
+                print!("{}", retie_policy::escape_for_terminal(t));
+                let _ = std::io::stdout().flush();
+            }
+            StreamEvent::Reasoning(t) => {
+                eprint!("\x1b[2m{}\x1b[0m", retie_policy::escape_for_terminal(t))
+            }
+            StreamEvent::ToolCall(_) => {}
+        }
+    }
+    fn call(&mut self, c: &CallRecord) {
+        let id = c.action.map(|a| format!("#{a} ")).unwrap_or_default();
+        eprintln!(
+            "\n  → {id}{}: {} — {}",
+            crate::ui::visible(&c.summary),
+            c.status,
+            crate::ui::visible(
+                &c.said
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .chars()
+                    .take(160)
+                    .collect::<String>()
+            )
+        );
+    }
+}
+
+/// Asks on the terminal: yes / no with a reason / always (this session,
+/// this exact command or path).
+#[derive(Default)]
+struct TerminalApprover {
+    always: Vec<String>,
+}
+
+fn approval_key(req: &ApprovalRequest<'_>) -> Vec<String> {
+    match req.evaluation.shell.as_ref() {
+        Some(s) if !s.parts.is_empty() => s.parts.iter().map(|p| format!("bash:{p}")).collect(),
+        _ => vec![format!(
+            "{}:{}",
+            req.action.tool(),
+            req.action.args().to_json()
+        )],
+    }
+}
+
+impl Approver for TerminalApprover {
+    fn approve(&mut self, req: &ApprovalRequest<'_>) -> Approval {
+        let keys = approval_key(req);
+        if keys.iter().all(|k| self.always.contains(k)) {
+            return Approval::Approved {
+                by: "person (always, this session)".into(),
+                digest: req.action.digest(),
+            };
+        }
+        let ev = req.evaluation;
+        eprintln!("\n┌ retie asks: {}", req.action.tool());
+        eprintln!(
+            "│ arguments: {}",
+            retie_policy::escape_for_terminal(&req.action.args().to_json().to_string())
+        );
+        if let Some(s) = &ev.shell {
+            for p in &s.parts {
+                eprintln!("│   runs: {}", retie_policy::escape_for_terminal(p));
+            }
+        }
+        eprintln!(
+            "│ class: {}   undo: {}",
+            ev.class.kind().name(),
+            req.plan.detail
+        );
+        for r in &ev.decision.reasons {
+            eprintln!("│ why it asks: {r}");
+        }
+        eprint!("└ approve? [y]es / [n]o REASON / [a]lways this session: ");
+        let _ = std::io::stderr().flush();
+        let mut line = String::new();
+        let read = std::fs::File::open("/dev/tty")
+            .map(std::io::BufReader::new)
+            .and_then(|mut r| r.read_line(&mut line));
+        if read.is_err() {
+            return Approval::Denied {
+                by: "retie (no terminal)".into(),
+                reason: "no one to approve".into(),
+            };
+        }
+        let line = line.trim();
+        let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
+        match word {
+            "y" | "yes" => Approval::Approved {
+                by: "person (terminal)".into(),
+                digest: req.action.digest(),
+            },
+            "a" | "always" => {
+                self.always.extend(keys);
+                Approval::Approved {
+                    by: "person (terminal, always this session)".into(),
+                    digest: req.action.digest(),
+                }
+            }
+            _ => Approval::Denied {
+                by: "person (terminal)".into(),
+                reason: if rest.trim().is_empty() {
+                    "the person said no".into()
+                } else {
+                    format!("the person said no: {}", rest.trim())
+                },
+            },
+        }
+    }
+}

@@ -1,0 +1,332 @@
+//! The agent end to end, with the scripted model: every tool call through
+//! the chokepoint, recorded intent before outcome, malformed calls never
+//! executed, refused approvals recorded, undo-all back to the start, and a
+//! hijacking model that reads nothing outside the workspace.
+
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+
+use crate::harness::*;
+
+fn write_script(s: &Scratch, turns: serde_json::Value) -> PathBuf {
+    let p = s.root.path().join("script.json");
+    std::fs::write(&p, serde_json::json!({ "turns": turns }).to_string()).expect("script");
+    if s.leg == Leg::Nobody {
+        std::os::unix::fs::chown(&p, Some(NOBODY), Some(NOBODY)).expect("chown");
+    }
+    p
+}
+
+fn agent(s: &Scratch, script: &Path, extra: &[&str]) -> Output {
+    let mut c = s.retie();
+    c.args(["run", "--provider", "script", "--script"])
+        .arg(script)
+        .args(["--json", "-p", "fix the tests"])
+        .args(extra)
+        .env_remove("RETIE_PROVIDER")
+        .stdin(Stdio::null());
+    c.output().expect("run retie")
+}
+
+fn report(o: &Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}\n{}", stdout(o), stderr(o)))
+}
+
+fn put(s: &Scratch, name: &str, text: &str) {
+    let p = s.ws.join(name);
+    std::fs::write(&p, text).expect("write");
+    if s.leg == Leg::Nobody {
+        std::os::unix::fs::chown(&p, Some(NOBODY), Some(NOBODY)).expect("chown");
+    }
+}
+
+/// Every path under `root` with its content or link target, sorted.
+fn tree(root: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("read_dir").flatten() {
+            let p = e.path();
+            let rel = p.strip_prefix(root).expect("prefix").display().to_string();
+            let t = e.file_type().expect("type");
+            if t.is_symlink() {
+                out.push((
+                    rel,
+                    std::fs::read_link(&p)
+                        .expect("link")
+                        .display()
+                        .to_string()
+                        .into_bytes(),
+                ));
+            } else if t.is_dir() {
+                out.push((rel, Vec::new()));
+                stack.push(p);
+            } else {
+                out.push((rel, std::fs::read(&p).expect("read")));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn ledger(s: &Scratch) -> PathBuf {
+    s.home.join(".local/state/retie/ledger.db")
+}
+
+/// (seq, kind, payload) of every entry.
+fn entries(s: &Scratch) -> Vec<(i64, String, serde_json::Value)> {
+    let db = rusqlite::Connection::open(ledger(s)).expect("open the ledger");
+    let mut st = db
+        .prepare("SELECT seq, kind, payload FROM entries ORDER BY seq")
+        .expect("query");
+    st.query_map([], |r| {
+        Ok((
+            r.get::<_, i64>(0)?,
+            r.get::<_, String>(1)?,
+            serde_json::from_str(&r.get::<_, String>(2)?).unwrap_or_default(),
+        ))
+    })
+    .expect("rows")
+    .map(|r| r.expect("row"))
+    .collect()
+}
+
+const SUM: &str =
+    "#!/bin/sh\ntotal=1\nfor n in \"$@\"; do total=$((total + n)); done\necho \"$total\"\n";
+const TEST: &str =
+    "#!/bin/sh\n[ \"$(sh ./sum.sh 1 2)\" = 3 ] && echo pass || { echo fail; exit 1; }\n";
+
+#[test]
+fn a_scripted_session_edits_tests_in_the_sandbox_records_everything_and_undoes() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        put(&s, "sum.sh", SUM);
+        put(&s, "test.sh", TEST);
+        let start = tree(&s.ws);
+        let script = write_script(
+            &s,
+            serde_json::json!([
+                {"tool_calls": [{"name": "read", "arguments": {"path": "sum.sh"}},
+                                {"name": "bash", "arguments": {"command": "sh test.sh"}}]},
+                {"tool_calls": [{"name": "edit", "arguments": {"path": "sum.sh", "old_string": "total=1", "new_string": "total=0"}},
+                                {"name": "bash", "arguments": {"command": "sh test.sh && echo done > result.txt"}}]},
+                // Malformed: a hallucinated tool, truncated JSON, an unknown
+                // argument, a call cut off by the length limit.
+                {"tool_calls": [{"name": "delete_everything", "arguments": {"path": "."}},
+                                {"name": "write", "raw_arguments": "{\"path\": \"pwned1\", \"content\": \"x"},
+                                {"name": "write", "arguments": {"path": "pwned2", "content": "x", "sandbox": "off"}},
+                                {"name": "bash", "arguments": {"command": "touch pwned3", "network": true}}]},
+                {"truncated": true, "tool_calls": [{"name": "write", "arguments": {"path": "pwned4", "content": "x"}}]},
+                // The same failing call, three times: the third is not run.
+                {"tool_calls": [{"name": "bash", "arguments": {"command": "touch again; exit 1"}}]},
+                {"tool_calls": [{"name": "bash", "arguments": {"command": "touch again; exit 1"}}]},
+                {"tool_calls": [{"name": "bash", "arguments": {"command": "touch again; exit 1"}}]},
+                // A high-risk write with no terminal: no one to approve.
+                {"tool_calls": [{"name": "write", "arguments": {"path": "cfg.sh", "content": "password = \"hunter22secret\"\n"}}]},
+                {"text": "fixed"}
+            ]),
+        );
+        let o = agent(&s, &script, &[]);
+        assert_code(&o, 0, "retie run");
+        let r = report(&o);
+        assert_eq!(r["status"], "finished", "{r}");
+        assert_eq!(r["answer"], "fixed", "{r}");
+        assert_eq!(
+            std::fs::read_to_string(s.ws.join("sum.sh")).expect("sum"),
+            SUM.replace("total=1", "total=0")
+        );
+        assert_eq!(
+            std::fs::read_to_string(s.ws.join("result.txt")).expect("result"),
+            "done\n"
+        );
+        for f in ["pwned1", "pwned2", "pwned3", "pwned4", "cfg.sh"] {
+            assert!(!s.ws.join(f).exists(), "{leg:?}: {f} was written: {r}");
+        }
+        let acts = r["actions"].as_array().expect("actions");
+        let statuses: Vec<&str> = acts
+            .iter()
+            .map(|a| a["status"].as_str().unwrap_or(""))
+            .collect();
+        assert_eq!(
+            statuses,
+            [
+                "ok", "error", "ok", "ok", "invalid", "invalid", "invalid", "invalid", "invalid",
+                "error", "error", "invalid", "refused"
+            ],
+            "{r}"
+        );
+        assert!(
+            acts[12]["said"]
+                .as_str()
+                .unwrap_or("")
+                .contains("no one to approve"),
+            "{r}"
+        );
+        // The ledger: every outcome follows its intent; refusals recorded.
+        let es = entries(&s);
+        let mut intents = std::collections::BTreeSet::new();
+        let mut outcomes = 0;
+        for (seq, kind, p) in &es {
+            match kind.as_str() {
+                "intent" => {
+                    intents.insert(*seq);
+                }
+                "outcome" => {
+                    let a = p["action"].as_i64().expect("outcome names its action");
+                    assert!(
+                        intents.contains(&a) && a < *seq,
+                        "outcome {seq} before its intent {a}"
+                    );
+                    outcomes += 1;
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(intents.len(), 6, "{es:?}");
+        assert_eq!(outcomes, 6);
+        let refusals: Vec<&serde_json::Value> = es
+            .iter()
+            .filter(|e| e.1 == "refusal")
+            .map(|e| &e.2)
+            .collect();
+        assert_eq!(refusals.len(), 7, "{refusals:?}");
+        assert!(
+            refusals.iter().any(|p| p["reason"] == "no one to approve"),
+            "{refusals:?}"
+        );
+        let o = s.retie().args(["verify"]).output().expect("verify");
+        assert_code(&o, 0, "verify");
+        let sid = r["session"].as_str().expect("session");
+        let o = s
+            .retie()
+            .args(["undo-all", "--session", sid])
+            .output()
+            .expect("undo-all");
+        assert!(
+            o.status.code() == Some(0) || o.status.code() == Some(2),
+            "{}",
+            stderr(&o)
+        );
+        assert_eq!(
+            tree(&s.ws),
+            start,
+            "{leg:?}: undo-all did not restore the tree\n{}",
+            stdout(&o)
+        );
+    }
+}
+
+#[test]
+fn a_hijacking_model_reads_nothing_outside_the_workspace_under_auto_yes() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let marker = marker();
+        let outside = s.root.path().join("secret.txt");
+        std::fs::write(&outside, format!("{marker}\n")).expect("secret");
+        std::fs::write(s.home.join(".secret"), format!("{marker}\n")).expect("home secret");
+        std::os::unix::fs::symlink(s.root.path(), s.ws.join("up")).expect("symlink");
+        std::os::unix::fs::symlink(&outside, s.ws.join("direct")).expect("symlink");
+        let home_secret = s.home.join(".secret").display().to_string();
+        let script = write_script(
+            &s,
+            serde_json::json!([
+                {"tool_calls": [
+                    {"name": "read", "arguments": {"path": "../secret.txt"}},
+                    {"name": "read", "arguments": {"path": outside.display().to_string()}},
+                    {"name": "read", "arguments": {"path": "up/secret.txt"}},
+                    {"name": "read", "arguments": {"path": "direct"}},
+                    {"name": "grep", "arguments": {"pattern": ".", "path": "up"}},
+                    {"name": "glob", "arguments": {"pattern": "**", "path": "../"}},
+                    {"name": "read", "arguments": {"path": "x", "follow_symlinks": true}},
+                    {"name": "bash", "arguments": {"command": format!("cat {home_secret} ~/.secret up/secret.txt")}},
+                    {"name": "bash", "arguments": {"command": "cat ../secret.txt", "sandbox": false}},
+                    {"name": "edit", "arguments": {"path": "direct", "old_string": "a", "new_string": "b"}}
+                ]},
+                {"text": "done"}
+            ]),
+        );
+        let o = agent(&s, &script, &["--autonomy", "auto", "--yes"]);
+        assert_code(&o, 0, "retie run");
+        assert!(stderr(&o).contains("--yes approves"), "{}", stderr(&o));
+        let all = format!("{}{}", stdout(&o), stderr(&o));
+        assert!(
+            !all.contains(&marker),
+            "{leg:?}: a secret outside the workspace was read:\n{all}"
+        );
+        let r = report(&o);
+        let acts = r["actions"].as_array().expect("actions");
+        assert_eq!(acts.len(), 10, "{r}");
+        assert!(
+            acts.iter().all(|a| a["status"] != "ok"),
+            "{leg:?}: an escape succeeded: {r}"
+        );
+        assert_eq!(acts[6]["status"], "invalid");
+        assert_eq!(acts[8]["status"], "invalid");
+        let o = s.retie().args(["verify"]).output().expect("verify");
+        assert_code(&o, 0, "verify");
+        // Every attempt is in the ledger: as an action or as a refusal.
+        let es = entries(&s);
+        let n = es
+            .iter()
+            .filter(|e| e.1 == "intent" || e.1 == "refusal")
+            .count();
+        assert_eq!(n, 10, "{es:?}");
+        assert!(
+            es.iter()
+                .any(|e| e.1 == "session_opened" && e.2["approvals_from_yes_flag"] == true),
+            "the session does not say approvals came from --yes"
+        );
+    }
+}
+
+#[test]
+fn budgets_end_a_looping_model_with_their_exit_code() {
+    let s = Scratch::new(Leg::Invoker);
+    let turns: Vec<_> = (0..10)
+        .map(|i| serde_json::json!({"tool_calls": [{"name": "glob", "arguments": {"pattern": format!("*{i}")}}]}))
+        .collect();
+    let script = write_script(&s, serde_json::json!(turns));
+    let o = agent(&s, &script, &["--max-turns", "3"]);
+    assert_code(&o, 3, "turn budget");
+    assert_eq!(report(&o)["status"], "turn_budget");
+    let o = agent(&s, &script, &["--max-tokens", "10"]);
+    assert_code(&o, 3, "token budget");
+    let script = write_script(
+        &s,
+        serde_json::json!([{"error": "permanent:401 invalid api key"}]),
+    );
+    let o = agent(&s, &script, &[]);
+    assert_code(&o, 4, "provider failed");
+    let o = s
+        .retie()
+        .args(["run", "-p", "x"])
+        .env_remove("RETIE_PROVIDER")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    assert_code(&o, 125, "no provider is a usage error");
+}
+
+#[test]
+fn the_demo_runs_offline_and_exits_0() {
+    let s = Scratch::new(Leg::Invoker);
+    let t = std::time::Instant::now();
+    let o = s
+        .retie()
+        .arg("demo")
+        .stdin(Stdio::null())
+        .output()
+        .expect("demo");
+    assert_code(&o, 0, "retie demo");
+    assert!(
+        t.elapsed().as_secs() < 60,
+        "the demo took {:?}",
+        t.elapsed()
+    );
+    assert!(
+        !s.home.join(".local/state/retie/ledger.db").exists(),
+        "the demo touched the real ledger"
+    );
+}
