@@ -17,7 +17,7 @@ use retie_agent::demo_script::ScriptModel;
 use retie_agent::session::{
     self, CallRecord, NoOne, Render, Report, SessionConfig, Status, YesFlag,
 };
-use retie_agent::tools::{BashSettings, Tools};
+use retie_agent::tools::{BashRunner, BashSettings, Tools};
 use retie_agent::{Provider, StreamEvent};
 use retie_dispatch::{Approval, ApprovalRequest, Approver, Recorder};
 use retie_policy::{Policy, Tier};
@@ -168,6 +168,10 @@ struct Resolved {
     model: String,
     tier: Tier,
     cfg: SessionConfig,
+    base_url: Option<String>,
+    /// The API key, read from the named variable (never from a flag, so
+    /// it is not in the process list or the shell history).
+    api_key: Option<String>,
 }
 
 fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
@@ -201,12 +205,28 @@ fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
             "no model: pass --model, set RETIE_MODEL or [agent] model".into(),
         ));
     }
-    let _base_url = args
+    let base_url = args
         .base_url
         .clone()
         .or_else(|| env("RETIE_BASE_URL"))
         .or(file.base_url);
-    let _key_env = args.api_key_env.clone().or(file.api_key_env);
+    let key_env = args
+        .api_key_env
+        .clone()
+        .or(file.api_key_env)
+        .or(match provider {
+            ProviderArg::Openai => Some("OPENAI_API_KEY".to_string()),
+            ProviderArg::Anthropic => Some("ANTHROPIC_API_KEY".to_string()),
+            ProviderArg::Ollama => Some("OLLAMA_API_KEY".to_string()),
+            ProviderArg::Script => None,
+        });
+    let api_key = key_env.as_deref().and_then(env);
+    if provider == ProviderArg::Anthropic && api_key.is_none() {
+        return Err(CliError::Usage(format!(
+            "no API key for anthropic: set {} (or name another variable with --api-key-env)",
+            key_env.as_deref().unwrap_or("ANTHROPIC_API_KEY")
+        )));
+    }
     let tier = match args
         .autonomy
         .or(file.autonomy)
@@ -233,6 +253,8 @@ fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
         model,
         tier,
         cfg,
+        base_url,
+        api_key,
     })
 }
 
@@ -270,7 +292,15 @@ pub fn run_inner(
     let owner = retie_dispatch::overlay::root_owner(&ws)?;
     let policy =
         Policy::shipped().map_err(|e| CliError::Usage(format!("the shipped policy: {e}")))?;
-    let bash = BashSettings::defaults()?;
+    let mut bash = BashSettings::defaults()?;
+    if r.provider != ProviderArg::Script {
+        // Talking HTTP makes this process multi-threaded (the resolver):
+        // sandboxes then start from the single-threaded helper.
+        bash.runner = BashRunner::Helper {
+            exe: std::env::current_exe()
+                .map_err(|e| CliError::io("locating the retie binary", e))?,
+        };
+    }
     let mut tools = Tools::open(ws.clone(), state, protect, owner, policy.clone(), bash)?;
     let provider_name = match r.provider {
         ProviderArg::Openai => "openai",
@@ -308,7 +338,7 @@ pub fn run_inner(
     unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
     let mut ui = Terminal { json: args.json };
     let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
+        .enable_all()
         .build()
         .map_err(|e| CliError::io("starting the async runtime", e))?;
     eprintln!(
@@ -331,12 +361,33 @@ pub fn run_inner(
                 }
             };
             let mut p = ScriptModel::parse(&text).map_err(CliError::Usage)?;
-            rt.block_on(drive(&mut p, &mut tools, &mut rec, approver.as_mut(), &r.cfg, &args.prompt, &mut ui))
+            rt.block_on(drive(
+                &mut p,
+                &mut tools,
+                &mut rec,
+                approver.as_mut(),
+                &r.cfg,
+                &args.prompt,
+                &mut ui,
+            ))
         }
-        other => {
-            return Err(CliError::Usage(format!(
-                "the {other:?} provider is not in this build yet (its wire-format client lands separately); use --provider script"
-            )))
+        _ => {
+            let mut p = retie_agent::provider::from_config(
+                provider_name,
+                &r.model,
+                r.base_url.as_deref(),
+                r.api_key.clone(),
+            )
+            .map_err(|e| CliError::Usage(e.to_string()))?;
+            rt.block_on(drive(
+                &mut p,
+                &mut tools,
+                &mut rec,
+                approver.as_mut(),
+                &r.cfg,
+                &args.prompt,
+                &mut ui,
+            ))
         }
     };
     if let Err(e) = rec.finish() {

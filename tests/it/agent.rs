@@ -330,3 +330,138 @@ fn the_demo_runs_offline_and_exits_0() {
         "the demo touched the real ledger"
     );
 }
+
+/// A local server speaking OpenAI's streamed chat completions (SSE, as
+/// documented: tool-call deltas keyed by index, arguments as string
+/// fragments, a usage-only final chunk, `data: [DONE]`), answering each
+/// request with the next scripted turn. Returns its address and the
+/// request bodies it received.
+fn openai_server(
+    turns: Vec<Vec<String>>,
+) -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("addr").to_string();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen2 = seen.clone();
+    std::thread::spawn(move || {
+        for (i, conn) in l.incoming().enumerate() {
+            let Ok(mut c) = conn else { return };
+            let mut r = BufReader::new(c.try_clone().expect("clone"));
+            let mut len = 0usize;
+            loop {
+                let mut line = String::new();
+                if r.read_line(&mut line).unwrap_or(0) == 0 {
+                    break;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    len = v.trim().parse().unwrap_or(0);
+                }
+                if line == "\r\n" {
+                    break;
+                }
+            }
+            let mut body = vec![0; len];
+            let _ = r.read_exact(&mut body);
+            seen2
+                .lock()
+                .expect("lock")
+                .push(String::from_utf8_lossy(&body).into_owned());
+            let chunks = turns.get(i).cloned().unwrap_or_default();
+            let mut out = String::from(
+                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n",
+            );
+            for ch in chunks {
+                out.push_str(&format!("data: {ch}\n\n"));
+            }
+            out.push_str("data: [DONE]\n\n");
+            let _ = c.write_all(out.as_bytes());
+        }
+    });
+    (format!("http://{addr}/v1"), seen)
+}
+
+fn tool_call_turn(id: &str, name: &str, args: &str) -> Vec<String> {
+    let (a, b) = args.split_at(args.len() / 2);
+    vec![
+        serde_json::json!({"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"id":id,"type":"function","function":{"name":name,"arguments":""}}]}}]}).to_string(),
+        serde_json::json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":a}}]}}]}).to_string(),
+        serde_json::json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":b}}]},"finish_reason":"tool_calls"}]}).to_string(),
+        serde_json::json!({"choices":[],"usage":{"prompt_tokens":50,"completion_tokens":10}}).to_string(),
+    ]
+}
+
+/// The agent against an OpenAI-compatible HTTP server on loopback: the
+/// process talks HTTP (multi-threaded), so its bash calls run through the
+/// sandbox helper, in overlay mode, recorded like any other action.
+#[test]
+fn an_openai_compatible_server_drives_a_session_through_the_helper() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        put(&s, "base.txt", "base\n");
+        let start = tree(&s.ws);
+        let (url, seen) = openai_server(vec![
+            tool_call_turn("c1", "write", r#"{"path": "hello.txt", "content": "hi\n"}"#),
+            tool_call_turn("c2", "bash", r#"{"command": "cat hello.txt base.txt > both.txt && test -s both.txt"}"#),
+            vec![
+                serde_json::json!({"choices":[{"index":0,"delta":{"content":"All "}}]}).to_string(),
+                serde_json::json!({"choices":[{"index":0,"delta":{"content":"done."},"finish_reason":"stop"}]}).to_string(),
+            ],
+        ]);
+        let o = s
+            .retie()
+            .args([
+                "run",
+                "--provider",
+                "openai",
+                "--model",
+                "test-model",
+                "--base-url",
+                &url,
+            ])
+            .args([
+                "--autonomy",
+                "auto",
+                "--json",
+                "-p",
+                "write hello.txt and combine",
+            ])
+            .env_remove("RETIE_PROVIDER")
+            .env_remove("OPENAI_API_KEY")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run");
+        assert_code(&o, 0, &format!("{leg:?}: retie run"));
+        assert_eq!(
+            std::fs::read_to_string(s.ws.join("both.txt"))
+                .ok()
+                .as_deref(),
+            Some("hi\nbase\n")
+        );
+        let r = report(&o);
+        assert!(r.to_string().contains("All done."), "{r}");
+        // The second request carried the tool result back in OpenAI's shape.
+        let bodies = seen.lock().expect("lock").clone();
+        assert!(bodies.len() >= 3, "{bodies:?}");
+        assert!(
+            bodies[1].contains("\"role\":\"tool\"")
+                && bodies[1].contains("\"tool_call_id\":\"c1\""),
+            "{}",
+            bodies[1]
+        );
+        let o = s.retie().arg("verify").output().expect("verify");
+        assert_code(&o, 0, "verify");
+        let sid = r["session"].as_str().expect("session id").to_string();
+        let o = s
+            .retie()
+            .args(["undo-all", "--session", &sid])
+            .output()
+            .expect("undo-all");
+        assert_code(&o, 0, "undo-all");
+        assert_eq!(
+            tree(&s.ws),
+            start,
+            "{leg:?}: undo-all did not restore the start"
+        );
+    }
+}

@@ -323,9 +323,8 @@ fn concurrent_runs_on_one_workspace_do_not_undo_each_other() {
         let runs = s.home.join(".local/state/retie/runs");
         assert!(
             wait_until(20.0, || {
-                std::fs::read_dir(&runs).is_ok_and(|d| {
-                    d.flatten().any(|r| r.path().join("upper/g.txt").exists())
-                })
+                std::fs::read_dir(&runs)
+                    .is_ok_and(|d| d.flatten().any(|r| r.path().join("upper/g.txt").exists()))
             }),
             "{leg:?}: the slow run never wrote"
         );

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use retie_dispatch::overlay::{ChangesMode, Snapshots};
-use retie_dispatch::sandbox::{JobMode, JobUi, SandboxJob};
+use retie_dispatch::sandbox::{JobMode, JobUi, Runner, SandboxJob};
 use retie_dispatch::{Error, Executor, Step, UndoPlan};
 use retie_policy::Action;
 use retie_runtime::{Profile, Sandbox, Stdio};
@@ -26,9 +26,9 @@ pub enum BashRunner {
     /// In this process: only from a single-threaded process (the runtime
     /// refuses otherwise, with a clear error).
     InProcess,
-    /// Through `EXE __sandbox-helper` (for a multi-threaded process). Not
-    /// wired yet: the helper does not carry the overlay mode, and a bash
-    /// call must never silently run on the real workspace.
+    /// Through `EXE __sandbox-helper` (for a multi-threaded process, such
+    /// as one that talks HTTP to a provider): the helper carries the whole
+    /// spec, overlay mode included.
     Helper { exe: PathBuf },
 }
 
@@ -84,7 +84,6 @@ pub(crate) struct BashExec<'u> {
     out: std::fs::File,
     cap: u64,
     timeout: Duration,
-    runner: BashRunner,
 }
 
 impl<'u> BashExec<'u> {
@@ -127,11 +126,14 @@ impl<'u> BashExec<'u> {
                 owner: t.owner,
                 stdio: Some(stdio),
                 ui: notes,
+                runner: match &t.bash.runner {
+                    BashRunner::InProcess => Runner::InProcess,
+                    BashRunner::Helper { exe } => Runner::Helper { exe: exe.clone() },
+                },
             },
             out,
             cap: t.bash.output_cap,
             timeout,
-            runner: t.bash.runner.clone(),
         })
     }
 }
@@ -142,12 +144,6 @@ impl Executor for BashExec<'_> {
         self.job.plan(action)
     }
     fn execute(&mut self, action: &Action, step: &mut Step<'_>) -> Result<ToolOutput, Error> {
-        if let BashRunner::Helper { exe } = &self.runner {
-            return Err(Error::Invalid(format!(
-                "bash through the sandbox helper ({}) is not available yet in this build: the helper cannot run an overlay",
-                exe.display()
-            )));
-        }
         let ran = self.job.execute(action, step)?;
         let mut text = String::new();
         let o = &ran.outcome;
