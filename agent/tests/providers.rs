@@ -823,6 +823,58 @@ async fn openai_without_streaming_reads_one_json_answer() {
     assert!(b.get("stream_options").is_none());
 }
 
+/// The stream llama.cpp's llama-server (b11434) sent for a plain text
+/// turn, as recorded in docs/real-server.md: a first delta whose content
+/// is null, the finish reason alone with an empty delta, the usage in a
+/// last chunk with no choices and an extra `timings` object.
+#[tokio::test]
+async fn openai_llama_server_stream_as_recorded() {
+    let base = json!({"created": 1796060189, "id": "chatcmpl-jAmX", "model": "smollm2-135m",
+                      "system_fingerprint": "b0-unknown", "object": "chat.completion.chunk"});
+    let with = |extra: Value| {
+        let mut v = base.clone();
+        if let (Some(o), Value::Object(e)) = (v.as_object_mut(), extra) {
+            o.extend(e);
+        }
+        v
+    };
+    let delta = |d: Value, f: Value| {
+        with(json!({"choices": [{"finish_reason": f, "index": 0, "delta": d}]}))
+    };
+    let mut body = sse(&[
+        delta(json!({"role": "assistant", "content": null}), Value::Null),
+        delta(json!({"content": "The"}), Value::Null),
+        delta(
+            json!({"content": " capital of France is Paris."}),
+            Value::Null,
+        ),
+        delta(json!({}), json!("stop")),
+        with(
+            json!({"choices": [], "usage": {"completion_tokens": 8, "prompt_tokens": 36,
+            "total_tokens": 44, "prompt_tokens_details": {"cached_tokens": 0}},
+            "timings": {"cache_n": 0, "prompt_n": 36, "prompt_ms": 318.4, "predicted_n": 8,
+                        "predicted_ms": 240.1, "predicted_per_second": 33.3}}),
+        ),
+    ]);
+    body.push_str("data: [DONE]\n\n");
+    let server = serve(vec![sse_reply(&body)]).await;
+    let mut p = openai(&server);
+    let (r, events) = run(&mut p, &request()).await;
+    let turn = ok(r);
+    assert_eq!(turn.text, "The capital of France is Paris.");
+    assert_eq!(
+        events,
+        vec![
+            StreamEvent::Text("The".into()),
+            StreamEvent::Text(" capital of France is Paris.".into())
+        ]
+    );
+    assert!(turn.tool_calls.is_empty());
+    assert_eq!(turn.stop_reason.as_deref(), Some("stop"));
+    assert!(!turn.truncated);
+    assert_eq!((turn.usage.input_tokens, turn.usage.output_tokens), (36, 8));
+}
+
 #[tokio::test]
 async fn connection_refused_is_transport() {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
