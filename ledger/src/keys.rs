@@ -46,20 +46,45 @@ pub fn read_key(path: &Path) -> Result<SigningKey> {
     Ok(SigningKey::from_bytes(&seed))
 }
 
-/// Write a key file with mode 0600 (refusing to overwrite one).
+/// Write a key file with mode 0600 (refusing to overwrite one). The key
+/// appears whole or not at all: it is written and fsynced under a
+/// temporary name, then linked to its name (`link` fails if the name
+/// exists), so a second process that finds the file never reads it half
+/// written.
 pub fn write_key(path: &Path, key: &SigningKey) -> Result<()> {
-    if let Some(d) = path.parent() {
-        mkdir_private(d)?;
+    let dir = match path.parent() {
+        Some(d) => {
+            mkdir_private(d)?;
+            d
+        }
+        None => Path::new("."),
+    };
+    let mut nonce = [0u8; 8];
+    getrandom::fill(&mut nonce).map_err(|e| Error::Invalid(format!("no randomness: {e}")))?;
+    let tmp = dir.join(format!(
+        ".{}.{}.tmp",
+        path.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        hex(&nonce)
+    ));
+    let _ = std::fs::remove_file(&tmp);
+    let written = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(format!("{}\n", hex(&key.to_bytes())).as_bytes())?;
+        f.sync_all()?;
+        std::fs::hard_link(&tmp, path)
+    })();
+    let _ = std::fs::remove_file(&tmp);
+    written.map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
     }
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
-    f.write_all(format!("{}\n", hex(&key.to_bytes())).as_bytes())
-        .and_then(|_| f.sync_all())
-        .map_err(|e| Error::io(format!("writing {}", path.display()), e))
+    Ok(())
 }
 
 /// The user key, created on first use.

@@ -854,3 +854,36 @@ mod tests {
         assert!(l.conn.execute("DELETE FROM entries", []).is_err());
     }
 }
+
+#[cfg(test)]
+mod key_tests {
+    /// Many processes' first use at once: each reads a whole key, the same
+    /// one (a key file seen half written was a real race).
+    #[test]
+    fn concurrent_first_writers_all_read_one_whole_key() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("retie").join("user.key");
+        let keys: Vec<_> = (0..16)
+            .map(|i| {
+                let path = path.clone();
+                std::thread::spawn(move || {
+                    let k = ed25519_dalek::SigningKey::from_bytes(&[i as u8; 32]);
+                    match crate::keys::write_key(&path, &k) {
+                        Ok(()) => {}
+                        Err(crate::Error::Io { source, .. })
+                            if source.kind() == std::io::ErrorKind::AlreadyExists => {}
+                        Err(e) => panic!("{e}"),
+                    }
+                    crate::keys::read_key(&path)
+                        .expect("a whole key")
+                        .to_bytes()
+                })
+            })
+            .collect();
+        let got: Vec<[u8; 32]> = keys
+            .into_iter()
+            .map(|t| t.join().expect("thread"))
+            .collect();
+        assert!(got.windows(2).all(|w| w[0] == w[1]), "different keys read");
+    }
+}

@@ -34,7 +34,13 @@ pub struct DemoArgs {
 }
 
 fn say(s: &str) {
-    eprintln!("\n\x1b[1m== {s}\x1b[0m");
+    use std::io::IsTerminal;
+    // Bold only on a terminal, and never with NO_COLOR.
+    if std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none() {
+        eprintln!("\n\x1b[1m== {s}\x1b[0m");
+    } else {
+        eprintln!("\n== {s}");
+    }
 }
 
 pub fn run(args: DemoArgs) -> i32 {

@@ -199,7 +199,27 @@ pub fn run(a: ReplayArgs) -> i32 {
             println!("REFUSED:");
         }
         for r in &s.refusals {
-            println!("- **refused**: {}", crate::ui::visible(&r.to_string()));
+            let field = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or("?").to_string();
+            let command = r
+                .get("command")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    let args: Vec<&str> = a.iter().filter_map(Value::as_str).collect();
+                    crate::ui::shell_line(&args)
+                })
+                .unwrap_or_default();
+            let line = format!(
+                "{} {}: {} (by {})",
+                crate::ui::visible(&field("tool")),
+                command,
+                crate::ui::visible(&field("reason")),
+                crate::ui::visible(&field("by"))
+            );
+            if md {
+                println!("- **refused**: {}", line.replace('|', "\\|"));
+            } else {
+                println!("  {line}");
+            }
         }
     }
     let line = format!(
