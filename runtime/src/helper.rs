@@ -220,9 +220,9 @@ pub fn serve(reply_fd: i32) -> i32 {
         Reply::Err { exit_code, .. } => *exit_code,
     };
     let text = serde_json::to_string(&reply).unwrap_or_default();
-    let _ = crate::sys::write_all(reply_fd, text.as_bytes());
     // SAFETY: closing the fd we were handed, once.
-    let _ = unsafe { std::fs::File::from_raw_fd(reply_fd) };
+    let reply_file = unsafe { std::fs::File::from_raw_fd(reply_fd) };
+    let _ = crate::sys::write_all(std::os::fd::AsFd::as_fd(&reply_file), text.as_bytes());
     code
 }
 
