@@ -274,8 +274,33 @@ fn reap(cmd: libc::pid_t, status_fd: BorrowedFd<'_>) -> ! {
                     )
                 }
             };
+            // Nothing of the sandbox may run once the supervisor has the
+            // report (it returns on it, before this process has exited):
+            // end and reap every other process of the namespace first.
+            kill_the_rest();
             let _ = crate::sys::write_all(status_fd, &report.to_line());
+            // Our exit tears the namespaces down (an RCU grace period for
+            // the mount namespace); the supervisor does not wait for it.
             exit(code);
+        }
+    }
+}
+
+/// SIGKILL every process of the sandbox's pid namespace but init, and reap
+/// them all. kill(-1) from init reaches exactly those (init itself is
+/// spared); a fork racing with it either completes before (the child is
+/// killed) or fails (the parent's SIGKILL is pending). Orphans are
+/// reparented to init, so ECHILD means no process of the sandbox is left.
+fn kill_the_rest() {
+    loop {
+        // SAFETY: kill takes two integers and touches no memory; pid -1
+        // from PID 1 of a pid namespace targets the other processes of
+        // that namespace only (all the sandbox's, all signallable by init:
+        // same uid, same Landlock domain).
+        unsafe { libc::kill(-1, libc::SIGKILL) };
+        match rustix::process::wait(WaitOptions::empty()) {
+            Ok(Some(_)) | Err(rustix::io::Errno::INTR) => continue,
+            _ => return, // ECHILD: nothing left
         }
     }
 }

@@ -37,6 +37,7 @@ pub fn run(spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
         return Err(RuntimeError::NotSingleThreaded { threads });
     }
     let kernel_abi = crate::preflight::check(&spec.profile)?;
+    reap_earlier_runs();
 
     // Everything the child needs exists before the clone.
     let idmapped = workspace::prepare_idmap(spec)?;
@@ -119,10 +120,16 @@ pub fn run(spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
     sys::write_all(go_w.as_fd(), b"G")
         .map_err(|e| RuntimeError::host("releasing the sandbox", e))?;
 
-    // Watch: the child's exit, forwarded signals, the deadline.
-    // A timeout past what an Instant can hold is no deadline at all.
+    // Watch: the child's exit, its reports, forwarded signals, the
+    // deadline. A timeout past what an Instant can hold is no deadline.
+    // Once init reports the command's end (after it has killed and reaped
+    // everything else in the sandbox), the run is over: init's own exit,
+    // the namespaces' teardown, happens off our path and is reaped later.
     let deadline = spec.timeout.and_then(|t| started.checked_add(t));
     let mut timed_out = false;
+    let mut buf = Vec::new();
+    let mut reported_end = false;
+    let mut status_eof = false;
     loop {
         let timeout = match deadline {
             None => None,
@@ -136,33 +143,59 @@ pub fn run(spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
                 Some(poll_timeout(left))
             }
         };
+        // After EOF the status pipe stays readable: leave it out.
+        let status_events = if status_eof {
+            PollFlags::empty()
+        } else {
+            PollFlags::IN
+        };
         let mut fds = [
             PollFd::new(&pidfd, PollFlags::IN),
             PollFd::new(&signals.fd, PollFlags::IN),
+            PollFd::new(&status_r, status_events),
         ];
         if rustix::event::poll(&mut fds, timeout.as_ref()).is_err() {
             continue; // EINTR
         }
-        let (child_ended, signalled) = (
+        let (child_ended, signalled, reported) = (
             fds[0].revents().contains(PollFlags::IN),
             fds[1].revents().contains(PollFlags::IN),
+            !status_eof && fds[2].revents().intersects(PollFlags::IN | PollFlags::HUP),
         );
         if signalled {
             if let Some(sig) = signals.read().and_then(sys::signal) {
                 let _ = sys::pidfd_send_signal(&pidfd, sig);
             }
         }
+        if reported {
+            let mut chunk = [0u8; 4096];
+            match rustix::io::read(&status_r, &mut chunk) {
+                Ok(0) => status_eof = true,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                Err(_) => {}
+            }
+            if ends_the_run(&buf) {
+                reported_end = true;
+                break;
+            }
+        }
         if child_ended {
             break;
         }
     }
-    let init_status = wait(pid);
+    let init_status = if reported_end {
+        leave_to_reap(pid);
+        None
+    } else {
+        let st = wait(pid);
+        // init is gone: the rest of the channel is in the pipe.
+        let _ = std::fs::File::from(status_r).read_to_end(&mut buf);
+        st
+    };
     let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
     drop(go_w);
     drop(signals);
 
-    let mut buf = Vec::new();
-    let _ = std::fs::File::from(status_r).read_to_end(&mut buf);
     // Only init and the command's pre-exec child can reach this pipe; a
     // report that breaks the protocol means something else did, and nothing
     // it says (a "fix" to run, an exit code) is believed.
@@ -267,6 +300,43 @@ fn clone_error(e: std::io::Error) -> RuntimeError {
     RuntimeError::Unsupported {
         problem: format!("cannot create the sandbox's namespaces: {e}"),
         fix,
+    }
+}
+
+/// Whether the channel so far ends with init's `Exited` report, on a
+/// complete line (the last report init sends).
+fn ends_the_run(buf: &[u8]) -> bool {
+    let Some(body) = buf.strip_suffix(b"\n") else {
+        return false;
+    };
+    let last = body.rsplit(|b| *b == b'\n').next().unwrap_or(body);
+    matches!(
+        serde_json::from_slice::<Report>(last),
+        Ok(Report::Exited { .. })
+    )
+}
+
+/// Inits that reported their command's end but had not exited yet: our
+/// children, not reaped, so their pids cannot be reused. Reaped (without
+/// waiting) at the start of the next run; a process that runs once leaves
+/// them to whoever inherits them.
+static UNREAPED: std::sync::Mutex<Vec<libc::pid_t>> = std::sync::Mutex::new(Vec::new());
+
+fn leave_to_reap(pid: libc::pid_t) {
+    if let Ok(mut v) = UNREAPED.lock() {
+        v.push(pid);
+    }
+}
+
+/// Reap the inits of earlier runs that have exited by now.
+fn reap_earlier_runs() {
+    if let Ok(mut v) = UNREAPED.lock() {
+        v.retain(|p| {
+            matches!(
+                rustix::process::waitpid(sys::pid(*p), WaitOptions::NOHANG),
+                Ok(None)
+            )
+        });
     }
 }
 
