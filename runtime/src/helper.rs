@@ -110,7 +110,7 @@ pub fn run_via_helper_with(helper_exe: &Path, spec: &SandboxSpec, stdio: Stdio) 
     // The helper reads the whole request before it does anything else, so
     // this write cannot wait on the reply. A helper that died at once
     // leaves a broken pipe: its (missing) reply tells the story.
-    let _ = crate::sys::write_all(request_w.as_raw_fd(), &request);
+    let _ = crate::sys::write_all(std::os::fd::AsFd::as_fd(&request_w), &request);
     drop(request_w);
     let mut reply = String::new();
     std::fs::File::from(reply_r)
@@ -265,7 +265,7 @@ pub fn serve(reply_fd: i32, request_fd: i32) -> i32 {
     // SAFETY: as for the request fd: checked open, handed over for this
     // one use, owned by nothing else; closed when the File drops.
     let reply_file = unsafe { std::fs::File::from_raw_fd(reply_fd) };
-    let _ = crate::sys::write_all(reply_file.as_raw_fd(), text.as_bytes());
+    let _ = crate::sys::write_all(std::os::fd::AsFd::as_fd(&reply_file), text.as_bytes());
     code
 }
 

@@ -6,7 +6,9 @@
 //! the kernel kills whatever is left in the namespace: nothing outlives the
 //! command.
 
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use rustix::process::{DumpableBehavior, Signal, WaitOptions};
 
 use crate::outcome::EXIT_SANDBOX_FAILED;
 use crate::protocol::Report;
@@ -41,7 +43,7 @@ pub struct InitArgs<'a> {
 
 /// Run as PID 1 and never return.
 pub fn main(args: InitArgs<'_>) -> ! {
-    let status = args.status.as_raw_fd();
+    let status = args.status.as_fd();
     match setup_and_wait(&args) {
         Ok(enforced) => {
             let ready = Report::Ready {
@@ -65,25 +67,27 @@ pub fn main(args: InitArgs<'_>) -> ! {
     drop(args.ro_trees);
     drop(args.layered_trees);
     drop(args.go);
-    // SAFETY: single-threaded; the child only execs or _exits.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        let report = Report::SetupFailed {
-            step: "spawn".into(),
-            message: format!("fork: {}", std::io::Error::last_os_error()),
-            hint: None,
-        };
-        let _ = crate::sys::write_all(status, &report.to_line());
-        exit(EXIT_SANDBOX_FAILED);
-    }
-    if pid == 0 {
-        setup::exec::exec_command(&args.spec.argv, &args.spec.env, args.stdio, status);
-    }
+    // SAFETY: init is single-threaded; the child only execs or _exits
+    // (exec_command never returns).
+    let pid = match unsafe { crate::sys::fork() } {
+        Ok(Some(pid)) => pid,
+        Ok(None) => setup::exec::exec_command(&args.spec.argv, &args.spec.env, &args.stdio, status),
+        Err(e) => {
+            let report = Report::SetupFailed {
+                step: "spawn".into(),
+                message: format!("fork: {e}"),
+                hint: None,
+            };
+            let _ = crate::sys::write_all(status, &report.to_line());
+            exit(EXIT_SANDBOX_FAILED);
+        }
+    };
+    drop(args.stdio);
     // The child makes itself a group leader too; doing it here as well
     // closes the race where a forwarded signal arrives before the child
     // got that far (a signal to a group that does not exist yet is lost).
-    // SAFETY: setpgid on our own child, integer arguments only.
-    unsafe { libc::setpgid(pid, pid) };
+    let cmd = crate::sys::pid(pid);
+    let _ = rustix::process::setpgid(cmd, cmd);
     reap(pid, status)
 }
 
@@ -94,7 +98,7 @@ fn setup_and_wait(args: &InitArgs<'_>) -> StepResult<setup::landlock::Enforced> 
     arm_parent_death()?;
     // The supervisor writes our id maps (and idmaps the workspace) first;
     // it needs us dumpable for that (our /proc entries stay ours).
-    wait_for_go(args.go.as_raw_fd())?;
+    wait_for_go(args.go.as_fd())?;
     // From here on nothing in the sandbox may read or open anything of
     // ours through /proc: not our memory (a copy of the caller's, with its
     // environment), not our status pipe. Non-dumpable makes every
@@ -113,7 +117,7 @@ fn setup_and_wait(args: &InitArgs<'_>) -> StepResult<setup::landlock::Enforced> 
     // A credential change resets dumpability to fs.suid_dumpable.
     make_undumpable()?;
     arm_parent_death()?;
-    check_parent_alive(args.go.as_raw_fd())?;
+    check_parent_alive(args.go.as_fd())?;
 
     // Filesystem: private tree, tmpfs root, host reachable at /oldroot.
     setup::rootfs::pivot_into_tmpfs()?;
@@ -158,17 +162,15 @@ fn setup_and_wait(args: &InitArgs<'_>) -> StepResult<setup::landlock::Enforced> 
 
 /// PR_SET_DUMPABLE 0, then read it back.
 fn make_undumpable() -> StepResult {
-    // SAFETY: prctl(PR_SET_DUMPABLE) takes integer arguments and only
-    // changes this process's dumpable flag.
-    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } < 0 {
-        return Err(SetupError::last_os("init", "PR_SET_DUMPABLE"));
-    }
-    // SAFETY: PR_GET_DUMPABLE reads a flag of this process.
-    match unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) } {
-        0 => Ok(()),
+    rustix::process::set_dumpable_behavior(DumpableBehavior::NotDumpable)
+        .map_err(|e| SetupError::io("init", "PR_SET_DUMPABLE", e.into()))?;
+    match rustix::process::dumpable_behavior() {
+        Ok(DumpableBehavior::NotDumpable) => Ok(()),
         v => Err(SetupError {
             step: "init",
-            message: format!("the sandbox's init is still dumpable ({v}) after PR_SET_DUMPABLE 0"),
+            message: format!(
+                "the sandbox's init is still dumpable ({v:?}) after PR_SET_DUMPABLE 0"
+            ),
             hint: None,
         }),
     }
@@ -200,48 +202,32 @@ fn scrub_environment() {
 }
 
 fn arm_parent_death() -> StepResult {
-    // SAFETY: prctl with integer arguments only.
-    if unsafe {
-        libc::prctl(
-            libc::PR_SET_PDEATHSIG,
-            libc::SIGKILL as libc::c_ulong,
-            0,
-            0,
-            0,
-        )
-    } < 0
-    {
-        return Err(SetupError::last_os("init", "PR_SET_PDEATHSIG"));
-    }
-    Ok(())
+    rustix::process::set_parent_process_death_signal(Some(Signal::KILL))
+        .map_err(|e| SetupError::io("init", "PR_SET_PDEATHSIG", e.into()))
 }
 
 /// Block until the supervisor says go (one byte) or dies (EOF).
-fn wait_for_go(fd: RawFd) -> StepResult {
+fn wait_for_go(fd: BorrowedFd<'_>) -> StepResult {
     let mut b = [0u8; 1];
     loop {
-        // SAFETY: reading one byte into a valid buffer.
-        let n = unsafe { libc::read(fd, b.as_mut_ptr().cast(), 1) };
-        if n == 1 {
-            return Ok(());
+        match rustix::io::read(fd, &mut b) {
+            Ok(1) => return Ok(()),
+            Err(rustix::io::Errno::INTR) => continue,
+            _ => exit(EXIT_SANDBOX_FAILED),
         }
-        if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-            continue;
-        }
-        exit(EXIT_SANDBOX_FAILED);
     }
 }
 
 /// The supervisor keeps its end of the go pipe open while it lives.
-fn check_parent_alive(fd: RawFd) -> StepResult {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
+fn check_parent_alive(fd: BorrowedFd<'_>) -> StepResult {
+    use rustix::event::{PollFd, PollFlags};
+    let mut pfd = [PollFd::from_borrowed_fd(fd, PollFlags::IN)];
+    let now = rustix::event::Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
     };
-    // SAFETY: one valid pollfd, zero timeout.
-    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
-    if n > 0 && pfd.revents & (libc::POLLHUP | libc::POLLERR) != 0 {
+    let n = rustix::event::poll(&mut pfd, Some(&now)).unwrap_or(0);
+    if n > 0 && pfd[0].revents().intersects(PollFlags::HUP | PollFlags::ERR) {
         exit(EXIT_SANDBOX_FAILED);
     }
     Ok(())
@@ -249,54 +235,36 @@ fn check_parent_alive(fd: RawFd) -> StepResult {
 
 /// Forward signals to the command's process group, reap every child, and
 /// exit with the command's status once it has ended.
-fn reap(cmd: libc::pid_t, status_fd: RawFd) -> ! {
-    // SAFETY: building a sigset from constants.
-    let set = unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGCHLD);
-        for s in FORWARDED {
-            libc::sigaddset(&mut set, *s);
-        }
-        set
-    };
+fn reap(cmd: libc::pid_t, status_fd: BorrowedFd<'_>) -> ! {
+    let waited = SignalSet::of(FORWARDED, true);
+    let cmd_pid = crate::sys::pid(cmd);
     loop {
-        // SAFETY: `set` is valid; these signals are blocked (the
-        // supervisor blocked them before clone), so sigwaitinfo receives
-        // them instead of their default actions.
-        let sig = unsafe { libc::sigwaitinfo(&set, std::ptr::null_mut()) };
-        if sig < 0 {
-            continue;
-        }
+        let Some(sig) = waited.wait() else { continue };
         if sig != libc::SIGCHLD {
-            // SAFETY: signalling our own child's process group, or the
-            // child alone if it has left that group.
-            unsafe {
-                if libc::kill(-cmd, sig) < 0 {
-                    libc::kill(cmd, sig);
+            if let (Some(p), Some(s)) = (cmd_pid, crate::sys::signal(sig)) {
+                // The command's group, or the command alone if it has left
+                // that group.
+                if rustix::process::kill_process_group(p, s).is_err() {
+                    let _ = rustix::process::kill_process(p, s);
                 }
             }
             continue;
         }
-        loop {
-            let mut wstatus = 0;
-            // SAFETY: valid out-pointer; WNOHANG never blocks.
-            let pid = unsafe { libc::waitpid(-1, &mut wstatus, libc::WNOHANG) };
-            if pid <= 0 {
-                break;
+        // wait(), not waitpid(None): rustix maps None to 0, our own group only.
+        while let Ok(Some((pid, ws))) = rustix::process::wait(WaitOptions::NOHANG) {
+            if pid.as_raw_nonzero().get() != cmd {
+                continue;
             }
-            if pid == cmd {
-                let (report, code) = if libc::WIFSIGNALED(wstatus) {
-                    let s = libc::WTERMSIG(wstatus);
-                    (
-                        Report::Exited {
-                            code: None,
-                            signal: Some(s),
-                        },
-                        128 + s,
-                    )
-                } else {
-                    let c = libc::WEXITSTATUS(wstatus);
+            let (report, code) = match ws.terminating_signal() {
+                Some(s) => (
+                    Report::Exited {
+                        code: None,
+                        signal: Some(s),
+                    },
+                    128 + s,
+                ),
+                None => {
+                    let c = ws.exit_status().unwrap_or(0);
                     (
                         Report::Exited {
                             code: Some(c),
@@ -304,16 +272,72 @@ fn reap(cmd: libc::pid_t, status_fd: RawFd) -> ! {
                         },
                         c,
                     )
-                };
-                let _ = crate::sys::write_all(status_fd, &report.to_line());
-                exit(code);
-            }
+                }
+            };
+            // Nothing of the sandbox may run once the supervisor has the
+            // report (it returns on it, before this process has exited):
+            // end and reap every other process of the namespace first.
+            kill_the_rest();
+            let _ = crate::sys::write_all(status_fd, &report.to_line());
+            // Our exit tears the namespaces down (an RCU grace period for
+            // the mount namespace); the supervisor does not wait for it.
+            exit(code);
         }
     }
 }
 
+/// SIGKILL every process of the sandbox's pid namespace but init, and reap
+/// them all. kill(-1) from init reaches exactly those (init itself is
+/// spared); a fork racing with it either completes before (the child is
+/// killed) or fails (the parent's SIGKILL is pending). Orphans are
+/// reparented to init, so ECHILD means no process of the sandbox is left.
+fn kill_the_rest() {
+    loop {
+        // SAFETY: kill takes two integers and touches no memory; pid -1
+        // from PID 1 of a pid namespace targets the other processes of
+        // that namespace only (all the sandbox's, all signallable by init:
+        // same uid, same Landlock domain).
+        unsafe { libc::kill(-1, libc::SIGKILL) };
+        match rustix::process::wait(WaitOptions::empty()) {
+            Ok(Some(_)) | Err(rustix::io::Errno::INTR) => continue,
+            _ => return, // ECHILD: nothing left
+        }
+    }
+}
+
+/// A set of signals that are blocked (the supervisor blocked them before
+/// the clone, and init inherits its mask) and so can be waited for.
+struct SignalSet(libc::sigset_t);
+
+impl SignalSet {
+    fn of(signals: &[libc::c_int], with_sigchld: bool) -> Self {
+        // SAFETY: sigemptyset fully initializes the zeroed sigset_t it is
+        // given (a plain bit array, for which all-zero is valid);
+        // sigaddset only sets bits in it, for valid signal numbers.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for s in signals {
+                libc::sigaddset(&mut set, *s);
+            }
+            if with_sigchld {
+                libc::sigaddset(&mut set, libc::SIGCHLD);
+            }
+            SignalSet(set)
+        }
+    }
+
+    /// The next pending signal of the set (None on EINTR).
+    fn wait(&self) -> Option<libc::c_int> {
+        // SAFETY: `self.0` is an initialized sigset the kernel only reads;
+        // the siginfo out-pointer is NULL (allowed).
+        let sig = unsafe { libc::sigwaitinfo(&self.0, std::ptr::null_mut()) };
+        (sig > 0).then_some(sig)
+    }
+}
+
+/// End init without running the supervisor's atexit handlers or flushing
+/// its inherited stdio buffers (init is a clone of the supervisor).
 fn exit(code: i32) -> ! {
-    // SAFETY: _exit ends the process without running the parent's atexit
-    // handlers or flushing its inherited stdio buffers.
-    unsafe { libc::_exit(code) }
+    crate::sys::exit_now(code)
 }

@@ -13,11 +13,13 @@
 //! namespaces, and every veth in them, with it.
 
 use std::io::Read;
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
+
+use rustix::process::{DumpableBehavior, Gid, Signal, Uid};
 
 use crate::error::{Result, RuntimeError};
 use crate::setup::net_lab::{ipv6_off, LAB_ADDRESS};
-use crate::setup::netlink::{if_index, Netlink};
+use crate::setup::netlink::Netlink;
 
 /// A running keeper (the caller's child).
 #[derive(Debug)]
@@ -28,10 +30,9 @@ pub struct Keeper {
 impl Keeper {
     /// Kill and reap the keeper: the lab's namespaces go with it.
     pub fn stop(self) {
-        // SAFETY: signalling and reaping our own child.
-        unsafe {
-            libc::kill(self.pid, libc::SIGKILL);
-            libc::waitpid(self.pid, std::ptr::null_mut(), 0);
+        if let Some(pid) = crate::sys::pid(self.pid) {
+            let _ = rustix::process::kill_process(pid, Signal::KILL);
+            let _ = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty());
         }
     }
 }
@@ -40,31 +41,30 @@ impl Keeper {
 /// `uid`/`gid`. The caller must be single-threaded.
 pub fn spawn_keeper(uid: u32, gid: u32) -> Result<Keeper> {
     let (rd, wr) = crate::sys::pipe_cloexec().map_err(|e| RuntimeError::host("pipe", e))?;
-    let parent = std::process::id() as i32;
-    // SAFETY: the caller is single-threaded; the child only runs `keep`,
-    // which never returns.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(RuntimeError::last_os("fork of the lab keeper"));
-    }
-    if pid == 0 {
-        drop(rd);
-        let msg = match keeper_setup(uid, gid, parent) {
-            Ok(()) => "R\n".to_string(),
-            Err(e) => format!("E{e}\n"),
-        };
-        let _ = crate::sys::write_all(wr.as_raw_fd(), msg.as_bytes());
-        if !msg.starts_with('R') {
-            // SAFETY: ending the child without exit handlers.
-            unsafe { libc::_exit(1) };
+    let parent = rustix::process::getpid();
+    // SAFETY: the caller is single-threaded (this function's contract);
+    // the child only runs `keeper_setup` and then waits forever or _exits.
+    let forked = unsafe { crate::sys::fork() };
+    let pid = match forked {
+        Err(e) => return Err(RuntimeError::host("fork of the lab keeper", e)),
+        Ok(Some(pid)) => pid,
+        Ok(None) => {
+            drop(rd);
+            let msg = match keeper_setup(uid, gid, parent) {
+                Ok(()) => "R\n".to_string(),
+                Err(e) => format!("E{e}\n"),
+            };
+            let _ = crate::sys::write_all(wr.as_fd(), msg.as_bytes());
+            if !msg.starts_with('R') {
+                crate::sys::exit_now(1);
+            }
+            drop(wr);
+            // SIGKILL (or the parent's death) ends us.
+            loop {
+                rustix::event::pause();
+            }
         }
-        drop(wr);
-        loop {
-            // SAFETY: waiting for a signal; SIGKILL (or the parent's death)
-            // ends us.
-            unsafe { libc::pause() };
-        }
-    }
+    };
     drop(wr);
     let mut text = String::new();
     let _ = std::fs::File::from(rd).read_to_string(&mut text);
@@ -85,41 +85,40 @@ pub fn spawn_keeper(uid: u32, gid: u32) -> Result<Keeper> {
     })
 }
 
-fn keeper_setup(uid: u32, gid: u32, parent: i32) -> std::result::Result<(), String> {
-    let os = |what: &str| format!("{what}: {}", std::io::Error::last_os_error());
-    // SAFETY: plain syscalls on this single-threaded child.
-    unsafe {
-        if libc::geteuid() != uid
-            && (libc::setgroups(0, std::ptr::null()) < 0
-                || libc::setresgid(gid, gid, gid) < 0
-                || libc::setresuid(uid, uid, uid) < 0)
-        {
-            return Err(os("taking the lab's host identity"));
-        }
-        // The uid change made us non-dumpable, which would hand our /proc
-        // files (the id maps) to root; the keeper holds nothing secret.
-        if libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) < 0 {
-            return Err(os("PR_SET_DUMPABLE"));
-        }
-        // After the uid change: die with the holder, and make sure it did
-        // not die already.
-        if libc::prctl(
-            libc::PR_SET_PDEATHSIG,
-            libc::SIGKILL as libc::c_ulong,
-            0,
-            0,
-            0,
-        ) < 0
-        {
-            return Err(os("PR_SET_PDEATHSIG"));
-        }
-        if libc::getppid() != parent {
-            return Err("the lab holder died".into());
-        }
-        if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET) < 0 {
-            return Err(os("creating the lab's user and network namespaces"));
-        }
+fn keeper_setup(
+    uid: u32,
+    gid: u32,
+    parent: rustix::process::Pid,
+) -> std::result::Result<(), String> {
+    fn os(what: &'static str) -> impl Fn(rustix::io::Errno) -> String {
+        move |e| format!("{what}: {e}")
     }
+    // The ids are set per thread (raw syscalls); the keeper is a fresh
+    // fork of a single-threaded caller, so that is the whole process.
+    if rustix::process::geteuid().as_raw() != uid {
+        let (u, g) = (Uid::from_raw(uid), Gid::from_raw(gid));
+        rustix::thread::set_thread_groups(&[])
+            .and_then(|()| rustix::thread::set_thread_res_gid(g, g, g))
+            .and_then(|()| rustix::thread::set_thread_res_uid(u, u, u))
+            .map_err(os("taking the lab's host identity"))?;
+    }
+    // The uid change made us non-dumpable, which would hand our /proc
+    // files (the id maps) to root; the keeper holds nothing secret.
+    rustix::process::set_dumpable_behavior(DumpableBehavior::Dumpable)
+        .map_err(os("PR_SET_DUMPABLE"))?;
+    // After the uid change: die with the holder, and make sure it did not
+    // die already.
+    rustix::process::set_parent_process_death_signal(Some(Signal::KILL))
+        .map_err(os("PR_SET_PDEATHSIG"))?;
+    if rustix::process::getppid() != Some(parent) {
+        return Err("the lab holder died".into());
+    }
+    use rustix::thread::UnshareFlags as U;
+    // SAFETY: unshare_unsafe is unsafe only for CLONE_FILES (another
+    // thread's fds becoming invisible); neither flag here touches the fd
+    // table, and the keeper has a single thread.
+    unsafe { rustix::thread::unshare_unsafe(U::NEWUSER | U::NEWNET) }
+        .map_err(os("creating the lab's user and network namespaces"))?;
     let w = |f: &str, d: String| {
         std::fs::write(format!("/proc/self/{f}"), d).map_err(|e| format!("writing {f}: {e}"))
     };
@@ -128,7 +127,7 @@ fn keeper_setup(uid: u32, gid: u32, parent: i32) -> std::result::Result<(), Stri
     w("gid_map", format!("{gid} {gid} 1\n"))?;
     ipv6_off().map_err(|e| format!("turning IPv6 off in the lab: {e}"))?;
     let mut nl = Netlink::open().map_err(|e| format!("netlink socket: {e}"))?;
-    let lo = if_index("lo").map_err(|e| format!("lo: {e}"))?;
+    let lo = nl.index("lo").map_err(|e| format!("lo: {e}"))?;
     nl.link_up(lo).map_err(|e| format!("bringing lo up: {e}"))?;
     nl.add_address(lo, LAB_ADDRESS, 32)
         .map_err(|e| format!("adding {LAB_ADDRESS} to lo: {e}"))?;
@@ -138,8 +137,10 @@ fn keeper_setup(uid: u32, gid: u32, parent: i32) -> std::result::Result<(), Stri
 /// The host uid/gid that owns labs started by this process: the same
 /// identity its sandboxes take (65534 when invoked as root).
 pub fn owner() -> (u32, u32) {
-    // SAFETY: geteuid/getegid cannot fail and touch no memory.
-    let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let (euid, egid) = (
+        rustix::process::geteuid().as_raw(),
+        rustix::process::getegid().as_raw(),
+    );
     if euid == 0 {
         (
             crate::spec::ROOT_INVOKED_HOST_ID,

@@ -9,24 +9,27 @@
 //! run by [`run`] (from a single-threaded process, such as the `retie` CLI)
 //! or [`helper::run_via_helper`] (from anywhere, via a helper process).
 //!
-//! The set-up itself lives in [`init`] (the recipe, step by step) and
-//! [`setup`] (one module per step). This crate knows nothing of agents,
-//! ledgers or policies.
+//! The set-up itself lives in the private modules `init` (the recipe, step
+//! by step), `setup` (one module per step) and `sys` (the few raw system
+//! calls no crate wraps); the public surface is the builder, the spec,
+//! [`run`], the [`helper`], the [`preflight`], the [`lab`] keeper, the
+//! [`deny_table`] and the [`toolchain`] detection. This crate knows
+//! nothing of agents, ledgers or policies.
 
 #![warn(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 
 pub mod error;
 pub mod helper;
-pub mod init;
+mod init;
 pub mod lab;
 pub mod outcome;
 pub mod preflight;
 pub mod profile;
-pub mod protocol;
-pub mod setup;
+mod protocol;
+mod setup;
 pub mod spec;
-pub mod supervisor;
-pub mod sys;
+mod supervisor;
+mod sys;
 pub mod toolchain;
 
 pub use error::{Result, RuntimeError};
@@ -34,6 +37,8 @@ pub use outcome::{
     Outcome, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_SANDBOX_FAILED, EXIT_TIMEOUT,
 };
 pub use profile::Profile;
+/// The lab's stable address (`lab` inside lab-mode sandboxes).
+pub use setup::net_lab::LAB_ADDRESS;
 /// The seccomp deny table in force per network mode, for probes that must
 /// try every rule (`retie selftest`).
 pub use setup::seccomp::{deny_table, ArgCheck, ArgOp, DeniedCall, DENY_ERRNO};

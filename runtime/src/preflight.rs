@@ -16,8 +16,7 @@ fn read_num(path: &str) -> Option<i64> {
 }
 
 fn is_root() -> bool {
-    // SAFETY: geteuid cannot fail.
-    unsafe { libc::geteuid() == 0 }
+    rustix::process::geteuid().is_root()
 }
 
 /// Why user namespaces are unavailable, with the fix, if a known switch

@@ -4,12 +4,18 @@
 //! watch, report. It must be called from a single-threaded process (the
 //! CLI is one; a multi-threaded program uses [`crate::helper`]).
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::io::Read;
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::time::Instant;
+
+use rustix::event::{PollFd, PollFlags};
+use rustix::process::{Signal, WaitOptions, WaitStatus};
 
 use crate::error::{Result, RuntimeError};
 use crate::init::{self, InitArgs, FORWARDED};
-use crate::outcome::{Outcome, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_TIMEOUT};
+use crate::outcome::{
+    Outcome, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_SANDBOX_FAILED, EXIT_TIMEOUT,
+};
 use crate::protocol::Report;
 use crate::setup::exec::StdioFds;
 use crate::setup::{net_lab, userns, workspace};
@@ -31,6 +37,7 @@ pub fn run(spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
         return Err(RuntimeError::NotSingleThreaded { threads });
     }
     let kernel_abi = crate::preflight::check(&spec.profile)?;
+    reap_earlier_runs();
 
     // Everything the child needs exists before the clone.
     let idmapped = workspace::prepare_idmap(spec)?;
@@ -38,14 +45,13 @@ pub fn run(spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
     let layered_trees = open_trees(spec, &spec.layered_binds)?;
     let (go_r, go_w) = sys::pipe_cloexec().map_err(|e| RuntimeError::host("pipe", e))?;
     let (status_r, status_w) = sys::pipe_cloexec().map_err(|e| RuntimeError::host("pipe", e))?;
-    let (stdio_fds, _stdio_keep) = stdio_fds(stdio);
+    let stdio_fds = stdio_fds(stdio);
     if spec.identity.idmap_workspace {
         // Root: the child must not carry root's supplementary groups
         // (setgroups is denied inside, so it could not drop them itself).
-        // SAFETY: setgroups(0, NULL) only changes this process's groups.
-        if unsafe { libc::setgroups(0, std::ptr::null()) } < 0 {
-            return Err(RuntimeError::last_os("dropping supplementary groups"));
-        }
+        // The call is per thread; this process has one (checked above).
+        rustix::thread::set_thread_groups(&[])
+            .map_err(|e| RuntimeError::host("dropping supplementary groups", e.into()))?;
     }
     let signals = SignalGuard::block()?;
 
@@ -107,63 +113,89 @@ pub fn run(spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
     drop(ro_trees);
     drop(layered_trees);
     if let Err(e) = prepared {
-        let _ = sys::pidfd_send_signal(&pidfd, libc::SIGKILL);
+        let _ = sys::pidfd_send_signal(&pidfd, Signal::KILL);
         wait(pid);
         return Err(e);
     }
-    sys::write_all(go_w.as_raw_fd(), b"G")
+    sys::write_all(go_w.as_fd(), b"G")
         .map_err(|e| RuntimeError::host("releasing the sandbox", e))?;
 
-    // Watch: the child's exit, forwarded signals, the deadline.
-    // A timeout past what an Instant can hold is no deadline at all.
+    // Watch: the child's exit, its reports, forwarded signals, the
+    // deadline. A timeout past what an Instant can hold is no deadline.
+    // Once init reports the command's end (after it has killed and reaped
+    // everything else in the sandbox), the run is over: init's own exit,
+    // the namespaces' teardown, happens off our path and is reaped later.
     let deadline = spec.timeout.and_then(|t| started.checked_add(t));
     let mut timed_out = false;
+    let mut buf = Vec::new();
+    let mut reported_end = false;
+    let mut status_eof = false;
     loop {
-        let timeout_ms = match deadline {
-            None => -1,
+        let timeout = match deadline {
+            None => None,
             Some(d) => {
                 let left = d.saturating_duration_since(Instant::now());
                 if left.is_zero() {
                     timed_out = true;
-                    let _ = sys::pidfd_send_signal(&pidfd, libc::SIGKILL);
+                    let _ = sys::pidfd_send_signal(&pidfd, Signal::KILL);
                     break;
                 }
-                poll_timeout_ms(left)
+                Some(poll_timeout(left))
             }
         };
+        // After EOF the status pipe stays readable: leave it out.
+        let status_events = if status_eof {
+            PollFlags::empty()
+        } else {
+            PollFlags::IN
+        };
         let mut fds = [
-            libc::pollfd {
-                fd: pidfd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: signals.fd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
+            PollFd::new(&pidfd, PollFlags::IN),
+            PollFd::new(&signals.fd, PollFlags::IN),
+            PollFd::new(&status_r, status_events),
         ];
-        // SAFETY: two valid pollfds.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
-        if n < 0 {
+        if rustix::event::poll(&mut fds, timeout.as_ref()).is_err() {
             continue; // EINTR
         }
-        if fds[1].revents & libc::POLLIN != 0 {
-            if let Some(sig) = signals.read() {
+        let (child_ended, signalled, reported) = (
+            fds[0].revents().contains(PollFlags::IN),
+            fds[1].revents().contains(PollFlags::IN),
+            !status_eof && fds[2].revents().intersects(PollFlags::IN | PollFlags::HUP),
+        );
+        if signalled {
+            if let Some(sig) = signals.read().and_then(sys::signal) {
                 let _ = sys::pidfd_send_signal(&pidfd, sig);
             }
         }
-        if fds[0].revents & libc::POLLIN != 0 {
+        if reported {
+            let mut chunk = [0u8; 4096];
+            match rustix::io::read(&status_r, &mut chunk) {
+                Ok(0) => status_eof = true,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                Err(_) => {}
+            }
+            if ends_the_run(&buf) {
+                reported_end = true;
+                break;
+            }
+        }
+        if child_ended {
             break;
         }
     }
-    let init_status = wait(pid);
+    let init_status = if reported_end {
+        leave_to_reap(pid);
+        None
+    } else {
+        let st = wait(pid);
+        // init is gone: the rest of the channel is in the pipe.
+        let _ = std::fs::File::from(status_r).read_to_end(&mut buf);
+        st
+    };
     let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
     drop(go_w);
     drop(signals);
 
-    let mut buf = Vec::new();
-    let _ = sys::read_to_end(status_r.as_raw_fd(), &mut buf);
     // Only init and the command's pre-exec child can reach this pipe; a
     // report that breaks the protocol means something else did, and nothing
     // it says (a "fix" to run, an exit code) is believed.
@@ -214,7 +246,8 @@ pub fn run(spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
         None if timed_out => (0, false, false),
         None => {
             return Err(RuntimeError::Helper(format!(
-                "the sandbox ended before finishing its set-up (init status {init_status:#x})"
+                "the sandbox ended before finishing its set-up (init status {:#x})",
+                init_status.map_or(-1, WaitStatus::as_raw)
             )))
         }
     };
@@ -224,11 +257,13 @@ pub fn run(spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
         match ended {
             Some((_, Some(s))) => (128 + s, Some(s)),
             Some((Some(c), None)) => (c, None),
-            _ if libc::WIFSIGNALED(init_status) => {
-                let s = libc::WTERMSIG(init_status);
-                (128 + s, Some(s))
-            }
-            _ => (libc::WEXITSTATUS(init_status), None),
+            _ => match init_status {
+                Some(st) => match st.terminating_signal() {
+                    Some(s) => (128 + s, Some(s)),
+                    None => (st.exit_status().unwrap_or(0), None),
+                },
+                None => (EXIT_SANDBOX_FAILED, None),
+            },
         }
     };
     Ok(Outcome {
@@ -268,61 +303,78 @@ fn clone_error(e: std::io::Error) -> RuntimeError {
     }
 }
 
-/// Reap `pid`, returning its raw wait status.
-fn wait(pid: libc::pid_t) -> libc::c_int {
-    let mut status = 0;
+/// Whether the channel so far ends with init's `Exited` report, on a
+/// complete line (the last report init sends).
+fn ends_the_run(buf: &[u8]) -> bool {
+    let Some(body) = buf.strip_suffix(b"\n") else {
+        return false;
+    };
+    let last = body.rsplit(|b| *b == b'\n').next().unwrap_or(body);
+    matches!(
+        serde_json::from_slice::<Report>(last),
+        Ok(Report::Exited { .. })
+    )
+}
+
+/// Inits that reported their command's end but had not exited yet: our
+/// children, not reaped, so their pids cannot be reused. Reaped (without
+/// waiting) at the start of the next run; a process that runs once leaves
+/// them to whoever inherits them.
+static UNREAPED: std::sync::Mutex<Vec<libc::pid_t>> = std::sync::Mutex::new(Vec::new());
+
+fn leave_to_reap(pid: libc::pid_t) {
+    if let Ok(mut v) = UNREAPED.lock() {
+        v.push(pid);
+    }
+}
+
+/// Reap the inits of earlier runs that have exited by now.
+fn reap_earlier_runs() {
+    if let Ok(mut v) = UNREAPED.lock() {
+        v.retain(|p| {
+            matches!(
+                rustix::process::waitpid(sys::pid(*p), WaitOptions::NOHANG),
+                Ok(None)
+            )
+        });
+    }
+}
+
+/// Reap `pid` (our child, whose exit signal is SIGCHLD), returning its
+/// wait status (None if it was not ours to reap).
+fn wait(pid: libc::pid_t) -> Option<WaitStatus> {
     loop {
-        // SAFETY: valid out-pointer; `pid` is our child.
-        let r = unsafe { libc::waitpid(pid, &mut status, libc::__WALL) };
-        if r == pid {
-            return status;
-        }
-        if r < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-            return status;
+        match rustix::process::waitpid(sys::pid(pid), WaitOptions::empty()) {
+            Ok(Some((_, status))) => return Some(status),
+            Err(rustix::io::Errno::INTR) => continue,
+            _ => return None,
         }
     }
 }
 
-fn stdio_fds(stdio: Stdio) -> (StdioFds, Vec<OwnedFd>) {
+fn stdio_fds(stdio: Stdio) -> StdioFds {
     match stdio {
-        Stdio::Inherit => (
-            StdioFds {
-                stdin: -1,
-                stdout: -1,
-                stderr: -1,
-            },
-            Vec::new(),
-        ),
+        Stdio::Inherit => StdioFds::default(),
         Stdio::Fds {
             stdin,
             stdout,
             stderr,
         } => {
-            let mut keep = Vec::new();
-            let mut fd = |o: Option<OwnedFd>, write: bool| -> i32 {
-                let owned = o.or_else(|| {
+            let fd = |o: Option<OwnedFd>, write: bool| -> Option<OwnedFd> {
+                o.or_else(|| {
                     std::fs::OpenOptions::new()
                         .read(!write)
                         .write(write)
                         .open("/dev/null")
                         .ok()
                         .map(OwnedFd::from)
-                });
-                match owned {
-                    Some(f) => {
-                        let raw = f.as_raw_fd();
-                        keep.push(f);
-                        raw
-                    }
-                    None => -1,
-                }
+                })
             };
-            let s = StdioFds {
+            StdioFds {
                 stdin: fd(stdin, false),
                 stdout: fd(stdout, true),
                 stderr: fd(stderr, true),
-            };
-            (s, keep)
+            }
         }
     }
 }
@@ -351,8 +403,13 @@ struct SignalGuard {
 
 impl SignalGuard {
     fn block() -> Result<Self> {
-        // SAFETY: building sigsets from constants and swapping the mask of
-        // this (single) thread.
+        // SAFETY: sigemptyset fully initializes the zeroed sigset_t it is
+        // given (a bit array, all-zero is valid) and sigaddset only sets
+        // bits of valid signal numbers. sigprocmask changes the calling
+        // thread's mask, which is the process's: `run` checked that this
+        // process has one thread. The kernel reads `set`/`fdset` and
+        // writes `old`, all live locals. signalfd returns a fresh fd (or
+        // -1, checked) that nothing else owns, taken over exactly once.
         unsafe {
             let mut set: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut set);
@@ -378,57 +435,56 @@ impl SignalGuard {
         }
     }
 
+    /// The next forwarded signal: one `struct signalfd_siginfo` (128
+    /// bytes), whose first field is `u32 ssi_signo`.
     fn read(&self) -> Option<libc::c_int> {
-        // SAFETY: signalfd_siginfo is plain data.
-        let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
-        let size = std::mem::size_of::<libc::signalfd_siginfo>();
-        // SAFETY: reading exactly one siginfo into a valid buffer.
-        let n = unsafe {
-            libc::read(
-                self.fd.as_raw_fd(),
-                (&mut info as *mut libc::signalfd_siginfo).cast(),
-                size,
-            )
-        };
-        if usize::try_from(n).ok() != Some(size) {
-            return None;
-        }
-        libc::c_int::try_from(info.ssi_signo).ok()
+        let mut info = [0u8; std::mem::size_of::<libc::signalfd_siginfo>()];
+        let n = rustix::io::read(&self.fd, &mut info).ok()?;
+        let signo: [u8; 4] = info.get(..4)?.try_into().ok()?;
+        (n == info.len())
+            .then(|| libc::c_int::try_from(u32::from_ne_bytes(signo)).ok())
+            .flatten()
     }
 }
 
 impl Drop for SignalGuard {
     fn drop(&mut self) {
-        // SAFETY: restoring the mask saved in `block`.
+        // SAFETY: `self.old` was filled by sigprocmask in `block`; the
+        // kernel only reads it, and the mask is this single thread's.
         unsafe { libc::sigprocmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut()) };
     }
 }
 
-/// poll's timeout for a wait of `left`: an int of milliseconds (24.8 days
-/// at most), so a longer wait is cut into several; +1 so the loop never
-/// wakes just before the deadline.
-fn poll_timeout_ms(left: std::time::Duration) -> libc::c_int {
-    libc::c_int::try_from(left.as_millis().saturating_add(1)).unwrap_or(libc::c_int::MAX)
+/// poll's timeout for a wait of `left`, +1 ms so the loop never wakes
+/// just before the deadline. rustix passes a timespec (ppoll), so no wait
+/// is cut short; a wait past what a timespec holds is capped there.
+fn poll_timeout(left: std::time::Duration) -> rustix::event::Timespec {
+    let left = left.saturating_add(std::time::Duration::from_millis(1));
+    rustix::event::Timespec {
+        tv_sec: i64::try_from(left.as_secs()).unwrap_or(i64::MAX),
+        tv_nsec: i64::from(left.subsec_nanos()),
+    }
 }
 
 #[cfg(test)]
 mod timeout_tests {
-    use super::poll_timeout_ms;
+    use super::poll_timeout;
     use std::time::Duration;
 
     /// A timeout of 24.8 days or more overflowed `as i32 + 1` (a negative
     /// poll timeout waits forever).
     #[test]
     fn long_timeouts_stay_positive() {
-        assert_eq!(poll_timeout_ms(Duration::from_millis(5)), 6);
+        let t = poll_timeout(Duration::from_millis(5));
+        assert_eq!((t.tv_sec, t.tv_nsec), (0, 6_000_000));
         for days in [24, 25, 30, 365 * 100] {
-            let ms = poll_timeout_ms(Duration::from_secs(days * 86_400));
-            assert!(ms > 0, "{days} days gave {ms}");
+            let t = poll_timeout(Duration::from_secs(days * 86_400));
+            assert!(
+                t.tv_sec >= i64::try_from(days * 86_400).unwrap_or(0),
+                "{days} days"
+            );
         }
-        assert_eq!(poll_timeout_ms(Duration::MAX), libc::c_int::MAX);
-        assert_eq!(
-            poll_timeout_ms(Duration::from_millis(i32::MAX as u64)),
-            libc::c_int::MAX
-        );
+        let t = poll_timeout(Duration::MAX);
+        assert!(t.tv_sec > 0 && t.tv_nsec >= 0);
     }
 }

@@ -1,20 +1,28 @@
-//! Thin, documented wrappers over the system calls that libc exposes only as
-//! raw numbers (the new mount API, pivot_root, close_range, pidfds, clone
-//! with namespace flags). Each returns `io::Result` and nothing more: the
-//! policy of when to call them lives in the set-up steps.
+//! The system calls no maintained crate wraps, and the few process-level
+//! calls that cannot be made safe (fork, `_exit`). Everything else the
+//! runtime asks of the kernel goes through rustix (ADR 0008).
+//!
+//! What stays raw here, and why:
+//! - `mount_setattr`: rustix 1.1 has the flag type but no call;
+//! - `close_range`: not in rustix 1.1;
+//! - `clone` with `CLONE_PIDFD` and namespace flags (fork semantics that
+//!   return a pidfd): no crate offers a fork-like clone with a pidfd;
+//! - `fork` and `_exit`: a second copy of the process, and an exit that
+//!   runs no destructor; unsafe by nature;
+//! - `landlock_create_ruleset(NULL, 0, VERSION)`: the landlock crate does
+//!   not expose the kernel's ABI number, which the preflight reports.
+//!
+//! Each wrapper returns `io::Result` and nothing more: the policy of when
+//! to call them lives in the set-up steps.
 
 use std::ffi::CStr;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
-pub const MOUNT_ATTR_RDONLY: u64 = 0x0000_0001;
-pub const MOUNT_ATTR_NOSUID: u64 = 0x0000_0002;
-pub const MOUNT_ATTR_NODEV: u64 = 0x0000_0004;
-pub const MOUNT_ATTR_NOEXEC: u64 = 0x0000_0008;
-pub const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
+pub use rustix::mount::MountAttrFlags;
+
+/// `AT_RECURSIVE` for [`mount_setattr`].
 pub const AT_RECURSIVE: libc::c_uint = 0x8000;
-pub const OPEN_TREE_CLONE: libc::c_uint = 1;
-pub const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x0000_0004;
 
 /// `struct mount_attr` from <linux/mount.h> (MOUNT_ATTR_SIZE_VER0 = 32).
 #[repr(C)]
@@ -27,7 +35,7 @@ struct MountAttr {
 }
 
 /// A kernel-returned fd or pid (an int) out of a syscall's long.
-pub fn to_int(v: libc::c_long) -> io::Result<libc::c_int> {
+fn to_int(v: libc::c_long) -> io::Result<libc::c_int> {
     libc::c_int::try_from(v).map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))
 }
 
@@ -39,23 +47,27 @@ fn check(ret: libc::c_long) -> io::Result<libc::c_long> {
     }
 }
 
-/// `mount_setattr(dirfd, path, flags, {attr_set, userns_fd})`.
+/// `mount_setattr(dirfd, path, flags, {attr_set, userns_fd})`; `dirfd`
+/// None is `AT_FDCWD`.
 pub fn mount_setattr(
-    dirfd: RawFd,
+    dirfd: Option<BorrowedFd<'_>>,
     path: &CStr,
     flags: libc::c_uint,
-    attr_set: u64,
-    userns_fd: Option<RawFd>,
+    attr_set: MountAttrFlags,
+    userns_fd: Option<BorrowedFd<'_>>,
 ) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
     let attr = MountAttr {
-        attr_set,
-        // An fd that is not one (negative) becomes one the kernel refuses.
-        userns_fd: userns_fd.map_or(0, |fd| u64::try_from(fd).unwrap_or(u64::MAX)),
+        attr_set: u64::from(attr_set.bits()),
+        // A borrowed fd is open and so non-negative.
+        userns_fd: userns_fd.map_or(0, |fd| u64::try_from(fd.as_raw_fd()).unwrap_or(u64::MAX)),
         ..MountAttr::default()
     };
-    // SAFETY: `path` is a valid NUL-terminated string for the duration of the
-    // call; `attr` is a live, correctly sized `struct mount_attr` the kernel
-    // only reads; the size argument matches the struct.
+    let dirfd = dirfd.map_or(libc::AT_FDCWD, |fd| fd.as_raw_fd());
+    // SAFETY: the kernel reads `path` up to its NUL (a &CStr, alive for the
+    // call) and exactly `size_of::<MountAttr>()` bytes of `attr`, a live
+    // `struct mount_attr` of that size (VER0 layout); it writes to neither.
+    // The fds are borrowed, so open for the call's duration.
     let ret = unsafe {
         libc::syscall(
             libc::SYS_mount_setattr,
@@ -72,49 +84,33 @@ pub fn mount_setattr(
 /// `open_tree(AT_FDCWD, path, OPEN_TREE_CLONE | AT_RECURSIVE | CLOEXEC)`:
 /// a detached copy of the mount tree at `path`, owned by the returned fd.
 pub fn open_tree_clone(path: &CStr) -> io::Result<OwnedFd> {
-    // SAFETY: `path` is a valid C string; the call only returns a new fd.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_open_tree,
-            libc::AT_FDCWD,
-            path.as_ptr(),
-            OPEN_TREE_CLONE | AT_RECURSIVE | libc::O_CLOEXEC as libc::c_uint,
-        )
-    };
-    let fd: RawFd = to_int(check(ret)?)?;
-    // SAFETY: the kernel just returned this fd to us; nobody else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    use rustix::mount::OpenTreeFlags as F;
+    rustix::mount::open_tree(
+        rustix::fs::CWD,
+        path,
+        F::OPEN_TREE_CLONE | F::AT_RECURSIVE | F::OPEN_TREE_CLOEXEC,
+    )
+    .map_err(io::Error::from)
 }
 
 /// `move_mount(fd, "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH)`: attach a
 /// detached tree at `target`.
-pub fn move_mount_fd(fd: RawFd, target: &CStr) -> io::Result<()> {
-    // SAFETY: both strings are valid C strings; `fd` is an open mount fd
-    // owned by the caller for the duration of the call.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_move_mount,
-            fd,
-            c"".as_ptr(),
-            libc::AT_FDCWD,
-            target.as_ptr(),
-            MOVE_MOUNT_F_EMPTY_PATH,
-        )
-    };
-    check(ret).map(drop)
-}
-
-/// `pivot_root(new_root, put_old)`.
-pub fn pivot_root(new_root: &CStr, put_old: &CStr) -> io::Result<()> {
-    // SAFETY: both arguments are valid C strings for the call's duration.
-    let ret = unsafe { libc::syscall(libc::SYS_pivot_root, new_root.as_ptr(), put_old.as_ptr()) };
-    check(ret).map(drop)
+pub fn move_mount_fd(fd: impl AsFd, target: &CStr) -> io::Result<()> {
+    rustix::mount::move_mount(
+        fd,
+        c"",
+        rustix::fs::CWD,
+        target,
+        rustix::mount::MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
+    )
+    .map_err(io::Error::from)
 }
 
 /// Mark every fd from `first` upwards close-on-exec.
 pub fn cloexec_from(first: libc::c_uint) -> io::Result<()> {
-    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets a flag on fds
-    // of this process; it touches no memory.
+    // SAFETY: with CLOSE_RANGE_CLOEXEC the kernel only sets the
+    // close-on-exec flag on this process's fds; no fd is closed, so no
+    // OwnedFd anywhere is invalidated, and no memory is passed.
     let ret = unsafe {
         libc::syscall(
             libc::SYS_close_range,
@@ -126,7 +122,7 @@ pub fn cloexec_from(first: libc::c_uint) -> io::Result<()> {
     check(ret).map(drop)
 }
 
-/// The result of [`clone_namespaces`] as seen by the caller.
+/// The result of [`clone_namespaces`] or [`fork`] as seen by the caller.
 pub enum Forked {
     /// In the parent: the child's pid and a pidfd referring to it.
     Parent { pid: libc::pid_t, pidfd: OwnedFd },
@@ -144,9 +140,10 @@ pub enum Forked {
 /// state that those handlers reset; retie's child does not).
 pub unsafe fn clone_namespaces(flags: libc::c_int) -> io::Result<Forked> {
     let mut pidfd: RawFd = -1;
-    // SAFETY: a NULL stack makes clone behave like fork (the child continues
-    // on a copy of this stack); the caller guarantees a single thread. The
-    // pidfd out-pointer is valid for the call.
+    // SAFETY: a NULL stack makes clone behave like fork (the child
+    // continues on a copy of this stack); the caller guarantees a single
+    // thread. The kernel writes one int through the pidfd out-pointer, a
+    // live local.
     let ret = unsafe {
         libc::syscall(
             libc::SYS_clone,
@@ -161,32 +158,48 @@ pub unsafe fn clone_namespaces(flags: libc::c_int) -> io::Result<Forked> {
     if pid == 0 {
         return Ok(Forked::Child);
     }
-    // SAFETY: CLONE_PIDFD stored a fresh fd referring to the child.
+    // SAFETY: clone succeeded with CLONE_PIDFD, so the kernel stored a
+    // fresh fd referring to the child in `pidfd`; nothing else owns it.
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
     Ok(Forked::Parent { pid, pidfd })
 }
 
+/// fork(2). Returns the child's pid in the parent, `None` in the child.
+///
+/// # Safety
+/// The calling process must be single-threaded (the child is a copy of
+/// the calling thread only and must not wait on locks other threads held),
+/// and the child must end with [`exit_now`] or exec, never by returning
+/// through the caller's destructors twice.
+pub unsafe fn fork() -> io::Result<Option<libc::pid_t>> {
+    // SAFETY: the caller's contract above.
+    match unsafe { libc::fork() } {
+        -1 => Err(io::Error::last_os_error()),
+        0 => Ok(None),
+        pid => Ok(Some(pid)),
+    }
+}
+
+/// `_exit(code)`: end this process without running destructors, atexit
+/// handlers or flushing stdio buffers (a forked child's copies of its
+/// parent's buffers must not be written twice).
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit takes an int and never returns; skipping destructors
+    // leaks nothing the kernel does not reclaim at exit.
+    unsafe { libc::_exit(code) }
+}
+
 /// `pidfd_send_signal(pidfd, sig, NULL, 0)`.
-pub fn pidfd_send_signal(pidfd: &OwnedFd, sig: libc::c_int) -> io::Result<()> {
-    // SAFETY: the pidfd is owned and open; a NULL siginfo is allowed.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            pidfd.as_raw_fd(),
-            sig,
-            std::ptr::null_mut::<libc::c_void>(),
-            0,
-        )
-    };
-    check(ret).map(drop)
+pub fn pidfd_send_signal(pidfd: impl AsFd, sig: rustix::process::Signal) -> io::Result<()> {
+    rustix::process::pidfd_send_signal(pidfd, sig).map_err(io::Error::from)
 }
 
 /// The Landlock ABI version the running kernel offers; `Err` when Landlock
 /// is not built in (ENOSYS) or not enabled at boot (EOPNOTSUPP).
 pub fn landlock_abi() -> io::Result<i32> {
     const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
-    // SAFETY: with a NULL attr, size 0 and the VERSION flag the call only
-    // returns a number.
+    // SAFETY: with a NULL attr, size 0 and the VERSION flag the kernel
+    // reads no memory and creates no fd: it only returns a number.
     let ret = unsafe {
         libc::syscall(
             libc::SYS_landlock_create_ruleset,
@@ -200,51 +213,20 @@ pub fn landlock_abi() -> io::Result<i32> {
 
 /// A pipe whose both ends are close-on-exec.
 pub fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0 as RawFd; 2];
-    // SAFETY: `fds` is a valid two-element array for the kernel to fill.
-    let ret = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
-    if ret < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: pipe2 returned two fresh fds that we now own exclusively.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(io::Error::from)
 }
 
 /// Write all of `buf` to `fd`, retrying on EINTR.
-pub fn write_all(fd: RawFd, mut buf: &[u8]) -> io::Result<()> {
+pub fn write_all(fd: BorrowedFd<'_>, mut buf: &[u8]) -> io::Result<()> {
     while !buf.is_empty() {
-        // SAFETY: `buf` is a valid slice for `buf.len()` bytes.
-        let n = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
+        match rustix::io::write(fd, buf) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => buf = &buf[n..],
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
         }
-        buf = &buf[n.unsigned_abs()..];
     }
     Ok(())
-}
-
-/// Read from `fd` until EOF, retrying on EINTR.
-pub fn read_to_end(fd: RawFd, out: &mut Vec<u8>) -> io::Result<()> {
-    let mut chunk = [0u8; 4096];
-    loop {
-        // SAFETY: `chunk` is a valid writable buffer of its length.
-        let n = unsafe { libc::read(fd, chunk.as_mut_ptr().cast(), chunk.len()) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if n == 0 {
-            return Ok(());
-        }
-        out.extend_from_slice(&chunk[..n.unsigned_abs()]);
-    }
 }
 
 /// Number of threads of the calling process, from /proc/self/status.
@@ -255,4 +237,14 @@ pub fn thread_count() -> io::Result<usize> {
         .find_map(|l| l.strip_prefix("Threads:"))
         .and_then(|v| v.trim().parse().ok())
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no Threads: line"))
+}
+
+/// A signal by number, for the ones retie forwards or sends (all named).
+pub fn signal(sig: libc::c_int) -> Option<rustix::process::Signal> {
+    rustix::process::Signal::from_named_raw(sig)
+}
+
+/// A pid as rustix wants it (None for 0 or negative).
+pub fn pid(p: libc::pid_t) -> Option<rustix::process::Pid> {
+    rustix::process::Pid::from_raw(p)
 }

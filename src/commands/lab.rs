@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::{Args, Subcommand};
-use retie_runtime::setup::net_lab::LAB_ADDRESS;
+use retie_runtime::LAB_ADDRESS;
 use retie_runtime::{LabNet, NetMode, Sandbox, Stdio};
 use serde::{Deserialize, Serialize};
 
@@ -201,9 +201,16 @@ fn kill_record(r: &LabRecord) {
     // whose holder was SIGKILLed before the death signal was armed.
     if let Ok(cmd) = std::fs::read(format!("/proc/{}/cmdline", r.keeper_pid)) {
         if cmd.windows(12).any(|w| w == b"__lab-holder") {
-            // SAFETY: plain kill of a process that is still a lab holder.
-            unsafe { libc::kill(r.keeper_pid, libc::SIGKILL) };
+            signal(r.keeper_pid, rustix::process::Signal::KILL);
         }
+    }
+}
+
+/// Send `sig` to the process `pid` (a recorded lab process; nothing for a
+/// pid that is not a positive number).
+fn signal(pid: i32, sig: rustix::process::Signal) {
+    if let Some(p) = rustix::process::Pid::from_raw(pid) {
+        let _ = rustix::process::kill_process(p, sig);
     }
 }
 
@@ -389,8 +396,11 @@ fn up(a: UpArgs) -> Result<(), CliError> {
             }
         }
         if Instant::now() > deadline {
-            // SAFETY: terminating the holder we spawned.
-            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            // Terminate the holder we spawned.
+            let _ = rustix::process::kill_process(
+                rustix::process::Pid::from_child(&child),
+                rustix::process::Signal::TERM,
+            );
             let _ = child.wait();
             let e = fail(format!(
                 "the target did not listen on port(s) {ports:?} within 15 s"
@@ -455,15 +465,15 @@ fn status(a: StatusArgs) -> Result<(), CliError> {
 
 fn down(a: DownArgs) -> Result<(), CliError> {
     let r = find(a.name.as_deref())?;
-    // SAFETY: signalling the recorded holder, checked alive just now.
-    unsafe { libc::kill(r.pid, libc::SIGTERM) };
+    // The recorded holder, checked alive just now.
+    signal(r.pid, rustix::process::Signal::TERM);
     let deadline = Instant::now() + Duration::from_secs(5);
     while alive(&r) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
     if alive(&r) {
-        // SAFETY: as above; its sandbox and keeper die with it.
-        unsafe { libc::kill(r.pid, libc::SIGKILL) };
+        // Its sandbox and keeper die with it.
+        signal(r.pid, rustix::process::Signal::KILL);
     }
     let _ = std::fs::remove_dir_all(labs_dir()?.join(&r.name));
     println!("lab {} down", r.name);

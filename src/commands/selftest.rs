@@ -8,7 +8,7 @@
 
 use std::io::Read;
 use std::net::{IpAddr, Ipv4Addr, TcpListener};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener};
 use std::path::PathBuf;
@@ -150,8 +150,7 @@ fn selftest(args: &SelftestArgs) -> Result<(Vec<ProbeResult>, i32), CliError> {
         }
         None => None,
     };
-    // SAFETY: getpid cannot fail.
-    let my_pid = unsafe { libc::getpid() };
+    let my_pid = std::process::id();
     let abstract_name = format!("retie-selftest-{my_pid}");
     let addr = SocketAddr::from_abstract_name(abstract_name.as_bytes())
         .map_err(|e| CliError::io("abstract socket name", e))?;
@@ -248,10 +247,7 @@ fn plant_canary() -> Result<Canary, CliError> {
                 "HOME is not set: the self-test plants a canary in your home directory".into(),
             )
         })?;
-    // SAFETY: getpid cannot fail.
-    let path = home.join(format!(".retie-selftest-canary-{}", unsafe {
-        libc::getpid()
-    }));
+    let path = home.join(format!(".retie-selftest-canary-{}", std::process::id()));
     std::fs::write(
         &path,
         b"retie canary: if a sandbox can read this, it is broken\n",
@@ -296,26 +292,16 @@ pub fn host_interface_ipv4() -> Option<Ipv4Addr> {
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd), CliError> {
-    let mut fds = [0; 2];
-    // SAFETY: a valid two-element array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
-        return Err(CliError::io("pipe", std::io::Error::last_os_error()));
-    }
-    // SAFETY: fresh fds we own; a larger buffer so the probe never blocks.
-    unsafe {
-        libc::fcntl(fds[0], libc::F_SETPIPE_SZ, 1 << 20);
-        Ok((OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])))
-    }
+    let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| CliError::io("pipe", e.into()))?;
+    // A larger buffer so the probe never blocks (best effort).
+    let _ = rustix::pipe::fcntl_setpipe_size(&r, 1 << 20);
+    Ok((r, w))
 }
 
 fn dup_stderr() -> Result<OwnedFd, CliError> {
-    // SAFETY: duplicating fd 2 into a new fd we own.
-    let fd = unsafe { libc::fcntl(std::io::stderr().as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) };
-    if fd < 0 {
-        return Err(CliError::io("dup stderr", std::io::Error::last_os_error()));
-    }
-    // SAFETY: fresh fd we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    rustix::io::fcntl_dupfd_cloexec(std::io::stderr(), 3)
+        .map_err(|e| CliError::io("dup stderr", e.into()))
 }
 
 // ---------------------------------------------------------------------------
@@ -350,9 +336,9 @@ pub fn lab_probe(args: LabProbeArgs) -> i32 {
         if listeners.len() != args.serve.len() {
             return 1;
         }
+        // The signal that ends us ends the wait.
         loop {
-            // SAFETY: waiting for the signal that ends us.
-            unsafe { libc::pause() };
+            rustix::event::pause();
         }
     }
     let mut rows = Vec::new();
@@ -407,16 +393,13 @@ pub fn lab_probe(args: LabProbeArgs) -> i32 {
             "lab itself: ",
         );
     } else {
-        let lab = format!("{}:{LAB_PORT}", retie_runtime::setup::net_lab::LAB_ADDRESS);
+        let lab = format!("{}:{LAB_PORT}", retie_runtime::LAB_ADDRESS);
         row(
             "lab sandbox: lab port reachable",
             "connected",
             tcp_result(&lab),
         );
-        let closed = format!(
-            "{}:{LAB_CLOSED_PORT}",
-            retie_runtime::setup::net_lab::LAB_ADDRESS
-        );
+        let closed = format!("{}:{LAB_CLOSED_PORT}", retie_runtime::LAB_ADDRESS);
         // The target listens on this port: only Landlock refuses it.
         row(
             "lab sandbox: undeclared lab port refused (Landlock)",
@@ -425,7 +408,7 @@ pub fn lab_probe(args: LabProbeArgs) -> i32 {
         );
         // Landlock has no UDP rules before ABI 10: the seccomp table
         // refuses every datagram socket (ADR 0302).
-        let lab_ip = retie_runtime::setup::net_lab::LAB_ADDRESS;
+        let lab_ip = retie_runtime::LAB_ADDRESS;
         row(
             "lab sandbox: UDP to an undeclared lab port refused",
             "EPERM",
@@ -436,26 +419,18 @@ pub fn lab_probe(args: LabProbeArgs) -> i32 {
             "EPERM",
             udp_result(&format!("{lab_ip}:{LAB_PORT}")),
         );
-        // SAFETY: socket with constant arguments; closed below if opened.
-        let ping = unsafe {
-            libc::socket(
-                libc::AF_INET,
-                libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
-                libc::IPPROTO_ICMP,
-            )
-        };
-        let ping_errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
-        if ping >= 0 {
-            // SAFETY: closing the fd opened just above.
-            unsafe { libc::close(ping) };
-        }
+        let ping = rustix::net::socket_with(
+            rustix::net::AddressFamily::INET,
+            rustix::net::SocketType::DGRAM,
+            rustix::net::SocketFlags::CLOEXEC,
+            Some(rustix::net::ipproto::ICMP),
+        );
         row(
             "lab sandbox: ICMP ping socket refused",
             "EPERM",
-            if ping >= 0 {
-                "opened".into()
-            } else {
-                errno_name(ping_errno)
+            match ping {
+                Ok(_) => "opened".into(),
+                Err(e) => errno_name(e.raw_os_error()),
             },
         );
         generated = super::probe::deny_table_probes(
@@ -675,11 +650,11 @@ fn lab_section(
         }
         Ok(rows)
     })();
-    // SAFETY: stopping and reaping the target's supervisor we forked; its
-    // sandbox dies with it (PDEATHSIG), the lab with the keeper.
-    unsafe {
-        libc::kill(server, libc::SIGKILL);
-        libc::waitpid(server, std::ptr::null_mut(), 0);
+    // Stop and reap the target's supervisor we forked; its sandbox dies
+    // with it (PDEATHSIG), the lab with the keeper.
+    if let Some(pid) = rustix::process::Pid::from_raw(server) {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        let _ = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty());
     }
     keeper.stop();
     result

@@ -48,8 +48,7 @@ pub fn selection(cli: &[String], profile: &Profile) -> Result<Selection, CliErro
 
 /// The invoking user's home and the variables detection reads.
 pub fn host_env() -> HostEnv {
-    // SAFETY: geteuid cannot fail and touches no memory.
-    let euid = unsafe { libc::geteuid() };
+    let euid = rustix::process::geteuid().as_raw();
     let home = std::env::var_os("HOME")
         .map(PathBuf::from)
         .filter(|h| h.is_absolute())

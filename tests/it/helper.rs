@@ -363,7 +363,10 @@ fn threaded_client_entry() {
 
     // The command says when it has written; a watcher thread then looks at
     // the real workspace while the command sleeps.
-    let (out_r, out_w) = retie_runtime::sys::pipe_cloexec().expect("pipe");
+    let (out_r, out_w) = {
+        let (r, w) = std::io::pipe().expect("pipe");
+        (std::os::fd::OwnedFd::from(r), std::os::fd::OwnedFd::from(w))
+    };
     let watched = ws.clone();
     let watcher = std::thread::spawn(move || {
         let mut lines = std::io::BufReader::new(std::fs::File::from(out_r)).lines();

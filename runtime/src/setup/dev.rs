@@ -5,7 +5,7 @@ use std::os::unix::fs::symlink;
 use std::path::Path;
 
 use super::rootfs::host;
-use super::{bind, mount, mountpoint, SetupError, StepResult};
+use super::{bind, mount, mountpoint, MountFlags, SetupError, StepResult};
 
 const STEP: &str = "dev";
 /// Device nodes bound from the host (a user namespace cannot mknod).
@@ -17,10 +17,10 @@ pub fn populate() -> StepResult {
     std::fs::create_dir_all(dev).map_err(|e| SetupError::io(STEP, "mkdir /dev", e))?;
     mount(
         STEP,
-        Some(Path::new("tmpfs")),
+        "tmpfs",
         dev,
-        Some("tmpfs"),
-        libc::MS_NOSUID | libc::MS_NOEXEC,
+        "tmpfs",
+        MountFlags::NOSUID | MountFlags::NOEXEC,
         Some("mode=0755,size=64k"),
     )?;
     for name in DEVICES {
@@ -33,20 +33,20 @@ pub fn populate() -> StepResult {
     // gid=5 would be EINVAL: that gid is not mapped in the namespace.
     mount(
         STEP,
-        Some(Path::new("devpts")),
+        "devpts",
         &pts,
-        Some("devpts"),
-        libc::MS_NOSUID | libc::MS_NOEXEC,
+        "devpts",
+        MountFlags::NOSUID | MountFlags::NOEXEC,
         Some("newinstance,ptmxmode=0666,mode=0620"),
     )?;
     let shm = dev.join("shm");
     mountpoint(STEP, &shm, true)?;
     mount(
         STEP,
-        Some(Path::new("tmpfs")),
+        "tmpfs",
         &shm,
-        Some("tmpfs"),
-        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        "tmpfs",
+        MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
         Some("mode=1777"),
     )?;
     let links = [
@@ -61,11 +61,12 @@ pub fn populate() -> StepResult {
             .map_err(|e| SetupError::io(STEP, format!("symlink /dev/{name}"), e))?;
     }
     // Nothing new may appear in /dev itself (its submounts stay as they are).
+    use crate::sys::MountAttrFlags as A;
     crate::sys::mount_setattr(
-        libc::AT_FDCWD,
+        None,
         c"/dev",
         0,
-        crate::sys::MOUNT_ATTR_RDONLY | crate::sys::MOUNT_ATTR_NOSUID,
+        A::MOUNT_ATTR_RDONLY | A::MOUNT_ATTR_NOSUID,
         None,
     )
     .map_err(|e| SetupError::io(STEP, "making /dev read-only", e))

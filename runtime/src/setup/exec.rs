@@ -5,24 +5,32 @@
 //! search the PATH of the *host* environment this process still carries.
 
 use std::ffi::{CStr, CString};
-use std::os::fd::RawFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 
 use crate::protocol::Report;
 
-/// Stdio fds for the command (`-1` = keep what is inherited).
-#[derive(Clone, Copy)]
+/// Stdio fds for the command (`None` = keep what is inherited).
+#[derive(Default)]
 pub struct StdioFds {
-    pub stdin: RawFd,
-    pub stdout: RawFd,
-    pub stderr: RawFd,
+    pub stdin: Option<OwnedFd>,
+    pub stdout: Option<OwnedFd>,
+    pub stderr: Option<OwnedFd>,
 }
 
 /// Become the command. Never returns: on failure reports over `status`
 /// and exits 127 (not found) or 126 (not executable).
-pub fn exec_command(argv: &[CString], env: &[CString], stdio: StdioFds, status: RawFd) -> ! {
-    // SAFETY: an empty, then process-wide, signal mask; plain syscalls on
-    // a valid sigset we own.
+pub fn exec_command(
+    argv: &[CString],
+    env: &[CString],
+    stdio: &StdioFds,
+    status: BorrowedFd<'_>,
+) -> ! {
+    // SAFETY: this process is single-threaded (a fresh fork of init) and
+    // installs no handler: it empties its signal mask and sets every
+    // signal's disposition to SIG_DFL. `set` and `dfl` are live, zeroed
+    // (valid) values the kernel only reads; the old-value pointers are
+    // NULL; 8 is the kernel's sigset size for rt_sigaction.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
@@ -42,20 +50,16 @@ pub fn exec_command(argv: &[CString], env: &[CString], stdio: StdioFds, status: 
                 );
             }
         }
-        // Own process group, so init can signal the whole job.
-        libc::setpgid(0, 0);
     }
-    for (fd, target) in [(stdio.stdin, 0), (stdio.stdout, 1), (stdio.stderr, 2)] {
-        // SAFETY: dup2 onto 0..2 of fds the caller keeps open.
-        if fd >= 0 && fd != target && unsafe { libc::dup2(fd, target) } < 0 {
-            fail(
-                status,
-                &argv[0],
-                std::io::Error::last_os_error()
-                    .raw_os_error()
-                    .unwrap_or(libc::EBADF),
-            );
-        }
+    // Own process group, so init can signal the whole job.
+    let _ = rustix::process::setpgid(None, None);
+    let wired = [
+        stdio.stdin.as_ref().map(rustix::stdio::dup2_stdin),
+        stdio.stdout.as_ref().map(rustix::stdio::dup2_stdout),
+        stdio.stderr.as_ref().map(rustix::stdio::dup2_stderr),
+    ];
+    if let Some(Err(e)) = wired.into_iter().flatten().find(Result::is_err) {
+        fail(status, &argv[0], e.raw_os_error());
     }
     let mut argp: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
     argp.push(std::ptr::null());
@@ -64,8 +68,8 @@ pub fn exec_command(argv: &[CString], env: &[CString], stdio: StdioFds, status: 
 
     let prog = argv[0].as_bytes();
     if prog.contains(&b'/') {
-        try_exec(&argv[0], &argp, &envp);
-        fail(status, &argv[0], errno());
+        let e = try_exec(&argv[0], &argp, &envp);
+        fail(status, &argv[0], e);
     }
     let path = env
         .iter()
@@ -81,8 +85,7 @@ pub fn exec_command(argv: &[CString], env: &[CString], stdio: StdioFds, status: 
         let Ok(full) = CString::new(full) else {
             continue;
         };
-        try_exec(&full, &argp, &envp);
-        match errno() {
+        match try_exec(&full, &argp, &envp) {
             libc::EACCES => saw_eacces = true,
             libc::ENOENT | libc::ENOTDIR => {}
             e => last = e,
@@ -95,18 +98,23 @@ pub fn exec_command(argv: &[CString], env: &[CString], stdio: StdioFds, status: 
     )
 }
 
-/// execve; on ENOEXEC run it as a shell script like execvp does.
-fn try_exec(path: &CStr, argp: &[*const libc::c_char], envp: &[*const libc::c_char]) {
-    // SAFETY: path and both arrays are valid, NUL-terminated, and outlive
-    // the call; execve only returns on failure.
+/// execve; on ENOEXEC run it as a shell script like execvp does. Returns
+/// the errno of the failure (execve only returns on failure).
+fn try_exec(path: &CStr, argp: &[*const libc::c_char], envp: &[*const libc::c_char]) -> i32 {
+    // SAFETY: `path` is a &CStr; `argp` and `envp` are NULL-terminated
+    // arrays of pointers into CStrings the caller owns, all alive for the
+    // call (the kernel copies them before replacing this image).
     unsafe { libc::execve(path.as_ptr(), argp.as_ptr(), envp.as_ptr()) };
-    if errno() == libc::ENOEXEC {
-        let mut sh: Vec<*const libc::c_char> = vec![c"/bin/sh".as_ptr(), path.as_ptr()];
-        sh.extend_from_slice(&argp[1..]);
-        // SAFETY: as above; `sh` ends with the NULL copied from argp.
-        unsafe { libc::execve(c"/bin/sh".as_ptr(), sh.as_ptr(), envp.as_ptr()) };
-        set_errno(libc::ENOEXEC);
+    let e = errno();
+    if e != libc::ENOEXEC {
+        return e;
     }
+    let mut sh: Vec<*const libc::c_char> = vec![c"/bin/sh".as_ptr(), path.as_ptr()];
+    sh.extend_from_slice(&argp[1..]);
+    // SAFETY: as above; `sh` borrows the same strings and ends with the
+    // NULL copied from `argp`.
+    unsafe { libc::execve(c"/bin/sh".as_ptr(), sh.as_ptr(), envp.as_ptr()) };
+    libc::ENOEXEC
 }
 
 fn errno() -> i32 {
@@ -115,12 +123,7 @@ fn errno() -> i32 {
         .unwrap_or(libc::EINVAL)
 }
 
-fn set_errno(e: i32) {
-    // SAFETY: __errno_location returns this thread's errno slot.
-    unsafe { *libc::__errno_location() = e };
-}
-
-fn fail(status: RawFd, prog: &CStr, errno: i32) -> ! {
+fn fail(status: BorrowedFd<'_>, prog: &CStr, errno: i32) -> ! {
     let report = Report::ExecFailed {
         program: String::from_utf8_lossy(std::ffi::OsStr::from_bytes(prog.to_bytes()).as_bytes())
             .into_owned(),
@@ -132,7 +135,5 @@ fn fail(status: RawFd, prog: &CStr, errno: i32) -> ! {
     } else {
         crate::outcome::EXIT_NOT_EXECUTABLE
     };
-    // SAFETY: _exit never returns and runs no destructors or atexit hooks
-    // (the parent's buffers must not be flushed twice).
-    unsafe { libc::_exit(code) }
+    crate::sys::exit_now(code)
 }

@@ -5,6 +5,13 @@
 //! set first so the uid change keeps the namespace capabilities the next
 //! steps still need (bringing `lo` up, setting limits), and so that an
 //! inner uid 0 never regains capabilities across execve.
+//!
+//! rustix's id calls are per thread (the raw syscalls, without glibc's
+//! broadcast to every thread); init is single-threaded, so the thread's
+//! credentials are the process's.
+
+use rustix::process::{Gid, Uid};
+use rustix::thread::CapabilitiesSecureBits as Bits;
 
 use super::{SetupError, StepResult};
 use crate::spec::Identity;
@@ -13,39 +20,19 @@ const STEP: &str = "identity";
 
 /// Lock the securebits, then set gid and uid.
 pub fn become_user(id: &Identity) -> StepResult {
-    let bits = libc::SECBIT_NOROOT
-        | libc::SECBIT_NOROOT_LOCKED
-        | libc::SECBIT_NO_SETUID_FIXUP
-        | libc::SECBIT_NO_SETUID_FIXUP_LOCKED
-        | libc::SECBIT_KEEP_CAPS_LOCKED
-        | libc::SECBIT_NO_CAP_AMBIENT_RAISE
-        | libc::SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
-    // SAFETY: prctl with integer arguments only.
-    if unsafe {
-        libc::prctl(
-            libc::PR_SET_SECUREBITS,
-            libc::c_ulong::from(bits.cast_unsigned()),
-            0,
-            0,
-            0,
-        )
-    } < 0
-    {
-        return Err(SetupError::last_os(STEP, "setting securebits"));
-    }
-    // SAFETY: plain id-setting syscalls with integer arguments.
-    if unsafe { libc::setresgid(id.inner_gid, id.inner_gid, id.inner_gid) } < 0 {
-        return Err(SetupError::last_os(
-            STEP,
-            format!("setresgid({})", id.inner_gid),
-        ));
-    }
-    // SAFETY: as above.
-    if unsafe { libc::setresuid(id.inner_uid, id.inner_uid, id.inner_uid) } < 0 {
-        return Err(SetupError::last_os(
-            STEP,
-            format!("setresuid({})", id.inner_uid),
-        ));
-    }
-    Ok(())
+    let bits = Bits::NO_ROOT
+        | Bits::NO_ROOT_LOCKED
+        | Bits::NO_SETUID_FIXUP
+        | Bits::NO_SETUID_FIXUP_LOCKED
+        | Bits::KEEP_CAPS_LOCKED
+        | Bits::NO_CAP_AMBIENT_RAISE
+        | Bits::NO_CAP_AMBIENT_RAISE_LOCKED;
+    rustix::thread::set_capabilities_secure_bits(bits)
+        .map_err(|e| SetupError::io(STEP, "setting securebits", e.into()))?;
+    let gid = Gid::from_raw(id.inner_gid);
+    rustix::thread::set_thread_res_gid(gid, gid, gid)
+        .map_err(|e| SetupError::io(STEP, format!("setresgid({})", id.inner_gid), e.into()))?;
+    let uid = Uid::from_raw(id.inner_uid);
+    rustix::thread::set_thread_res_uid(uid, uid, uid)
+        .map_err(|e| SetupError::io(STEP, format!("setresuid({})", id.inner_uid), e.into()))
 }

@@ -12,12 +12,12 @@
 //! applied, or that does not hold, fails the run: a credential file that
 //! stays readable is never a silent degradation.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use super::rootfs::host;
-use super::{bind, cpath, make_readonly, mount, mountpoint, SetupError, StepResult};
+use super::{bind, cpath, make_readonly, mount, mountpoint, MountFlags, SetupError, StepResult};
 use crate::spec::{HideKind, SandboxSpec};
 
 const STEP: &str = "layered view";
@@ -87,10 +87,10 @@ fn scratch(spec: &SandboxSpec, dir: &Path) -> StepResult {
     );
     mount(
         STEP,
-        Some(Path::new("tmpfs")),
+        "tmpfs",
         dir,
-        Some("tmpfs"),
-        libc::MS_NOSUID | libc::MS_NODEV,
+        "tmpfs",
+        MountFlags::NOSUID | MountFlags::NODEV,
         Some(&opts),
     )
 }
@@ -98,23 +98,19 @@ fn scratch(spec: &SandboxSpec, dir: &Path) -> StepResult {
 fn attach(tree: &OwnedFd, dst: &Path) -> StepResult {
     let meta = fstat(tree, dst)?;
     mountpoint(STEP, dst, meta.st_mode & libc::S_IFMT == libc::S_IFDIR)?;
-    crate::sys::move_mount_fd(tree.as_raw_fd(), &cpath(dst))
+    crate::sys::move_mount_fd(tree, &cpath(dst))
         .map_err(|e| SetupError::io(STEP, format!("attaching {}", dst.display()), e))?;
     make_readonly(STEP, dst)
 }
 
-fn fstat(fd: &OwnedFd, what: &Path) -> StepResult<libc::stat> {
-    // SAFETY: `stat` is plain data, so all-zero is a valid value.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: `fd` is an open descriptor we own for the call; `st` is a
-    // valid, writable out-buffer of the right type.
-    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } < 0 {
-        return Err(SetupError::last_os(
+fn fstat(fd: &OwnedFd, what: &Path) -> StepResult<rustix::fs::Stat> {
+    rustix::fs::fstat(fd).map_err(|e| {
+        SetupError::io(
             STEP,
             format!("fstat of the tree for {}", what.display()),
-        ));
-    }
-    Ok(st)
+            e.into(),
+        )
+    })
 }
 
 /// Cover every hidden path, then check each one holds.
@@ -129,10 +125,10 @@ fn hide_all(spec: &SandboxSpec) -> StepResult {
         mountpoint(STEP, stage, true)?;
         mount(
             STEP,
-            Some(Path::new("tmpfs")),
+            "tmpfs",
             stage,
-            Some("tmpfs"),
-            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            "tmpfs",
+            MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
             Some("mode=0700,size=4k"),
         )?;
         std::fs::write(&empty, b"")
@@ -166,10 +162,10 @@ fn hide_all(spec: &SandboxSpec) -> StepResult {
         match h.kind {
             HideKind::Dir => mount(
                 STEP,
-                Some(Path::new("tmpfs")),
+                "tmpfs",
                 &h.path,
-                Some("tmpfs"),
-                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC | libc::MS_RDONLY,
+                "tmpfs",
+                MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC | MountFlags::RDONLY,
                 Some("mode=000,size=4k"),
             )?,
             HideKind::File => {
@@ -180,11 +176,9 @@ fn hide_all(spec: &SandboxSpec) -> StepResult {
         verify(&h.path, h.kind, &before)?;
     }
     if files {
-        // SAFETY: a valid C string; MNT_DETACH only affects this mount
-        // namespace. The binds of the empty file keep their own reference.
-        if unsafe { libc::umount2(cpath(stage).as_ptr(), libc::MNT_DETACH) } < 0 {
-            return Err(SetupError::last_os(STEP, "detaching the hide staging"));
-        }
+        // The binds of the empty file keep their own reference.
+        rustix::mount::unmount(stage, rustix::mount::UnmountFlags::DETACH)
+            .map_err(|e| SetupError::io(STEP, "detaching the hide staging", e.into()))?;
         std::fs::remove_dir(stage)
             .map_err(|e| SetupError::io(STEP, "rmdir the hide staging", e))?;
     }
@@ -205,13 +199,8 @@ fn verify(path: &Path, kind: HideKind, before: &std::fs::Metadata) -> StepResult
     }
     match kind {
         HideKind::Dir => {
-            // SAFETY: `statfs` is plain data, so all-zero is a valid value.
-            let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-            // SAFETY: a valid C string and a valid out-buffer.
-            if unsafe { libc::statfs(cpath(path).as_ptr(), &mut st) } < 0 {
-                return Err(fail(std::io::Error::last_os_error().to_string()));
-            }
-            if st.f_type as i64 != TMPFS_MAGIC {
+            let st = rustix::fs::statfs(path).map_err(|e| fail(e.to_string()))?;
+            if st.f_type != TMPFS_MAGIC {
                 return Err(fail("not covered by a tmpfs".into()));
             }
             let entries = std::fs::read_dir(path)

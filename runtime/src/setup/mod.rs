@@ -13,7 +13,6 @@ pub mod fds;
 pub mod identity;
 pub mod landlock;
 pub mod layered;
-pub mod net;
 pub mod net_lab;
 pub mod netlink;
 pub mod procfs;
@@ -30,6 +29,8 @@ use std::fmt::Display;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+
+pub(crate) use rustix::mount::MountFlags;
 
 /// A failed step inside the sandbox; sent to the supervisor as a report.
 #[derive(Debug)]
@@ -48,10 +49,6 @@ impl SetupError {
             hint: None,
         }
     }
-    /// A step failed with the last OS error.
-    pub fn last_os(step: &'static str, op: impl Display) -> Self {
-        Self::io(step, op, io::Error::last_os_error())
-    }
     /// Attach the fix a person should apply.
     pub fn hint(mut self, hint: impl Into<String>) -> Self {
         self.hint = Some(hint.into());
@@ -67,55 +64,35 @@ pub(crate) fn cpath(p: &Path) -> CString {
     CString::new(p.as_os_str().as_bytes()).unwrap_or_else(|_| CString::from(c"/nonexistent"))
 }
 
-/// `mount(2)` with optional source/fstype/data.
+/// `mount(2)` of a filesystem (`tmpfs`, `proc`, ...) with optional data.
 pub(crate) fn mount(
     step: &'static str,
-    source: Option<&Path>,
+    source: &str,
     target: &Path,
-    fstype: Option<&str>,
-    flags: libc::c_ulong,
+    fstype: &str,
+    flags: MountFlags,
     data: Option<&str>,
 ) -> StepResult {
-    let src = source.map(cpath);
-    let tgt = cpath(target);
-    let fst = fstype.and_then(|f| CString::new(f).ok());
     let dat = data.and_then(|d| CString::new(d).ok());
-    // SAFETY: every pointer is either NULL or a valid NUL-terminated string
-    // that outlives the call.
-    let ret = unsafe {
-        libc::mount(
-            src.as_ref().map_or(std::ptr::null(), |s| s.as_ptr()),
-            tgt.as_ptr(),
-            fst.as_ref().map_or(std::ptr::null(), |s| s.as_ptr()),
-            flags,
-            dat.as_ref().map_or(std::ptr::null(), |s| s.as_ptr().cast()),
-        )
-    };
-    if ret < 0 {
-        return Err(SetupError::last_os(
+    rustix::mount::mount(source, target, fstype, flags, dat.as_deref()).map_err(|e| {
+        SetupError::io(
             step,
-            format!(
-                "mount {} on {} ({})",
-                source.map_or("-".into(), |s| s.display().to_string()),
-                target.display(),
-                fstype.unwrap_or("bind")
-            ),
-        ));
-    }
-    Ok(())
+            format!("mount {source} on {} ({fstype})", target.display()),
+            e.into(),
+        )
+    })
 }
 
 /// Make the mount at `target` (and everything under it) read-only,
 /// nosuid and nodev. `MS_BIND|MS_RDONLY` in one call would leave it
 /// writable; mount_setattr also covers submounts.
 pub(crate) fn make_readonly(step: &'static str, target: &Path) -> StepResult {
+    use crate::sys::MountAttrFlags as A;
     crate::sys::mount_setattr(
-        libc::AT_FDCWD,
+        None,
         &cpath(target),
         crate::sys::AT_RECURSIVE,
-        crate::sys::MOUNT_ATTR_RDONLY
-            | crate::sys::MOUNT_ATTR_NOSUID
-            | crate::sys::MOUNT_ATTR_NODEV,
+        A::MOUNT_ATTR_RDONLY | A::MOUNT_ATTR_NOSUID | A::MOUNT_ATTR_NODEV,
         None,
     )
     .map_err(|e| SetupError::io(step, format!("making {} read-only", target.display()), e))
@@ -125,62 +102,47 @@ pub(crate) fn make_readonly(step: &'static str, target: &Path) -> StepResult {
 /// when needed. The new root is a fresh tmpfs, so the common case is one
 /// syscall; an existing mount point is fine.
 pub(crate) fn mountpoint(step: &'static str, target: &Path, dir: bool) -> StepResult {
-    let c = cpath(target);
-    let attempt = || -> i32 {
-        // SAFETY: `c` is a valid C string; a created file's fd is closed.
-        unsafe {
-            if dir {
-                libc::mkdir(c.as_ptr(), 0o755)
-            } else {
-                let fd = libc::open(
-                    c.as_ptr(),
-                    libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
-                    0o644,
-                );
-                if fd >= 0 {
-                    libc::close(fd);
-                    0
-                } else {
-                    fd
-                }
-            }
+    use rustix::fs::{Mode, OFlags};
+    let attempt = || -> rustix::io::Result<()> {
+        if dir {
+            rustix::fs::mkdir(target, Mode::from_raw_mode(0o755))
+        } else {
+            rustix::fs::open(
+                target,
+                OFlags::CREATE | OFlags::WRONLY | OFlags::CLOEXEC,
+                Mode::from_raw_mode(0o644),
+            )
+            .map(drop)
         }
     };
-    if attempt() == 0 {
-        return Ok(());
-    }
-    let mut err = io::Error::last_os_error();
-    if err.raw_os_error() == Some(libc::ENOENT) {
+    let mut res = attempt();
+    if res == Err(rustix::io::Errno::NOENT) {
         if let Some(parent) = target.parent() {
             std::fs::create_dir_all(parent)
                 .map_err(|e| SetupError::io(step, format!("mkdir {}", parent.display()), e))?;
         }
-        if attempt() == 0 {
-            return Ok(());
-        }
-        err = io::Error::last_os_error();
+        res = attempt();
     }
-    match err.raw_os_error() {
-        Some(libc::EEXIST) => Ok(()),
+    match res {
+        Ok(()) | Err(rustix::io::Errno::EXIST) => Ok(()),
         // A read-only bind already holds the path (e.g. a workspace under
         // /usr): mounting over an existing directory is still possible.
-        Some(libc::EROFS) if target.exists() => Ok(()),
-        _ => Err(SetupError::io(
+        Err(rustix::io::Errno::ROFS) if target.exists() => Ok(()),
+        Err(e) => Err(SetupError::io(
             step,
             format!("creating mount point {}", target.display()),
-            err,
+            e.into(),
         )),
     }
 }
 
 /// Bind `source` at `target` (recursively).
 pub(crate) fn bind(step: &'static str, source: &Path, target: &Path) -> StepResult {
-    mount(
-        step,
-        Some(source),
-        target,
-        None,
-        libc::MS_BIND | libc::MS_REC,
-        None,
-    )
+    rustix::mount::mount_bind_recursive(source, target).map_err(|e| {
+        SetupError::io(
+            step,
+            format!("bind {} on {}", source.display(), target.display()),
+            e.into(),
+        )
+    })
 }

@@ -29,9 +29,12 @@
 use std::fs::File;
 use std::io::Read;
 use std::net::Ipv4Addr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-use super::netlink::{if_index, Netlink};
+use rustix::process::{DumpableBehavior, Gid, Signal, Uid, WaitOptions};
+use rustix::thread::{LinkNameSpaceType, UnshareFlags};
+
+use super::netlink::Netlink;
 use crate::error::{Result, RuntimeError};
 use crate::spec::{Identity, NetMode};
 use crate::sys::Forked;
@@ -101,35 +104,34 @@ pub unsafe fn clone_into_lab(
     let (rd, wr) = crate::sys::pipe_cloexec().map_err(|e| RuntimeError::host("pipe", e))?;
     // SAFETY: single-threaded caller (contract); the child runs `stage` and
     // then either returns as init or _exits.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(RuntimeError::last_os("fork of the lab net stage"));
-    }
-    if pid == 0 {
-        drop(rd);
-        match stage(ns, net, identity, flags, wr.as_raw_fd()) {
-            Ok(Some(init_pid)) => {
-                let _ = crate::sys::write_all(wr.as_raw_fd(), format!("P{init_pid}\n").as_bytes());
-                // SAFETY: ending the stage without running exit handlers.
-                unsafe { libc::_exit(0) }
-            }
-            Ok(None) => {
-                drop(wr);
-                return Ok(Forked::Child);
-            }
-            Err(msg) => {
-                let _ = crate::sys::write_all(wr.as_raw_fd(), format!("E{msg}\n").as_bytes());
-                // SAFETY: as above.
-                unsafe { libc::_exit(1) }
+    let pid = match unsafe { crate::sys::fork() } {
+        Err(e) => return Err(RuntimeError::host("fork of the lab net stage", e)),
+        Ok(Some(pid)) => pid,
+        Ok(None) => {
+            drop(rd);
+            match stage(ns, net, identity, flags, wr.as_fd()) {
+                Ok(Some(init_pid)) => {
+                    let _ = crate::sys::write_all(wr.as_fd(), format!("P{init_pid}\n").as_bytes());
+                    crate::sys::exit_now(0)
+                }
+                Ok(None) => {
+                    drop(wr);
+                    return Ok(Forked::Child);
+                }
+                Err(msg) => {
+                    let _ = crate::sys::write_all(wr.as_fd(), format!("E{msg}\n").as_bytes());
+                    crate::sys::exit_now(1)
+                }
             }
         }
-    }
+    };
     drop(wr);
     let mut text = String::new();
     let _ = File::from(rd).read_to_string(&mut text);
-    let mut status = 0;
-    // SAFETY: reaping our own child, valid out-pointer.
-    unsafe { libc::waitpid(pid, &mut status, 0) };
+    let status = crate::sys::pid(pid)
+        .and_then(|p| rustix::process::waitpid(Some(p), WaitOptions::empty()).ok())
+        .flatten()
+        .map_or(-1, |(_, st)| st.as_raw());
     // "C<pid>": init was cloned (it is our child: reap it if the stage
     // then failed and killed it); then "P<pid>" (ready) or "E<message>".
     let cloned: Option<i32> = text
@@ -142,36 +144,27 @@ pub unsafe fn clone_into_lab(
         .unwrap_or("")
         .trim_end();
     if !line.starts_with('P') {
-        if let Some(init) = cloned {
-            // SAFETY: reaping our own (killed) child, no out-pointer.
-            unsafe {
-                libc::kill(init, libc::SIGKILL);
-                libc::waitpid(init, std::ptr::null_mut(), 0);
-            }
+        if let Some(init) = cloned.and_then(crate::sys::pid) {
+            let _ = rustix::process::kill_process(init, Signal::KILL);
+            let _ = rustix::process::waitpid(Some(init), WaitOptions::empty());
         }
     }
     if let Some(p) = line.strip_prefix('P') {
         let init: i32 = p
             .parse()
             .map_err(|_| RuntimeError::Helper(format!("lab net stage sent {line:?}")))?;
-        // SAFETY: plain syscall; `init` is our child (CLONE_PARENT) and not
-        // yet reaped, so the pid cannot have been reused.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, init, 0) };
-        if fd < 0 {
-            let e = RuntimeError::last_os("pidfd_open of the sandbox's init");
-            // SAFETY: signalling our own unreaped child.
-            unsafe { libc::kill(init, libc::SIGKILL) };
-            return Err(e);
-        }
-        let Ok(fd) = RawFd::try_from(fd) else {
-            // SAFETY: signalling our own unreaped child.
-            unsafe { libc::kill(init, libc::SIGKILL) };
+        let Some(init_pid) = crate::sys::pid(init) else {
             return Err(RuntimeError::Helper(format!(
-                "pidfd_open of the sandbox's init returned {fd}"
+                "lab net stage sent pid {init}"
             )));
         };
-        // SAFETY: pidfd_open returned a fresh fd that we now own.
-        let pidfd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // `init` is our child (CLONE_PARENT) and not yet reaped, so the
+        // pid cannot have been reused.
+        let pidfd = rustix::process::pidfd_open(init_pid, rustix::process::PidfdFlags::empty())
+            .map_err(|e| {
+                let _ = rustix::process::kill_process(init_pid, Signal::KILL);
+                RuntimeError::host("pidfd_open of the sandbox's init", e.into())
+            })?;
         return Ok(Forked::Parent { pid: init, pidfd });
     }
     Err(RuntimeError::Setup {
@@ -193,7 +186,7 @@ fn stage(
     net: &NetMode,
     id: &Identity,
     flags: libc::c_int,
-    report: RawFd,
+    report: BorrowedFd<'_>,
 ) -> std::result::Result<Option<i32>, String> {
     let os = |what: &str| format!("{what}: {}", std::io::Error::last_os_error());
     // 1. The sandbox's host identity as the effective ids (no capability
@@ -202,34 +195,33 @@ fn stage(
     // root-opened mount fds), while the effective uid owns the lab's user
     // namespace. Dumpable again, so that the stage and init's /proc files
     // (the id maps) belong to the effective uid; init sets all its uids
-    // with `identity::become_user` before anything else.
-    // SAFETY: plain credential syscalls on this single-threaded process.
-    unsafe {
-        if libc::geteuid() != id.host_uid {
-            let keep = libc::uid_t::MAX; // -1: unchanged
-            if libc::setresgid(keep, id.host_gid, keep) < 0
-                || libc::setresuid(keep, id.host_uid, keep) < 0
-                || libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) < 0
-            {
-                return Err(os("taking the sandbox's host identity"));
-            }
-        }
+    // with `identity::become_user` before anything else. The ids are set
+    // per thread: the stage is a fork of a single-threaded supervisor.
+    if rustix::process::geteuid().as_raw() != id.host_uid {
+        rustix::thread::set_thread_res_gid(None, Some(Gid::from_raw(id.host_gid)), None)
+            .and_then(|()| {
+                rustix::thread::set_thread_res_uid(None, Some(Uid::from_raw(id.host_uid)), None)
+            })
+            .and_then(|()| rustix::process::set_dumpable_behavior(DumpableBehavior::Dumpable))
+            .map_err(|e| format!("taking the sandbox's host identity: {e}"))?;
     }
     // 2. The lab's user namespace.
-    setns(ns.user.as_raw_fd(), libc::CLONE_NEWUSER).map_err(|e| {
+    setns(ns.user.as_fd(), LinkNameSpaceType::User).map_err(|e| {
         format!("joining the lab's user namespace: {e} (a lab started by another user cannot be joined)")
     })?;
     // 3. The network.
     match net {
         NetMode::LabTarget(_) => {
-            setns(ns.net.as_raw_fd(), libc::CLONE_NEWNET)
+            setns(ns.net.as_fd(), LinkNameSpaceType::Network)
                 .map_err(|e| format!("joining the lab's network namespace: {e}"))?;
         }
         _ => wire_sandbox(ns).map_err(|e| format!("wiring the sandbox to the lab: {e}"))?,
     }
     // 4. init.
-    // SAFETY: single-threaded; CLONE_PARENT makes init the supervisor's
-    // child; a NULL stack gives fork semantics.
+    // SAFETY: the stage is single-threaded (a fork of a single-threaded
+    // supervisor), so a NULL-stack clone is a fork: the child continues on
+    // a copy of this stack and returns as init. CLONE_PARENT makes init
+    // the supervisor's child; no pointer is passed to the kernel.
     let ret = unsafe {
         libc::syscall(
             libc::SYS_clone,
@@ -252,19 +244,16 @@ fn stage(
     let _ = crate::sys::write_all(report, format!("C{init}\n").as_bytes());
     // 5. Its id maps, from the parent user namespace.
     if let Err(e) = super::userns::write_maps(init, id) {
-        // SAFETY: signalling the child we just cloned.
-        unsafe { libc::kill(init, libc::SIGKILL) };
+        if let Some(p) = crate::sys::pid(init) {
+            let _ = rustix::process::kill_process(p, Signal::KILL);
+        }
         return Err(e.to_string());
     }
     Ok(Some(init))
 }
 
-fn setns(fd: RawFd, kind: libc::c_int) -> std::io::Result<()> {
-    // SAFETY: plain syscall on a namespace fd we own.
-    if unsafe { libc::setns(fd, kind) } < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+fn setns(fd: BorrowedFd<'_>, kind: LinkNameSpaceType) -> std::io::Result<()> {
+    rustix::thread::move_into_link_name_space(fd, Some(kind)).map_err(std::io::Error::from)
 }
 
 /// Turn IPv6 off in the current network namespace (absent IPv6 is fine).
@@ -282,20 +271,20 @@ pub fn ipv6_off() -> std::io::Result<()> {
 
 /// Steps 3 of the stage for `NetMode::Lab`: new namespace, veth, addresses.
 fn wire_sandbox(ns: &LabNs) -> std::io::Result<()> {
-    // SAFETY: plain syscall; we hold CAP_SYS_ADMIN in the lab's user ns.
-    if unsafe { libc::unshare(libc::CLONE_NEWNET) } < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    // SAFETY: unshare_unsafe is unsafe only for CLONE_FILES (another
+    // thread's fds becoming invisible); NEWNET does not touch the fd table,
+    // and the stage has a single thread.
+    unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWNET) }?;
     let sandbox_net = OwnedFd::from(File::open("/proc/thread-self/ns/net")?);
     ipv6_off()?;
     // The lab side: create the pair there, the peer lands in ours.
-    setns(ns.net.as_raw_fd(), libc::CLONE_NEWNET)?;
+    setns(ns.net.as_fd(), LinkNameSpaceType::Network)?;
     let mut lab = Netlink::open()?;
     let start = (std::process::id() % (POOL_SIZE - 1)) + 1;
     let mut slot = None;
     for k in 0..POOL_SIZE - 1 {
         let i = (start - 1 + k) % (POOL_SIZE - 1) + 1;
-        match lab.create_veth(&format!("rl{i}"), SANDBOX_LINK, sandbox_net.as_raw_fd()) {
+        match lab.create_veth(&format!("rl{i}"), SANDBOX_LINK, sandbox_net.as_fd()) {
             Ok(()) => {
                 slot = Some(i);
                 break;
@@ -306,14 +295,14 @@ fn wire_sandbox(ns: &LabNs) -> std::io::Result<()> {
     }
     let i = slot.ok_or_else(|| std::io::Error::other("the lab's address pool is exhausted"))?;
     let (lab_end, sandbox_end) = slot_addresses(i);
-    let lab_if = if_index(&format!("rl{i}"))?;
+    let lab_if = lab.index(&format!("rl{i}"))?;
     lab.add_address(lab_if, lab_end, 30)?;
     lab.link_up(lab_if)?;
     drop(lab);
     // Our side.
-    setns(sandbox_net.as_raw_fd(), libc::CLONE_NEWNET)?;
+    setns(sandbox_net.as_fd(), LinkNameSpaceType::Network)?;
     let mut own = Netlink::open()?;
-    let eth = if_index(SANDBOX_LINK)?;
+    let eth = own.index(SANDBOX_LINK)?;
     own.add_address(eth, sandbox_end, 30)?;
     own.link_up(eth)?;
     own.add_link_route(eth, LAB_ADDRESS)?;

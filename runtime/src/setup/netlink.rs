@@ -6,7 +6,7 @@
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr};
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, BorrowedFd};
 
 use netlink_packet_core::{
     NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL,
@@ -70,11 +70,16 @@ impl Netlink {
 
     /// Create a veth pair: `name` here, `peer` in the namespace `peer_ns`.
     /// Fails with EEXIST if `name` is taken (the caller picks another).
-    pub fn create_veth(&mut self, name: &str, peer: &str, peer_ns: RawFd) -> io::Result<()> {
+    pub fn create_veth(
+        &mut self,
+        name: &str,
+        peer: &str,
+        peer_ns: BorrowedFd<'_>,
+    ) -> io::Result<()> {
         let mut peer_msg = LinkMessage::default();
         peer_msg.attributes = vec![
             LinkAttribute::IfName(peer.into()),
-            LinkAttribute::NetNsFd(peer_ns),
+            LinkAttribute::NetNsFd(peer_ns.as_raw_fd()),
         ];
         let mut msg = LinkMessage::default();
         msg.attributes = vec![
@@ -85,6 +90,12 @@ impl Netlink {
             ]),
         ];
         self.request(RouteNetlinkMessage::NewLink(msg), NLM_F_CREATE | NLM_F_EXCL)
+    }
+
+    /// The index of the interface `name` in this socket's namespace
+    /// (SIOCGIFINDEX on the netlink socket itself).
+    pub fn index(&self, name: &str) -> io::Result<u32> {
+        rustix::net::netdevice::name_to_index(&self.sock, name).map_err(io::Error::from)
     }
 
     /// Bring the link `index` up.
@@ -135,16 +146,4 @@ impl Netlink {
             NLM_F_CREATE | NLM_F_EXCL,
         )
     }
-}
-
-/// The index of the interface `name` in the current network namespace.
-pub fn if_index(name: &str) -> io::Result<u32> {
-    let c = std::ffi::CString::new(name)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "interface name"))?;
-    // SAFETY: `c` is a valid NUL-terminated string for the call.
-    let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
-    if i == 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(i)
 }

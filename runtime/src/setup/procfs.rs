@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use super::{bind, make_readonly, mount, StepResult};
+use super::{bind, make_readonly, mount, MountFlags, StepResult};
 
 const STEP: &str = "proc";
 const READ_ONLY: &[&str] = &["/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus"];
@@ -17,10 +17,10 @@ pub fn mount_proc() -> StepResult {
     std::fs::create_dir_all("/proc").map_err(|e| super::SetupError::io(STEP, "mkdir /proc", e))?;
     mount(
         STEP,
-        Some(Path::new("proc")),
+        "proc",
         Path::new("/proc"),
-        Some("proc"),
-        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        "proc",
+        MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
         None,
     )
     .map_err(|e| {

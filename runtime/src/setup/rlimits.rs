@@ -8,24 +8,23 @@ const STEP: &str = "rlimits";
 
 /// Apply every limit that is set.
 pub fn apply(limits: &Limits) -> StepResult {
+    use rustix::process::{Resource, Rlimit};
     let table = [
-        (libc::RLIMIT_AS, limits.address_space, "address_space"),
-        (libc::RLIMIT_CORE, limits.core, "core"),
-        (libc::RLIMIT_CPU, limits.cpu, "cpu"),
-        (libc::RLIMIT_FSIZE, limits.fsize, "fsize"),
-        (libc::RLIMIT_NOFILE, limits.nofile, "nofile"),
-        (libc::RLIMIT_NPROC, limits.nproc, "nproc"),
+        (Resource::As, limits.address_space, "address_space"),
+        (Resource::Core, limits.core, "core"),
+        (Resource::Cpu, limits.cpu, "cpu"),
+        (Resource::Fsize, limits.fsize, "fsize"),
+        (Resource::Nofile, limits.nofile, "nofile"),
+        (Resource::Nproc, limits.nproc, "nproc"),
     ];
     for (resource, value, name) in table {
         let Some(v) = value else { continue };
-        let lim = libc::rlimit {
-            rlim_cur: v as libc::rlim_t,
-            rlim_max: v as libc::rlim_t,
+        let lim = Rlimit {
+            current: Some(v),
+            maximum: Some(v),
         };
-        // SAFETY: `lim` is a valid rlimit struct the kernel only reads.
-        if unsafe { libc::setrlimit(resource, &lim) } < 0 {
-            return Err(SetupError::last_os(STEP, format!("setrlimit {name}={v}")));
-        }
+        rustix::process::setrlimit(resource, lim)
+            .map_err(|e| SetupError::io(STEP, format!("setrlimit {name}={v}"), e.into()))?;
     }
     Ok(())
 }

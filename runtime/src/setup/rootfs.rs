@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use super::{cpath, mount, SetupError, StepResult};
+use super::{mount, MountFlags, SetupError, StepResult};
 
 const STEP: &str = "rootfs";
 /// Where the host's root is reachable during set-up.
@@ -18,27 +18,22 @@ const STAGING: &str = "/tmp";
 /// Make every mount private, mount a tmpfs and pivot into it.
 pub fn pivot_into_tmpfs() -> StepResult {
     // Nothing done in here may propagate back to the host.
+    use rustix::mount::MountPropagationFlags as P;
+    rustix::mount::mount_change("/", P::REC | P::PRIVATE)
+        .map_err(|e| SetupError::io(STEP, "making / private", e.into()))?;
     mount(
         STEP,
-        None,
-        Path::new("/"),
-        None,
-        libc::MS_REC | libc::MS_PRIVATE,
-        None,
-    )?;
-    mount(
-        STEP,
-        Some(Path::new("tmpfs")),
+        "tmpfs",
         Path::new(STAGING),
-        Some("tmpfs"),
-        libc::MS_NOSUID | libc::MS_NODEV,
+        "tmpfs",
+        MountFlags::NOSUID | MountFlags::NODEV,
         Some("mode=0755,size=16m"),
     )?;
     std::fs::create_dir(Path::new(STAGING).join("oldroot"))
         .map_err(|e| SetupError::io(STEP, "mkdir oldroot", e))?;
     std::env::set_current_dir(STAGING).map_err(|e| SetupError::io(STEP, "chdir to new root", e))?;
-    crate::sys::pivot_root(c".", c"oldroot").map_err(|e| {
-        SetupError::io(STEP, "pivot_root", e)
+    rustix::process::pivot_root(".", "oldroot").map_err(|e| {
+        SetupError::io(STEP, "pivot_root", e.into())
             .hint("pivot_root is refused inside some container runtimes; run retie on the host or in a VM")
     })?;
     std::env::set_current_dir("/").map_err(|e| SetupError::io(STEP, "chdir /", e))?;
@@ -52,24 +47,20 @@ pub fn host(p: &Path) -> std::path::PathBuf {
 
 /// Detach the host's tree; from here on nothing of it is reachable.
 pub fn detach_old_root() -> StepResult {
-    // SAFETY: a valid C string; MNT_DETACH only affects this namespace.
-    let ret = unsafe { libc::umount2(cpath(Path::new(OLD_ROOT)).as_ptr(), libc::MNT_DETACH) };
-    if ret < 0 {
-        return Err(SetupError::last_os(STEP, "detaching the old root"));
-    }
+    rustix::mount::unmount(OLD_ROOT, rustix::mount::UnmountFlags::DETACH)
+        .map_err(|e| SetupError::io(STEP, "detaching the old root", e.into()))?;
     std::fs::remove_dir(OLD_ROOT).map_err(|e| SetupError::io(STEP, "rmdir /oldroot", e))
 }
 
 /// Make the tmpfs root itself read-only (the writable places are their
 /// own mounts: workspace, home, tmp).
 pub fn seal_root() -> StepResult {
+    use crate::sys::MountAttrFlags as A;
     crate::sys::mount_setattr(
-        libc::AT_FDCWD,
+        None,
         c"/",
         0,
-        crate::sys::MOUNT_ATTR_RDONLY
-            | crate::sys::MOUNT_ATTR_NOSUID
-            | crate::sys::MOUNT_ATTR_NODEV,
+        A::MOUNT_ATTR_RDONLY | A::MOUNT_ATTR_NOSUID | A::MOUNT_ATTR_NODEV,
         None,
     )
     .map_err(|e| SetupError::io(STEP, "making / read-only", e))

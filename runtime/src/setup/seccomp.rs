@@ -699,3 +699,20 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod cost {
+    /// `cargo test --release -p retie-runtime -- --ignored --nocapture
+    /// seccomp_compile_cost`: what compiling the filter costs per start.
+    #[test]
+    #[ignore]
+    fn seccomp_compile_cost() {
+        let n = 2000u32;
+        let t = std::time::Instant::now();
+        for _ in 0..n {
+            let f = super::compile_all(&crate::spec::NetMode::None);
+            assert!(f.is_ok());
+        }
+        eprintln!("compile_all: {:?} per call", t.elapsed() / n);
+    }
+}

@@ -7,14 +7,7 @@ const STEP: &str = "session";
 
 /// setsid + sethostname.
 pub fn detach(hostname: &std::ffi::CStr) -> StepResult {
-    // SAFETY: setsid takes no arguments.
-    if unsafe { libc::setsid() } < 0 {
-        return Err(SetupError::last_os(STEP, "setsid"));
-    }
-    let name = hostname.to_bytes();
-    // SAFETY: `name` is a valid buffer of the given length.
-    if unsafe { libc::sethostname(name.as_ptr().cast(), name.len()) } < 0 {
-        return Err(SetupError::last_os(STEP, "sethostname"));
-    }
-    Ok(())
+    rustix::process::setsid().map_err(|e| SetupError::io(STEP, "setsid", e.into()))?;
+    rustix::system::sethostname(hostname.to_bytes())
+        .map_err(|e| SetupError::io(STEP, "sethostname", e.into()))
 }

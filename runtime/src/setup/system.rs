@@ -5,7 +5,7 @@ use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 
 use super::rootfs::host;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 
 use super::{bind, make_readonly, mountpoint, SetupError, StepResult};
 use crate::spec::SandboxSpec;
@@ -95,17 +95,15 @@ fn expose(src: &Path, dst: &Path, required: bool) -> StepResult {
 
 /// Attach a detached tree (opened by the supervisor) read-only at `dst`.
 fn attach(tree: &OwnedFd, dst: &Path) -> StepResult {
-    // SAFETY: fstat on an fd we hold into a zeroed stat buffer.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    if unsafe { libc::fstat(tree.as_raw_fd(), &mut st) } < 0 {
-        return Err(SetupError::last_os(
+    let st = rustix::fs::fstat(tree).map_err(|e| {
+        SetupError::io(
             STEP,
             format!("fstat of the tree for {}", dst.display()),
-        ));
-    }
+            e.into(),
+        )
+    })?;
     mountpoint(STEP, dst, st.st_mode & libc::S_IFMT == libc::S_IFDIR)?;
-    crate::sys::move_mount_fd(tree.as_raw_fd(), &super::cpath(dst))
+    crate::sys::move_mount_fd(tree, &super::cpath(dst))
         .map_err(|e| SetupError::io(STEP, format!("attaching {}", dst.display()), e))?;
     make_readonly(STEP, dst)
 }

@@ -11,11 +11,11 @@
 //! writes lands on disk owned by the workspace's owner. No file mode is
 //! loosened and nothing is mapped to host root.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 
 use super::rootfs::host;
-use super::{bind, cpath, mountpoint, SetupError, StepResult};
+use super::{bind, cpath, mountpoint, MountFlags, SetupError, StepResult};
 use crate::error::{Result, RuntimeError};
 use crate::spec::{SandboxSpec, WorkspaceMode};
 
@@ -67,12 +67,13 @@ pub fn apply_idmap(trees: &IdmapTrees, child: libc::pid_t) -> Result<()> {
 }
 
 fn idmap_one(tree: &OwnedFd, userns: &std::fs::File) -> Result<()> {
+    use crate::sys::MountAttrFlags as A;
     crate::sys::mount_setattr(
-        tree.as_raw_fd(),
+        Some(tree.as_fd()),
         c"",
-        libc::AT_EMPTY_PATH as libc::c_uint | crate::sys::AT_RECURSIVE,
-        crate::sys::MOUNT_ATTR_IDMAP | crate::sys::MOUNT_ATTR_NOSUID | crate::sys::MOUNT_ATTR_NODEV,
-        Some(userns.as_raw_fd()),
+        libc::AT_EMPTY_PATH.cast_unsigned() | crate::sys::AT_RECURSIVE,
+        A::MOUNT_ATTR_IDMAP | A::MOUNT_ATTR_NOSUID | A::MOUNT_ATTR_NODEV,
+        Some(userns.as_fd()),
     )
     .map_err(|e| RuntimeError::Unsupported {
         problem: format!("cannot create an idmapped mount of the workspace: {e}"),
@@ -92,16 +93,17 @@ pub fn mount_workspace(spec: &SandboxSpec, idmapped: Option<&IdmapTrees>) -> Ste
             overlay_from_trees(ws, trees, upper, work, &spec.identity)?
         }
         (WorkspaceMode::Direct, Some(trees)) => {
-            crate::sys::move_mount_fd(trees.workspace.as_raw_fd(), &cpath(ws))
+            crate::sys::move_mount_fd(&trees.workspace, &cpath(ws))
                 .map_err(|e| SetupError::io(STEP, "attaching the idmapped workspace", e))?
         }
         (WorkspaceMode::Direct, None) => {
             bind(STEP, &host(ws), ws)?;
             crate::sys::mount_setattr(
-                libc::AT_FDCWD,
+                None,
                 &cpath(ws),
                 crate::sys::AT_RECURSIVE,
-                crate::sys::MOUNT_ATTR_NOSUID | crate::sys::MOUNT_ATTR_NODEV,
+                crate::sys::MountAttrFlags::MOUNT_ATTR_NOSUID
+                    | crate::sys::MountAttrFlags::MOUNT_ATTR_NODEV,
                 None,
             )
             .map_err(|e| SetupError::io(STEP, "nosuid,nodev on the workspace", e))?
@@ -120,10 +122,10 @@ pub fn mask_dirs(spec: &SandboxSpec) -> StepResult {
         }
         super::mount(
             STEP,
-            Some(Path::new("tmpfs")),
+            "tmpfs",
             m,
-            Some("tmpfs"),
-            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC | libc::MS_RDONLY,
+            "tmpfs",
+            MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC | MountFlags::RDONLY,
             Some("mode=000,size=4k"),
         )?;
     }
@@ -157,10 +159,10 @@ fn overlay_from_trees(
     );
     super::mount(
         STEP,
-        Some(Path::new("tmpfs")),
+        "tmpfs",
         stage,
-        Some("tmpfs"),
-        libc::MS_NOSUID | libc::MS_NODEV,
+        "tmpfs",
+        MountFlags::NOSUID | MountFlags::NODEV,
         Some(&opts),
     )?;
     let (lower, run_at) = (stage.join("lower"), stage.join("run"));
@@ -175,15 +177,13 @@ fn overlay_from_trees(
             .unwrap_or_else(|| run_at.clone())
     };
     mount_overlay(ws, &lower, &name(upper), &name(work))?;
-    // SAFETY: a valid C string; MNT_DETACH only affects this namespace.
-    if unsafe { libc::umount2(cpath(stage).as_ptr(), libc::MNT_DETACH) } < 0 {
-        return Err(SetupError::last_os(STEP, "detaching the overlay staging"));
-    }
+    rustix::mount::unmount(stage, rustix::mount::UnmountFlags::DETACH)
+        .map_err(|e| SetupError::io(STEP, "detaching the overlay staging", e.into()))?;
     std::fs::remove_dir(stage).map_err(|e| SetupError::io(STEP, "rmdir the overlay staging", e))
 }
 
 fn attach(tree: &OwnedFd, at: &Path, what: &str) -> StepResult {
-    crate::sys::move_mount_fd(tree.as_raw_fd(), &cpath(at))
+    crate::sys::move_mount_fd(tree, &cpath(at))
         .map_err(|e| SetupError::io(STEP, format!("attaching the idmapped {what}"), e))
 }
 
@@ -210,15 +210,11 @@ fn mount_overlay(at: &Path, lower: &Path, upper: &Path, work: &Path) -> StepResu
         overlay_escape(upper),
         overlay_escape(work)
     );
-    super::mount(STEP, Some(Path::new("overlay")), at, Some("overlay"), libc::MS_NOSUID | libc::MS_NODEV, Some(&opts))
+    super::mount(STEP, "overlay", at, "overlay", MountFlags::NOSUID | MountFlags::NODEV, Some(&opts))
         .map_err(|e| e.hint("overlayfs in a user namespace needs Linux >= 5.11 and an upper directory on a filesystem with user xattrs (ext4, xfs, btrfs, tmpfs >= 6.6); or use --workspace-mode direct"))?;
-    // SAFETY: statvfs is plain data; the kernel fills it.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid path and out-pointer.
-    if unsafe { libc::statvfs(cpath(at).as_ptr(), &mut st) } < 0 {
-        return Err(SetupError::last_os(STEP, "statvfs of the overlay"));
-    }
-    if st.f_flag & libc::ST_RDONLY != 0 {
+    let st = rustix::fs::statvfs(at)
+        .map_err(|e| SetupError::io(STEP, "statvfs of the overlay", e.into()))?;
+    if st.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY) {
         return Err(SetupError {
             step: STEP,
             message: "the workspace overlay mounted read-only (a stale or foreign work directory?)"
@@ -251,10 +247,10 @@ pub fn mount_scratch(spec: &SandboxSpec) -> StepResult {
         );
         super::mount(
             STEP,
-            Some(Path::new("tmpfs")),
+            "tmpfs",
             dir,
-            Some("tmpfs"),
-            libc::MS_NOSUID | libc::MS_NODEV,
+            "tmpfs",
+            MountFlags::NOSUID | MountFlags::NODEV,
             Some(&opts),
         )?;
     }
