@@ -486,7 +486,7 @@ mod tests {
         let (r, w) = crate::sys::pipe_cloexec().expect("pipe");
         let reader = std::thread::spawn(move || drain(r, 10));
         // More than a pipe holds: the reader must keep draining.
-        crate::sys::write_all(w.as_raw_fd(), &[b'x'; 200_000]).expect("write");
+        crate::sys::write_all(std::os::fd::AsFd::as_fd(&w), &[b'x'; 200_000]).expect("write");
         drop(w);
         let got = reader.join().expect("join").expect("drain");
         assert_eq!(got.bytes, vec![b'x'; 10]);
