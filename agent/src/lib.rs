@@ -13,7 +13,6 @@
 //! The data flows one way: model → provider → dispatch → policy → ledger
 //! → runtime → ledger → provider.
 
-pub mod demo_script;
 pub mod model;
 pub mod provider;
 pub mod session;

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use retie_agent::demo_script::ScriptModel;
+use retie_agent::provider::script::ScriptProvider;
 use retie_agent::session::{
     self, CallRecord, NoOne, Render, Report, SessionConfig, Status, YesFlag,
 };
@@ -360,7 +360,8 @@ pub fn run_inner(
                         .map_err(|e| CliError::io(format!("reading {}", f.display()), e))?
                 }
             };
-            let mut p = ScriptModel::parse(&text).map_err(CliError::Usage)?;
+            let mut p =
+                ScriptProvider::from_json(&text).map_err(|e| CliError::Usage(e.to_string()))?;
             rt.block_on(drive(
                 &mut p,
                 &mut tools,

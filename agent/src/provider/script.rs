@@ -47,6 +47,10 @@ pub struct ScriptTurn {
     pub usage: Option<Usage>,
     #[serde(default)]
     pub expect: Vec<String>,
+    /// Fail the turn with this provider error instead: `permanent:MSG`,
+    /// `unavailable:MSG`, anything else a malformed answer.
+    #[serde(default)]
+    pub error: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -153,6 +157,13 @@ impl Provider for ScriptProvider {
             });
         };
         self.next += 1;
+        if let Some(e) = &st.error {
+            return Err(match e.split_once(':') {
+                Some(("permanent", m)) => ProviderError::Permanent(plain(m)),
+                Some(("unavailable", m)) => ProviderError::Unavailable(plain(m)),
+                _ => ProviderError::Malformed(plain(e)),
+            });
+        }
         if !st.expect.is_empty() {
             let last = last_tool_result(&req.messages);
             let missing: Vec<&String> = st
