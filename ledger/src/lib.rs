@@ -433,14 +433,20 @@ impl Ledger {
         // No checkpoint when the connection closes: the WAL stays (so the
         // next process's first commit appends to it instead of creating
         // it, which costs a directory and a header fsync), and the pages
-        // move into the database by SQLite's automatic checkpoint every
-        // 1,000 pages. Each commit is still one fsync of the WAL, which is
-        // what makes it durable (synchronous=FULL).
+        // move into the database by SQLite's automatic checkpoint. Each
+        // commit is still one fsync of the WAL, which is what makes it
+        // durable (synchronous=FULL).
         conn.set_db_config(
             rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
             true,
         )
         .map_err(sql)?;
+        // The first process to open the database after the others closed
+        // rebuilds the WAL's index by reading the whole WAL: keep it short
+        // (a checkpoint every 64 pages, 256 KiB) so that costs little at
+        // every start.
+        conn.pragma_update(None, "wal_autocheckpoint", 64)
+            .map_err(sql)?;
         let mut l = Ledger {
             conn,
             path: path.to_path_buf(),

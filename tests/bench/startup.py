@@ -37,8 +37,11 @@ def high_pipe():
     """A pipe whose ends sit above the fds the file actions set (3, 4), so
     one dup2 cannot overwrite the source of another; both inheritable (a
     dup2 onto itself would keep CLOEXEC)."""
+    import fcntl
     r, w = os.pipe()
-    hr, hw = os.dup2(r, 100 + r, inheritable=True), os.dup2(w, 100 + w, inheritable=True)
+    hr, hw = fcntl.fcntl(r, fcntl.F_DUPFD, 100), fcntl.fcntl(w, fcntl.F_DUPFD, 100)
+    os.set_inheritable(hr, True)
+    os.set_inheritable(hw, True)
     os.close(r)
     os.close(w)
     return hr, hw
