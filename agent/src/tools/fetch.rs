@@ -618,4 +618,35 @@ mod tests {
             assert!(!is_text(t), "{t}");
         }
     }
+
+    /// After a fetch the session is tainted; a later fetch (egress) asks in
+    /// the shipped flag mode (so `--yes` answers it, and the guard still
+    /// refuses what is not allowed) and is denied in deny mode, where no
+    /// approver is asked at all.
+    #[test]
+    fn a_tainted_session_fetching_again_meets_the_trifecta_rule() {
+        use retie_policy::{evaluate, Context, Policy, Taint, Tier, Verdict, DEFAULT_POLICY};
+        let args = json!({"url": "http://10.0.0.1/?q=SECRET"});
+        let frozen = retie_policy::Value::from_json(&args).expect("frozen");
+        let action =
+            Action::new("fetch", frozen, [retie_policy::Effect::ReadsUntrusted]).expect("action");
+        let flag = Policy::shipped().expect("shipped");
+        let mut ctx = Context::new(Tier::Auto);
+        assert_eq!(
+            evaluate(&flag, &action, &ctx).decision.verdict,
+            Verdict::Run
+        );
+        ctx.taint = Taint::clean().after(&flag, &action);
+        assert!(ctx.taint.untrusted, "a fetch taints the session");
+        let ev = evaluate(&flag, &action, &ctx);
+        assert!(ev.trifecta);
+        assert_eq!(ev.decision.verdict, Verdict::Ask);
+        let deny_text = DEFAULT_POLICY.replace("mode = \"flag\"", "mode = \"deny\"");
+        assert_ne!(deny_text, DEFAULT_POLICY);
+        let deny = Policy::parse(&deny_text).expect("deny policy");
+        assert_eq!(
+            evaluate(&deny, &action, &ctx).decision.verdict,
+            Verdict::Deny
+        );
+    }
 }
