@@ -648,3 +648,100 @@ fn a_hijacking_model_sends_nothing_out_through_fetch() {
         assert_code(&o, 0, "verify");
     }
 }
+
+/// The agent killed with SIGKILL at several points of a session (a write,
+/// a bash run that writes through the overlay, another write): each time
+/// the ledger verifies (exit 0: intact and complete), every workspace file
+/// is either absent or whole (before or after its action, never half
+/// written), and `undo-all` is honest: exit 0 only when the workspace is
+/// back at its start, otherwise it says what it could not undo.
+#[test]
+fn a_killed_agent_leaves_a_verifiable_ledger_and_whole_files() {
+    let files = [("a.txt", "one\n"), ("b.txt", "two\n"), ("c.txt", "three\n")];
+    let mut outcomes = std::collections::BTreeMap::new();
+    for ms in [0u64, 15, 40, 80, 120, 180, 260, 400, 650, 1500] {
+        let s = Scratch::new(Leg::Invoker);
+        put(&s, "keep.txt", "kept\n");
+        let start = tree(&s.ws);
+        let script = write_script(
+            &s,
+            serde_json::json!([
+                {"tool_calls": [{"name": "write", "arguments": {"path": "a.txt", "content": "one\n"}}]},
+                {"tool_calls": [{"name": "bash", "arguments": {"command": "echo two > b.txt"}}]},
+                {"tool_calls": [{"name": "write", "arguments": {"path": "c.txt", "content": "three\n"}}]},
+                {"text": "done"}
+            ]),
+        );
+        let mut c = s.retie();
+        c.args(["run", "--provider", "script", "--script"])
+            .arg(&script)
+            .args(["--json", "-p", "write files", "--autonomy", "auto"])
+            .env_remove("RETIE_PROVIDER")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let mut child = c.spawn().expect("spawn retie run");
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+        let _ = child.kill();
+        let status = child.wait().expect("wait");
+        // A sandbox the agent started may outlive it for a moment.
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let whole = |when: &str| {
+            for (path, content) in tree(&s.ws) {
+                if start.iter().any(|(p, c)| *p == path && *c == content) {
+                    continue;
+                }
+                let expected = files.iter().find(|(f, _)| *f == path);
+                assert!(
+                    expected.is_some_and(|(_, c)| c.as_bytes() == content.as_slice()),
+                    "{when}, killed after {ms} ms: {path} is neither absent nor whole: {:?}",
+                    String::from_utf8_lossy(&content)
+                );
+            }
+        };
+        whole("after the kill");
+        let done: Vec<&str> = files
+            .iter()
+            .filter(|(f, _)| s.ws.join(f).exists())
+            .map(|(f, _)| *f)
+            .collect();
+        if !ledger(&s).exists() {
+            assert_eq!(tree(&s.ws), start, "no ledger, yet the workspace changed");
+            outcomes.insert(ms, format!("{status}: before the ledger"));
+            continue;
+        }
+        let o = s.retie().args(["verify"]).output().expect("verify");
+        assert_code(&o, 0, &format!("verify after a kill at {ms} ms"));
+        let o = s.retie().args(["undo-all"]).output().expect("undo-all");
+        let code = o.status.code();
+        whole("after undo-all");
+        let intents = entries(&s).iter().filter(|e| e.1 == "intent").count();
+        match code {
+            Some(0) => assert_eq!(
+                tree(&s.ws),
+                start,
+                "killed after {ms} ms: undo-all said everything was undone, but the workspace is not back\n{}{}",
+                stdout(&o),
+                stderr(&o)
+            ),
+            Some(1) | Some(2) => assert!(
+                !format!("{}{}", stdout(&o), stderr(&o)).trim().is_empty(),
+                "undo-all exit {code:?} with no word of why"
+            ),
+            Some(125) => assert_eq!(
+                (intents, done.len()),
+                (0, 0),
+                "killed after {ms} ms: undo-all could not run, yet actions were recorded\n{}",
+                stderr(&o)
+            ),
+            other => panic!("undo-all exit {other:?}: {}", stderr(&o)),
+        }
+        let o2 = s.retie().args(["verify"]).output().expect("verify");
+        assert_code(&o2, 0, "verify after undo-all");
+        outcomes.insert(
+            ms,
+            format!("{status}: {intents} intents, files {done:?}, undo-all {code:?}"),
+        );
+    }
+    eprintln!("{outcomes:#?}");
+}
