@@ -201,7 +201,10 @@ fn guard(settings: &FetchSettings, url: &str) -> Result<urlguard::Pinned, String
             Ok(p) => Ok(p),
             // The person gave this non-public address as a literal.
             Err(urlguard::Refusal::Address { .. }) => Ok(urlguard::Pinned {
-                url: url.trim().to_string(),
+                // Normalized the way the guard reads it (WHATWG).
+                url: url::Url::parse(url.trim())
+                    .map_err(|e| e.to_string())?
+                    .to_string(),
                 host: sa.ip().to_string(),
                 addr: *sa,
             }),
@@ -562,6 +565,10 @@ mod tests {
         // The allowed loopback literal passes, pinned to itself.
         let p = guard(&s, "http://127.0.0.1:8080/page?x=1").expect("allowed");
         assert_eq!(p.addr, "127.0.0.1:8080".parse().expect("sa"));
+        // The same address written another way is the same literal; the
+        // URL is normalized (no raw line breaks reach the request).
+        let p = guard(&s, "http://0x7f.1:8080/a\nb c").expect("normalized");
+        assert_eq!(p.url, "http://127.0.0.1:8080/ab%20c");
         // An allowed name that does not resolve: refused.
         let e = guard(&s, "http://example.invalid/").expect_err("invalid");
         assert!(e.contains("resolve"), "{e}");
