@@ -50,6 +50,9 @@ pub struct SessionConfig {
     pub repeat_limit: usize,
     /// Set from outside (SIGINT) to stop between steps.
     pub interrupt: Option<&'static AtomicBool>,
+    /// The person's `--fetch-allow` entries, as described at start;
+    /// recorded in the session-open entry.
+    pub fetch_allow: Vec<String>,
 }
 
 impl SessionConfig {
@@ -64,6 +67,7 @@ impl SessionConfig {
             max_output_tokens: Some(4096),
             repeat_limit: 2,
             interrupt: None,
+            fetch_allow: Vec::new(),
         }
     }
 }
@@ -152,6 +156,7 @@ pub fn session_spec(
             "policy_digest": policy_digest,
             "autonomy": cfg.tier.name(),
             "approvals_from_yes_flag": yes_flag,
+            "fetch_allow": cfg.fetch_allow,
             "budget": {"max_turns": cfg.max_turns, "max_tokens": cfg.max_tokens, "timeout_s": cfg.timeout.as_secs_f64()},
         }),
         effects: effects.iter().map(|e| e.to_string()).collect(),

@@ -370,6 +370,63 @@ CREATE TRIGGER IF NOT EXISTS entries_no_delete BEFORE DELETE ON entries
 BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
 ";
 
+/// Create the database at `path` with its schema, whole or not at all: it
+/// is built under a random temporary name (mode 0600, rollback journal,
+/// synced), then linked into place. A writer killed before the link leaves
+/// no ledger (only a stray temporary); one that loses a race to another
+/// first writer drops its own. Before this, a writer killed between
+/// creating the empty file and its schema left a file `verify` had to call
+/// tampered ("no such table: entries").
+fn create_initialized(path: &Path) -> Result<()> {
+    let mut r = [0u8; 8];
+    getrandom::fill(&mut r).map_err(|e| {
+        Error::io(
+            "drawing a temporary name",
+            std::io::Error::other(e.to_string()),
+        )
+    })?;
+    let suffix: String = r.iter().map(|b| format!("{b:02x}")).collect();
+    let mut tmp_name = path.as_os_str().to_owned();
+    tmp_name.push(format!(".new-{suffix}"));
+    let tmp = PathBuf::from(tmp_name);
+    let made = (|| -> Result<()> {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(|e| Error::io(format!("creating {}", tmp.display()), e))?;
+        let sql = |source| Error::Sqlite {
+            path: tmp.clone(),
+            source,
+        };
+        let conn =
+            Connection::open_with_flags(&tmp, OpenFlags::SQLITE_OPEN_READ_WRITE).map_err(sql)?;
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(sql)?;
+        conn.execute_batch(&format!("BEGIN;{SCHEMA}COMMIT;"))
+            .map_err(sql)?;
+        conn.close().map_err(|(_, e)| sql(e))?;
+        std::fs::File::open(&tmp)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| Error::io(format!("syncing {}", tmp.display()), e))?;
+        match std::fs::hard_link(&tmp, path) {
+            Ok(()) => Ok(()),
+            // Another first writer linked its own: use that one.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+            Err(e) => Err(Error::io(format!("creating {}", path.display()), e)),
+        }
+    })();
+    let _ = std::fs::remove_file(&tmp);
+    made?;
+    if let Some(d) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if let Ok(f) = std::fs::File::open(d) {
+            let _ = f.sync_all();
+        }
+    }
+    Ok(())
+}
+
 /// An open ledger.
 pub struct Ledger {
     conn: Connection,
@@ -409,15 +466,7 @@ impl Ledger {
             if let Some(d) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                 mkdir_private(d)?;
             }
-            // An empty file is an empty database; creating it here gives it
-            // mode 0600.
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .mode(0o600)
-                .open(path)
-                .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
+            create_initialized(path)?;
         }
         let conn = Connection::open_with_flags(
             path,

@@ -112,6 +112,7 @@ fn demo(args: DemoArgs) -> Result<i32, CliError> {
             max_turns: Some(12),
             max_tokens: None,
             timeout: Some(60),
+            fetch_allow: Vec::new(),
             ledger: None,
             json: false,
         },

@@ -17,7 +17,7 @@ use retie_agent::provider::script::ScriptProvider;
 use retie_agent::session::{
     self, CallRecord, NoOne, Render, Report, SessionConfig, Status, YesFlag,
 };
-use retie_agent::tools::{BashRunner, BashSettings, Tools};
+use retie_agent::tools::{BashRunner, BashSettings, FetchSettings, Tools};
 use retie_agent::{Provider, StreamEvent};
 use retie_dispatch::{Approval, ApprovalRequest, Approver, Recorder};
 use retie_policy::{Policy, Tier};
@@ -68,6 +68,12 @@ pub struct RunArgs {
     /// Wall-time budget, seconds.
     #[arg(long, value_name = "SECS")]
     pub timeout: Option<u64>,
+    /// Allow the fetch tool to reach HOST (port 80) or HOST:PORT; repeatable.
+    /// Nothing else is fetched. A name must resolve to public addresses
+    /// only; a loopback or private address is honoured only when given as
+    /// an IP literal (`127.0.0.1:8080`). Printed at start and recorded.
+    #[arg(long = "fetch-allow", value_name = "HOST[:PORT]")]
+    pub fetch_allow: Vec<String>,
     /// The ledger (default: RETIE_LEDGER, else STATE/ledger.db).
     #[arg(long, value_name = "PATH")]
     pub ledger: Option<PathBuf>,
@@ -172,6 +178,8 @@ struct Resolved {
     /// The API key, read from the named variable (never from a flag, so
     /// it is not in the process list or the shell history).
     api_key: Option<String>,
+    /// The fetch tool's allowance.
+    fetch: FetchSettings,
 }
 
 fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
@@ -248,7 +256,10 @@ fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
         cfg.timeout = Duration::from_secs(n.max(1));
     }
     cfg.interrupt = Some(&INTERRUPTED);
+    let fetch = FetchSettings::parse(&args.fetch_allow).map_err(CliError::Usage)?;
+    cfg.fetch_allow = fetch.allow.iter().map(|a| a.describe()).collect();
     Ok(Resolved {
+        fetch,
         provider,
         model,
         tier,
@@ -302,6 +313,7 @@ pub fn run_inner(
         };
     }
     let mut tools = Tools::open(ws.clone(), state, protect, owner, policy.clone(), bash)?;
+    tools.fetch = r.fetch.clone();
     let provider_name = match r.provider {
         ProviderArg::Openai => "openai",
         ProviderArg::Anthropic => "anthropic",
@@ -348,6 +360,15 @@ pub fn run_inner(
         r.tier,
         crate::ui::visible(&ws.display().to_string())
     );
+    if r.cfg.fetch_allow.is_empty() {
+        eprintln!("retie: fetch allows no host (no --fetch-allow)");
+    }
+    for a in &r.cfg.fetch_allow {
+        eprintln!(
+            "retie: fetch may reach {}",
+            retie_policy::escape_for_terminal(a)
+        );
+    }
     let report = match r.provider {
         ProviderArg::Script => {
             let text = match script {
