@@ -339,6 +339,27 @@ fn the_demo_runs_offline_and_exits_0() {
 fn openai_server(
     turns: Vec<Vec<String>>,
 ) -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    let bodies = turns
+        .into_iter()
+        .map(|chunks| {
+            let mut out = String::new();
+            for ch in chunks {
+                out.push_str(&format!("data: {ch}\n\n"));
+            }
+            out.push_str("data: [DONE]\n\n");
+            out
+        })
+        .collect();
+    let (addr, seen) = wire_server("text/event-stream", bodies);
+    (format!("{addr}/v1"), seen)
+}
+
+/// A loopback HTTP server answering the n-th request with the n-th body
+/// (already in the wire format), recording the request bodies.
+fn wire_server(
+    content_type: &'static str,
+    bodies: Vec<String>,
+) -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
     use std::io::{BufRead, BufReader, Read, Write};
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = l.local_addr().expect("addr").to_string();
@@ -367,18 +388,14 @@ fn openai_server(
                 .lock()
                 .expect("lock")
                 .push(String::from_utf8_lossy(&body).into_owned());
-            let chunks = turns.get(i).cloned().unwrap_or_default();
-            let mut out = String::from(
-                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n",
+            let out = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: {content_type}\r\nconnection: close\r\n\r\n{}",
+                bodies.get(i).cloned().unwrap_or_default()
             );
-            for ch in chunks {
-                out.push_str(&format!("data: {ch}\n\n"));
-            }
-            out.push_str("data: [DONE]\n\n");
             let _ = c.write_all(out.as_bytes());
         }
     });
-    (format!("http://{addr}/v1"), seen)
+    (format!("http://{addr}"), seen)
 }
 
 fn tool_call_turn(id: &str, name: &str, args: &str) -> Vec<String> {
@@ -744,4 +761,179 @@ fn a_killed_agent_leaves_a_verifiable_ledger_and_whole_files() {
         );
     }
     eprintln!("{outcomes:#?}");
+}
+
+/// The same session through Ollama's native API (NDJSON; arguments are
+/// objects; usage on the `done` line) and Anthropic's Messages API (SSE
+/// events; `input_json_delta` fragments parsed at block stop).
+#[test]
+fn ollama_and_anthropic_servers_drive_a_session_too() {
+    let ndjson = |lines: Vec<serde_json::Value>| {
+        lines
+            .into_iter()
+            .map(|l| format!("{l}\n"))
+            .collect::<String>()
+    };
+    let ollama_turns = vec![
+        ndjson(vec![
+            serde_json::json!({"message":{"role":"assistant","content":"","tool_calls":[{"function":{"name":"write","arguments":{"path":"hello.txt","content":"hi\n"}}}]},"done":false}),
+            serde_json::json!({"message":{"role":"assistant","content":""},"done":true,"done_reason":"stop","prompt_eval_count":40,"eval_count":9}),
+        ]),
+        ndjson(vec![
+            serde_json::json!({"message":{"role":"assistant","content":"","tool_calls":[{"function":{"name":"bash","arguments":{"command":"cat hello.txt base.txt > both.txt"}}}]},"done":false}),
+            serde_json::json!({"message":{"role":"assistant","content":""},"done":true,"done_reason":"stop","prompt_eval_count":60,"eval_count":9}),
+        ]),
+        ndjson(vec![
+            serde_json::json!({"message":{"role":"assistant","content":"All done."},"done":false}),
+            serde_json::json!({"message":{"role":"assistant","content":""},"done":true,"done_reason":"stop","prompt_eval_count":80,"eval_count":3}),
+        ]),
+    ];
+    let sse = |events: Vec<(&str, serde_json::Value)>| {
+        events
+            .into_iter()
+            .map(|(e, d)| format!("event: {e}\ndata: {d}\n\n"))
+            .collect::<String>()
+    };
+    let tool_turn = |id: &str, name: &str, args: &str| {
+        let (a, b) = args.split_at(args.len() / 2);
+        sse(vec![
+            (
+                "message_start",
+                serde_json::json!({"type":"message_start","message":{"id":"m","type":"message","role":"assistant","content":[],"usage":{"input_tokens":40,"output_tokens":1}}}),
+            ),
+            (
+                "content_block_start",
+                serde_json::json!({"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":id,"name":name,"input":{}}}),
+            ),
+            ("ping", serde_json::json!({"type":"ping"})),
+            (
+                "content_block_delta",
+                serde_json::json!({"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":a}}),
+            ),
+            (
+                "content_block_delta",
+                serde_json::json!({"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":b}}),
+            ),
+            (
+                "content_block_stop",
+                serde_json::json!({"type":"content_block_stop","index":0}),
+            ),
+            (
+                "message_delta",
+                serde_json::json!({"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":12}}),
+            ),
+            ("message_stop", serde_json::json!({"type":"message_stop"})),
+        ])
+    };
+    let anthropic_turns = vec![
+        tool_turn(
+            "tu1",
+            "write",
+            r#"{"path": "hello.txt", "content": "hi\n"}"#,
+        ),
+        tool_turn(
+            "tu2",
+            "bash",
+            r#"{"command": "cat hello.txt base.txt > both.txt"}"#,
+        ),
+        sse(vec![
+            (
+                "message_start",
+                serde_json::json!({"type":"message_start","message":{"id":"m","type":"message","role":"assistant","content":[],"usage":{"input_tokens":80,"output_tokens":1}}}),
+            ),
+            (
+                "content_block_start",
+                serde_json::json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
+            ),
+            (
+                "content_block_delta",
+                serde_json::json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"All done."}}),
+            ),
+            (
+                "content_block_stop",
+                serde_json::json!({"type":"content_block_stop","index":0}),
+            ),
+            (
+                "message_delta",
+                serde_json::json!({"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":3}}),
+            ),
+            ("message_stop", serde_json::json!({"type":"message_stop"})),
+        ]),
+    ];
+    for (provider, content_type, turns, base_suffix, tool_result_shape) in [
+        (
+            "ollama",
+            "application/x-ndjson",
+            ollama_turns,
+            "",
+            "\"role\":\"tool\"",
+        ),
+        (
+            "anthropic",
+            "text/event-stream",
+            anthropic_turns,
+            "/v1",
+            "\"tool_result\"",
+        ),
+    ] {
+        for leg in legs() {
+            let s = Scratch::new(leg);
+            put(&s, "base.txt", "base\n");
+            let start = tree(&s.ws);
+            let (addr, seen) = wire_server(content_type, turns.clone());
+            let url = format!("{addr}{base_suffix}");
+            let o = s
+                .retie()
+                .args([
+                    "run",
+                    "--provider",
+                    provider,
+                    "--model",
+                    "test-model",
+                    "--base-url",
+                    &url,
+                ])
+                .args([
+                    "--autonomy",
+                    "auto",
+                    "--json",
+                    "-p",
+                    "write hello.txt and combine",
+                ])
+                .env_remove("RETIE_PROVIDER")
+                .env("ANTHROPIC_API_KEY", "test-key-not-real")
+                .stdin(Stdio::null())
+                .output()
+                .expect("run");
+            assert_code(&o, 0, &format!("{provider} {leg:?}: retie run"));
+            assert_eq!(
+                std::fs::read_to_string(s.ws.join("both.txt"))
+                    .ok()
+                    .as_deref(),
+                Some("hi\nbase\n"),
+                "{provider} {leg:?}"
+            );
+            let r = report(&o);
+            assert!(r.to_string().contains("All done."), "{provider}: {r}");
+            let bodies = seen.lock().expect("lock").clone();
+            assert!(
+                bodies.len() >= 3 && bodies[1].contains(tool_result_shape),
+                "{provider}: {bodies:?}"
+            );
+            let o = s.retie().arg("verify").output().expect("verify");
+            assert_code(&o, 0, "verify");
+            let sid = r["session"].as_str().expect("session id").to_string();
+            let o = s
+                .retie()
+                .args(["undo-all", "--session", &sid])
+                .output()
+                .expect("undo-all");
+            assert_code(&o, 0, "undo-all");
+            assert_eq!(
+                tree(&s.ws),
+                start,
+                "{provider} {leg:?}: undo-all did not restore the start"
+            );
+        }
+    }
 }
