@@ -937,3 +937,103 @@ fn ollama_and_anthropic_servers_drive_a_session_too() {
         }
     }
 }
+
+/// The agent killed with SIGKILL at each step of dispatch, exactly (the
+/// ledger's stall points, debug builds): after the proposal, decision and
+/// intent are recorded (before the command runs), mid-command, after the
+/// exact changes are recorded (before they are applied), and after they
+/// are applied (before the outcome). Each time the ledger verifies, the
+/// action shows as interrupted, the workspace is before or after the
+/// action (never half), and undo-all is honest.
+#[cfg_attr(
+    not(debug_assertions),
+    ignore = "the RETIE_LEDGER_STALL hook exists in debug builds only"
+)]
+#[test]
+fn the_agent_killed_at_each_dispatch_step_leaves_an_honest_ledger() {
+    use std::io::BufRead;
+    for stage in ["begin", "mid-command", "intent", "applied"] {
+        let s = Scratch::new(Leg::Invoker);
+        put(&s, "keep.txt", "kept\n");
+        let start = tree(&s.ws);
+        let command = if stage == "mid-command" {
+            "echo two > b.txt; sleep 30"
+        } else {
+            "echo two > b.txt"
+        };
+        let script = write_script(
+            &s,
+            serde_json::json!([
+                {"tool_calls": [{"name": "bash", "arguments": {"command": command}}]},
+                {"text": "done"}
+            ]),
+        );
+        let mut c = s.retie();
+        c.args(["run", "--provider", "script", "--script"])
+            .arg(&script)
+            .args(["--json", "-p", "write b", "--autonomy", "auto"])
+            .env_remove("RETIE_PROVIDER")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if stage != "mid-command" {
+            c.env("RETIE_LEDGER_STALL", stage);
+        }
+        let mut child = c.spawn().expect("spawn retie run");
+        let reached = if stage == "mid-command" {
+            let runs = s.home.join(".local/state/retie/runs");
+            wait_until(30.0, || {
+                std::fs::read_dir(&runs)
+                    .is_ok_and(|d| d.flatten().any(|r| r.path().join("upper/b.txt").exists()))
+            })
+        } else {
+            let err = child.stderr.take().expect("stderr");
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+                    if line.contains("ledger stall at") {
+                        let _ = tx.send(());
+                    }
+                }
+            });
+            rx.recv_timeout(std::time::Duration::from_secs(60)).is_ok()
+        };
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(reached, "{stage}: the agent never reached the step");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let b = std::fs::read_to_string(s.ws.join("b.txt")).ok();
+        assert!(
+            b.is_none() || b.as_deref() == Some("two\n"),
+            "{stage}: b.txt is half written: {b:?}"
+        );
+        let applied_expected = stage == "applied";
+        assert_eq!(b.is_some(), applied_expected, "{stage}: b.txt {b:?}");
+        let o = s.retie().arg("verify").output().expect("verify");
+        assert_code(&o, 0, &format!("verify after a kill at {stage}"));
+        let kinds: Vec<String> = entries(&s).into_iter().map(|e| e.1).collect();
+        assert!(kinds.iter().any(|k| k == "intent"), "{stage}: {kinds:?}");
+        assert!(
+            !kinds.iter().any(|k| k == "outcome"),
+            "{stage}: an outcome after the kill: {kinds:?}"
+        );
+        let o = s.retie().args(["undo-all"]).output().expect("undo-all");
+        match o.status.code() {
+            Some(0) => assert_eq!(tree(&s.ws), start, "{stage}: undo-all said all was undone"),
+            Some(1) | Some(2) => assert!(
+                !format!("{}{}", stdout(&o), stderr(&o)).trim().is_empty(),
+                "{stage}: undo-all gave no reason"
+            ),
+            other => panic!("{stage}: undo-all exit {other:?}: {}", stderr(&o)),
+        }
+        if applied_expected {
+            // The applied change is recorded with its pre-images: undone.
+            assert!(
+                !s.ws.join("b.txt").exists(),
+                "{stage}: the applied change was not undone"
+            );
+        }
+        let o = s.retie().arg("verify").output().expect("verify");
+        assert_code(&o, 0, &format!("verify after undo-all ({stage})"));
+    }
+}
