@@ -708,6 +708,12 @@ fn a_killed_agent_leaves_a_verifiable_ledger_and_whole_files() {
                 if start.iter().any(|(p, c)| *p == path && *c == content) {
                     continue;
                 }
+                // A kill in the middle of an apply leaves its temporary
+                // file (written, then renamed into place) until the next
+                // run on the workspace recovers; checked below.
+                if path.starts_with(".retie-tmp-") {
+                    continue;
+                }
                 let expected = files.iter().find(|(f, _)| *f == path);
                 assert!(
                     expected.is_some_and(|(_, c)| c.as_bytes() == content.as_slice()),
@@ -755,6 +761,15 @@ fn a_killed_agent_leaves_a_verifiable_ledger_and_whole_files() {
         }
         let o2 = s.retie().args(["verify"]).output().expect("verify");
         assert_code(&o2, 0, "verify after undo-all");
+        // The next run on the workspace recovers: no temporary file stays.
+        let o3 = s.exec(&["--workspace-mode", "direct"], &["true"]);
+        assert_code(&o3, 0, "a run after the kill");
+        assert!(
+            !tree(&s.ws)
+                .iter()
+                .any(|(p, _)| p.starts_with(".retie-tmp-")),
+            "killed after {ms} ms: a temporary file survived recovery"
+        );
         outcomes.insert(
             ms,
             format!("{status}: {intents} intents, files {done:?}, undo-all {code:?}"),
