@@ -211,7 +211,7 @@ impl Executor for SandboxJob<'_> {
                     "applied"
                 } else if h.failure.is_some() {
                     "refused"
-                } else if n == 0 && h.json["blocked"].as_array().is_none_or_empty() {
+                } else if n == 0 && h.json["blocked"].as_array().map_or(true, Vec::is_empty) {
                     "unchanged"
                 } else {
                     "not applied"
@@ -279,16 +279,6 @@ impl ChangesHooks for Hooks<'_, '_> {
     fn before_apply(&mut self, cs: &Changeset) -> Result<(), Error> {
         self.step
             .before_effect(json!({ "undo": plan_for(cs, self.allow_blocked) }))
-    }
-}
-
-trait EmptyArray {
-    fn is_none_or_empty(&self) -> bool;
-}
-
-impl EmptyArray for Option<&Vec<Value>> {
-    fn is_none_or_empty(&self) -> bool {
-        self.map_or(true, |a| a.is_empty())
     }
 }
 

@@ -416,7 +416,6 @@ fn an_openai_compatible_server_drives_a_session_through_the_helper() {
     for leg in legs() {
         let s = Scratch::new(leg);
         put(&s, "base.txt", "base\n");
-        let start = tree(&s.ws);
         let (url, seen) = openai_server(vec![
             tool_call_turn("c1", "write", r#"{"path": "hello.txt", "content": "hi\n"}"#),
             tool_call_turn("c2", "bash", r#"{"command": "cat hello.txt base.txt > both.txt && test -s both.txt"}"#),
@@ -425,60 +424,12 @@ fn an_openai_compatible_server_drives_a_session_through_the_helper() {
                 serde_json::json!({"choices":[{"index":0,"delta":{"content":"done."},"finish_reason":"stop"}]}).to_string(),
             ],
         ]);
-        let o = s
-            .retie()
-            .args([
-                "run",
-                "--provider",
-                "openai",
-                "--model",
-                "test-model",
-                "--base-url",
-                &url,
-            ])
-            .args([
-                "--autonomy",
-                "auto",
-                "--json",
-                "-p",
-                "write hello.txt and combine",
-            ])
-            .env_remove("RETIE_PROVIDER")
-            .env_remove("OPENAI_API_KEY")
-            .stdin(Stdio::null())
-            .output()
-            .expect("run");
-        assert_code(&o, 0, &format!("{leg:?}: retie run"));
-        assert_eq!(
-            std::fs::read_to_string(s.ws.join("both.txt"))
-                .ok()
-                .as_deref(),
-            Some("hi\nbase\n")
-        );
-        let r = report(&o);
-        assert!(r.to_string().contains("All done."), "{r}");
-        // The second request carried the tool result back in OpenAI's shape.
-        let bodies = seen.lock().expect("lock").clone();
-        assert!(bodies.len() >= 3, "{bodies:?}");
-        assert!(
-            bodies[1].contains("\"role\":\"tool\"")
-                && bodies[1].contains("\"tool_call_id\":\"c1\""),
-            "{}",
-            bodies[1]
-        );
-        let o = s.retie().arg("verify").output().expect("verify");
-        assert_code(&o, 0, "verify");
-        let sid = r["session"].as_str().expect("session id").to_string();
-        let o = s
-            .retie()
-            .args(["undo-all", "--session", &sid])
-            .output()
-            .expect("undo-all");
-        assert_code(&o, 0, "undo-all");
-        assert_eq!(
-            tree(&s.ws),
-            start,
-            "{leg:?}: undo-all did not restore the start"
+        session_through_server(
+            &s,
+            "openai",
+            &url,
+            &seen,
+            &["\"role\":\"tool\"", "\"tool_call_id\":\"c1\""],
         );
     }
 }
@@ -894,61 +845,9 @@ fn ollama_and_anthropic_servers_drive_a_session_too() {
         for leg in legs() {
             let s = Scratch::new(leg);
             put(&s, "base.txt", "base\n");
-            let start = tree(&s.ws);
             let (addr, seen) = wire_server(content_type, turns.clone());
             let url = format!("{addr}{base_suffix}");
-            let o = s
-                .retie()
-                .args([
-                    "run",
-                    "--provider",
-                    provider,
-                    "--model",
-                    "test-model",
-                    "--base-url",
-                    &url,
-                ])
-                .args([
-                    "--autonomy",
-                    "auto",
-                    "--json",
-                    "-p",
-                    "write hello.txt and combine",
-                ])
-                .env_remove("RETIE_PROVIDER")
-                .env("ANTHROPIC_API_KEY", "test-key-not-real")
-                .stdin(Stdio::null())
-                .output()
-                .expect("run");
-            assert_code(&o, 0, &format!("{provider} {leg:?}: retie run"));
-            assert_eq!(
-                std::fs::read_to_string(s.ws.join("both.txt"))
-                    .ok()
-                    .as_deref(),
-                Some("hi\nbase\n"),
-                "{provider} {leg:?}"
-            );
-            let r = report(&o);
-            assert!(r.to_string().contains("All done."), "{provider}: {r}");
-            let bodies = seen.lock().expect("lock").clone();
-            assert!(
-                bodies.len() >= 3 && bodies[1].contains(tool_result_shape),
-                "{provider}: {bodies:?}"
-            );
-            let o = s.retie().arg("verify").output().expect("verify");
-            assert_code(&o, 0, "verify");
-            let sid = r["session"].as_str().expect("session id").to_string();
-            let o = s
-                .retie()
-                .args(["undo-all", "--session", &sid])
-                .output()
-                .expect("undo-all");
-            assert_code(&o, 0, "undo-all");
-            assert_eq!(
-                tree(&s.ws),
-                start,
-                "{provider} {leg:?}: undo-all did not restore the start"
-            );
+            session_through_server(&s, provider, &url, &seen, &[tool_result_shape]);
         }
     }
 }
@@ -1051,4 +950,72 @@ fn the_agent_killed_at_each_dispatch_step_leaves_an_honest_ledger() {
         let o = s.retie().arg("verify").output().expect("verify");
         assert_code(&o, 0, &format!("verify after undo-all ({stage})"));
     }
+}
+
+/// Run the write-then-combine session against a model server at `url`
+/// and check what every provider's session must leave: the combined file,
+/// the final answer, the tool result sent back in `result_shape` (the
+/// second request), a ledger that verifies, and undo-all back to `start`.
+fn session_through_server(
+    s: &Scratch,
+    provider: &str,
+    url: &str,
+    seen: &std::sync::Mutex<Vec<String>>,
+    result_shape: &[&str],
+) {
+    let start = tree(&s.ws);
+    let label = format!("{provider} {:?}", s.leg);
+    let o = s
+        .retie()
+        .args([
+            "run",
+            "--provider",
+            provider,
+            "--model",
+            "test-model",
+            "--base-url",
+            url,
+        ])
+        .args([
+            "--autonomy",
+            "auto",
+            "--json",
+            "-p",
+            "write hello.txt and combine",
+        ])
+        .env_remove("RETIE_PROVIDER")
+        .env_remove("OPENAI_API_KEY")
+        .env("ANTHROPIC_API_KEY", "test-key-not-real")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    assert_code(&o, 0, &format!("{label}: retie run"));
+    assert_eq!(
+        std::fs::read_to_string(s.ws.join("both.txt"))
+            .ok()
+            .as_deref(),
+        Some("hi\nbase\n"),
+        "{label}"
+    );
+    let r = report(&o);
+    assert!(r.to_string().contains("All done."), "{label}: {r}");
+    let bodies = seen.lock().expect("lock").clone();
+    assert!(
+        bodies.len() >= 3 && result_shape.iter().all(|p| bodies[1].contains(p)),
+        "{label}: {bodies:?}"
+    );
+    let o = s.retie().arg("verify").output().expect("verify");
+    assert_code(&o, 0, "verify");
+    let sid = r["session"].as_str().expect("session id").to_string();
+    let o = s
+        .retie()
+        .args(["undo-all", "--session", &sid])
+        .output()
+        .expect("undo-all");
+    assert_code(&o, 0, "undo-all");
+    assert_eq!(
+        tree(&s.ws),
+        start,
+        "{label}: undo-all did not restore the start"
+    );
 }
