@@ -376,7 +376,18 @@ impl WriteExec {
 impl Executor for WriteExec {
     type Output = ToolOutput;
     fn plan(&self, _: &Action) -> UndoPlan {
+        // The intent carries the exact change (path, size, content digest,
+        // created or replaced): it is the durable record right before the
+        // write, so a write needs no second durable entry (one fsync less).
         let path = self.plan.as_ref().map(|w| w.rel.as_str().to_string());
+        let change = self.plan.as_ref().map(|w| {
+            json!({
+                "path": w.rel.as_str(),
+                "bytes": w.new.len(),
+                "blake3": blake3::hash(&w.new).to_hex().to_string(),
+                "created": w.old.is_none(),
+            })
+        });
         UndoPlan {
             reversible: true,
             detail: json!({
@@ -384,6 +395,7 @@ impl Executor for WriteExec {
                 "via": "snapshot",
                 "changeset": self.id,
                 "paths": path.into_iter().collect::<Vec<_>>(),
+                "change": change,
                 "how": "the prior content (or its absence) is stored before the write; undo puts it back",
             }),
         }
@@ -414,11 +426,6 @@ impl Executor for WriteExec {
             step.set_outcome(json!({"status": "refused", "why": msg}));
             return Ok(Err(msg));
         }
-        step.before_effect(json!({
-            "undo": {"reversible": true, "via": "snapshot", "changeset": self.id, "paths": [w.rel.as_str()]},
-            "bytes": w.new.len(),
-            "created": w.old.is_none(),
-        }))?;
         let entry = retie_snapshot::record_file_write_as(
             &self.snaps.ws,
             &self.snaps.store,
