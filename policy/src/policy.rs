@@ -234,10 +234,11 @@ impl Policy {
 
         let mut tools = BTreeMap::new();
         for (name, spanned) in &file.tools {
-            let at = line(spanned.span());
+            // The line is found only for an error: counting lines for
+            // every entry made loading quadratic in the file's length.
             let spec =
                 check_tool(name, spanned.get_ref()).map_err(|problem| Error::PolicyInvalid {
-                    line: at,
+                    line: line(spanned.span()),
                     what: format!("tool {name:?}"),
                     problem,
                 })?;
@@ -247,10 +248,9 @@ impl Policy {
         let mut rules = Vec::new();
         let mut seen = BTreeSet::new();
         for spanned in &file.rules {
-            let at = line(spanned.span());
             let r = spanned.get_ref();
             let invalid = |problem: String| Error::PolicyInvalid {
-                line: at,
+                line: line(spanned.span()),
                 what: format!("rule {:?}", r.name),
                 problem,
             };
