@@ -143,6 +143,7 @@ impl Recorder {
     /// Durable point 1: proposal, decision and intent, in one transaction.
     /// Returns the intent's sequence number (the action's id).
     pub fn begin(&mut self, proposed: Value, decision: Value, intent: Value) -> Result<i64, Error> {
+        stall("before-intent");
         let mut intent_payload = self.intent_base.clone();
         merge(&mut intent_payload, intent);
         let mut entries = self.opening();

@@ -103,6 +103,63 @@ impl Executor for SandboxJob<'_> {
     }
 
     fn execute(&mut self, _action: &Action, step: &mut Step<'_>) -> Result<SandboxOutput, Error> {
+        let setup = self.setup(false)?;
+        self.run_setup(setup, step)
+    }
+}
+
+/// A job whose sandbox is being set up while its caller records the
+/// intent: see [`SandboxJob::prepare`].
+pub struct PreparedJob<'u> {
+    job: SandboxJob<'u>,
+    setup: Option<Setup>,
+}
+
+impl Executor for PreparedJob<'_> {
+    type Output = SandboxOutput;
+
+    fn plan(&self, action: &Action) -> UndoPlan {
+        self.job.plan(action)
+    }
+
+    fn execute(&mut self, _action: &Action, step: &mut Step<'_>) -> Result<SandboxOutput, Error> {
+        let setup = self
+            .setup
+            .take()
+            .ok_or_else(|| Error::Invalid("a sandbox job runs once".into()))?;
+        self.job.run_setup(setup, step)
+    }
+}
+
+/// Everything made before the command may start.
+/// Fields drop in order: an early sandbox is killed and reaped before its
+/// overlay run directory is removed.
+struct Setup {
+    /// In-process runs started early: init sets up and waits for the go.
+    early: Option<retie_runtime::Started>,
+    spec: retie_runtime::SandboxSpec,
+    run: Option<OverlayRun>,
+    /// The conflict check's clock, read before the sandbox existed.
+    started: SystemTime,
+}
+
+impl<'u> SandboxJob<'u> {
+    /// Start setting the sandbox up now (in process only: the helper runs
+    /// a whole request at once), while the caller goes on to the policy
+    /// and the ledger. The command itself waits: it starts only from
+    /// `execute`, after the chokepoint has made the intent durable, and
+    /// never if the job is dropped first (a refusal): init is killed
+    /// without running it. Building the sandbox then overlaps the
+    /// recording instead of following it (issue 10's start-up cost).
+    pub fn prepare(mut self) -> Result<PreparedJob<'u>, Error> {
+        let setup = self.setup(true)?;
+        Ok(PreparedJob {
+            job: self,
+            setup: Some(setup),
+        })
+    }
+
+    fn setup(&mut self, early: bool) -> Result<Setup, Error> {
         let mut builder = self
             .builder
             .take()
@@ -132,10 +189,37 @@ impl Executor for SandboxJob<'_> {
                 kept: None,
             })?;
         }
-        let stdio = self.stdio.take().unwrap_or_default();
-        let ran = match &self.runner {
-            Runner::InProcess => retie_runtime::run(&spec, stdio),
-            Runner::Helper { exe } => retie_runtime::helper::run_via_helper_with(exe, &spec, stdio),
+        let early = if early && self.runner == Runner::InProcess {
+            let stdio = self.stdio.take().unwrap_or_default();
+            Some(retie_runtime::start(&spec, stdio)?)
+        } else {
+            None
+        };
+        Ok(Setup {
+            early,
+            spec,
+            run,
+            started,
+        })
+    }
+
+    fn run_setup(&mut self, setup: Setup, step: &mut Step<'_>) -> Result<SandboxOutput, Error> {
+        let Setup {
+            early,
+            spec,
+            mut run,
+            started,
+        } = setup;
+        let ran = match (early, &self.runner) {
+            (Some(s), _) => s.run(),
+            (None, Runner::InProcess) => {
+                retie_runtime::run(&spec, self.stdio.take().unwrap_or_default())
+            }
+            (None, Runner::Helper { exe }) => retie_runtime::helper::run_via_helper_with(
+                exe,
+                &spec,
+                self.stdio.take().unwrap_or_default(),
+            ),
         };
         let outcome = match ran {
             Ok(o) => o,

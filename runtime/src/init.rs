@@ -52,6 +52,12 @@ pub fn main(args: InitArgs<'_>) -> ! {
                 seccomp: true,
             };
             let _ = crate::sys::write_all(status, &ready.to_line());
+            // The command starts only when the supervisor says so (its
+            // caller may still be recording the intent); EOF means the
+            // run was called off, and nothing runs.
+            if wait_for_go(args.go.as_fd()).is_err() {
+                exit(EXIT_SANDBOX_FAILED);
+            }
         }
         Err(e) => {
             let report = Report::SetupFailed {
@@ -206,7 +212,8 @@ fn arm_parent_death() -> StepResult {
         .map_err(|e| SetupError::io("init", "PR_SET_PDEATHSIG", e.into()))
 }
 
-/// Block until the supervisor says go (one byte) or dies (EOF).
+/// Block until the supervisor says go (one byte) or dies or calls the run
+/// off (EOF): then exit, never returning.
 fn wait_for_go(fd: BorrowedFd<'_>) -> StepResult {
     let mut b = [0u8; 1];
     loop {

@@ -46,4 +46,4 @@ pub use spec::{
     Hide, HideKind, Identity, LabNet, NetMode, RoBind, Sandbox, SandboxBuilder, SandboxSpec,
     SpecWire, Stdio, WorkspaceMode,
 };
-pub use supervisor::run;
+pub use supervisor::{run, start, Started};

@@ -30,8 +30,46 @@ const NAMESPACES: libc::c_int = libc::CLONE_NEWUSER
     | libc::CLONE_NEWNET
     | libc::CLONE_NEWCGROUP;
 
-/// Run the sandboxed command to completion.
+/// Run the sandboxed command to completion: [`start`], then
+/// [`Started::run`] at once.
 pub fn run(spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
+    start(spec, stdio)?.run()
+}
+
+/// A sandbox being set up whose command has not started: init does its
+/// whole set-up and then waits for [`Started::run`]. Dropping it aborts
+/// the run: init is killed and reaped, and the command never starts. A
+/// caller does its own work (the chokepoint records the intent durably)
+/// while the kernel builds the sandbox, and releases the command only
+/// when that work is done.
+///
+/// Until it is run or dropped, the caller's forwarded signals are blocked
+/// (delivered to the sandbox once it runs) and the caller must stay
+/// single-threaded.
+pub struct Started {
+    pid: libc::pid_t,
+    pidfd: OwnedFd,
+    go_w: Option<OwnedFd>,
+    status_r: Option<OwnedFd>,
+    signals: Option<SignalGuard>,
+    timeout: Option<std::time::Duration>,
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        if self.go_w.take().is_some() {
+            // Not released: init sees EOF where it waits for the command's
+            // go and exits; the kill makes it prompt and covers a set-up
+            // step that does not read the pipe.
+            let _ = sys::pidfd_send_signal(&self.pidfd, Signal::KILL);
+            wait(self.pid);
+        }
+    }
+}
+
+/// Clone the sandbox and let its set-up run; the command waits for
+/// [`Started::run`].
+pub fn start(spec: &SandboxSpec, stdio: Stdio) -> Result<Started> {
     let threads = sys::thread_count().map_err(|e| RuntimeError::host("counting threads", e))?;
     if threads > 1 {
         return Err(RuntimeError::NotSingleThreaded { threads });
@@ -61,7 +99,6 @@ pub fn run(spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
         None => None,
     };
 
-    let started = Instant::now();
     let forked = match &lab_ns {
         // SAFETY: single-threaded (checked above); the child only runs the
         // set-up recipe and then execs or _exits.
@@ -117,15 +154,59 @@ pub fn run(spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
         wait(pid);
         return Err(e);
     }
-    sys::write_all(go_w.as_fd(), b"G")
-        .map_err(|e| RuntimeError::host("releasing the sandbox", e))?;
+    let started = Started {
+        pid,
+        pidfd,
+        go_w: Some(go_w),
+        status_r: Some(status_r),
+        signals: Some(signals),
+        timeout: spec.timeout,
+    };
+    if let Some(go) = &started.go_w {
+        // Set-up may begin; the command waits for a second byte.
+        sys::write_all(go.as_fd(), b"G")
+            .map_err(|e| RuntimeError::host("releasing the sandbox's set-up", e))?;
+    }
+    Ok(started)
+}
 
+impl Started {
+    /// Start the command (init may still be setting up: it goes on to the
+    /// command when done) and watch it to the end.
+    pub fn run(mut self) -> Result<Outcome> {
+        let (pid, go_w) = match self.go_w.take() {
+            Some(g) => (self.pid, g),
+            None => return Err(RuntimeError::Helper("a sandbox runs once".into())),
+        };
+        let started = Instant::now();
+        if let Err(e) = sys::write_all(go_w.as_fd(), b"X") {
+            let _ = sys::pidfd_send_signal(&self.pidfd, Signal::KILL);
+            wait(pid);
+            return Err(RuntimeError::host("starting the sandboxed command", e));
+        }
+        let pidfd = &self.pidfd;
+        let (Some(status_r), Some(signals)) = (self.status_r.take(), self.signals.take()) else {
+            return Err(RuntimeError::Helper("a sandbox runs once".into()));
+        };
+        finish(pid, pidfd, go_w, status_r, signals, self.timeout, started)
+    }
+}
+
+fn finish(
+    pid: libc::pid_t,
+    pidfd: &OwnedFd,
+    go_w: OwnedFd,
+    status_r: OwnedFd,
+    signals: SignalGuard,
+    timeout: Option<std::time::Duration>,
+    started: Instant,
+) -> Result<Outcome> {
     // Watch: the child's exit, its reports, forwarded signals, the
     // deadline. A timeout past what an Instant can hold is no deadline.
     // Once init reports the command's end (after it has killed and reaped
     // everything else in the sandbox), the run is over: init's own exit,
     // the namespaces' teardown, happens off our path and is reaped later.
-    let deadline = spec.timeout.and_then(|t| started.checked_add(t));
+    let deadline = timeout.and_then(|t| started.checked_add(t));
     let mut timed_out = false;
     let mut buf = Vec::new();
     let mut reported_end = false;
@@ -137,7 +218,7 @@ pub fn run(spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
                 let left = d.saturating_duration_since(Instant::now());
                 if left.is_zero() {
                     timed_out = true;
-                    let _ = sys::pidfd_send_signal(&pidfd, Signal::KILL);
+                    let _ = sys::pidfd_send_signal(pidfd, Signal::KILL);
                     break;
                 }
                 Some(poll_timeout(left))
@@ -150,7 +231,7 @@ pub fn run(spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
             PollFlags::IN
         };
         let mut fds = [
-            PollFd::new(&pidfd, PollFlags::IN),
+            PollFd::new(pidfd, PollFlags::IN),
             PollFd::new(&signals.fd, PollFlags::IN),
             PollFd::new(&status_r, status_events),
         ];
@@ -164,7 +245,7 @@ pub fn run(spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
         );
         if signalled {
             if let Some(sig) = signals.read().and_then(sys::signal) {
-                let _ = sys::pidfd_send_signal(&pidfd, sig);
+                let _ = sys::pidfd_send_signal(pidfd, sig);
             }
         }
         if reported {

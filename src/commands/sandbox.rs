@@ -160,8 +160,6 @@ fn exec(args: ExecArgs) -> i32 {
 }
 
 fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
-    let t0 = std::time::Instant::now();
-    let tt = |n: &str| eprintln!("TT {n} {}", t0.elapsed().as_micros());
     let profile = Profile::load(&args.profile)?;
     let toolchains = super::toolchain::selection(&args.toolchain, &profile)?;
     let mut b = Sandbox::builder(&args.command).profile(profile.clone());
@@ -194,7 +192,6 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
             crate::ui::visible(&ws.display().to_string())
         );
     }
-    tt("pre");
     b = b.workspace(&ws);
     b = super::toolchain::plan(&ws, &profile, &toolchains).apply(b);
     let mut net = json!({ "mode": "none" });
@@ -236,7 +233,6 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
     }
     // retie's own directories: a workspace inside one is refused, those
     // inside the workspace are masked and never applied.
-    tt("toolchain");
     let ledger_path = crate::ledger::resolve_path(args.ledger.as_deref())?;
     let protect = guard_retie_dirs(&ws, None, &ledger_path)?;
     // Both modes: an apply a crash interrupted on this workspace is rolled
@@ -245,7 +241,6 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
     let state = crate::state::dir()?;
     let snaps = Snapshots::open(&state, &ws)?;
     changes::report_recovery(&snaps);
-    tt("snaps");
     let owner = root_owner(&ws)?;
     let (mode, mode_name) = match args.workspace_mode {
         ModeArg::Overlay => (
@@ -257,6 +252,24 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
         ),
         ModeArg::Direct => (JobMode::Direct, "direct"),
     };
+
+    // The sandbox is built while the policy decides and the ledger records:
+    // its command starts only once the intent is durable (and never if the
+    // action is refused; see SandboxJob::prepare).
+    let mut ui = changes::Terminal;
+    let mut job = SandboxJob {
+        builder: Some(b),
+        workspace: ws.clone(),
+        mode,
+        state,
+        protect,
+        snaps,
+        owner,
+        stdio: Some(Stdio::Inherit),
+        runner: Runner::InProcess,
+        ui: &mut ui,
+    }
+    .prepare()?;
 
     // The action, as the policy reads it: a shell line run in the sandbox.
     let line = crate::ui::shell_line(&args.command.iter().map(String::as_str).collect::<Vec<_>>());
@@ -270,10 +283,8 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
         &json!({ "tool": "bash", "args": { "command": line }, "effects": effects }).to_string(),
     )
     .map_err(|e| CliError::Usage(format!("the command cannot be put to the policy: {e}")))?;
-    tt("action");
     let policy =
         Policy::shipped().map_err(|e| CliError::Usage(format!("the shipped policy: {e}")))?;
-    tt("policy");
     let mut rec = Recorder::open(
         &ledger_path,
         SessionSpec {
@@ -301,23 +312,9 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
             }),
         },
     )?;
-    tt("recopen");
     if system.is_some() {
         rec.note("system_workspace", json!(true));
     }
-    let mut ui = changes::Terminal;
-    let mut job = SandboxJob {
-        builder: Some(b),
-        workspace: ws.clone(),
-        mode,
-        state,
-        protect,
-        snaps,
-        owner,
-        stdio: Some(Stdio::Inherit),
-        runner: Runner::InProcess,
-        ui: &mut ui,
-    };
     let ctx = Context::new(policy.default_tier());
     let d = dispatch(
         &mut rec,
@@ -330,11 +327,9 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
         &mut CommandLine,
         &mut job,
     );
-    tt("dispatch");
     if let Err(e) = rec.finish() {
         eprintln!("retie: warning: the ledger session could not be closed: {e}");
     }
-    tt("finish");
     match d? {
         Dispatched::Ran { output, .. } => Ok((output.outcome, output.changes)),
         Dispatched::Refused { reason, by } => Err(CliError::Refused { reason, by }),

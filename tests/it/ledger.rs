@@ -744,12 +744,73 @@ fn a_workspace_inside_retie_state_is_refused() {
     }
 }
 
+/// The sandbox is built while the chokepoint records the intent, but its
+/// command does not start before the intent is durable: stalled right
+/// before the intent's transaction (and killed there), a direct-mode
+/// command has not run, and the ledger verifies.
+#[test]
+#[cfg_attr(
+    not(debug_assertions),
+    ignore = "the RETIE_LEDGER_STALL hook exists in debug builds only"
+)]
+fn the_command_waits_for_its_intent_to_be_durable() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let mut c = s.retie();
+        c.args(["sandbox", "exec", "--workspace-mode", "direct", "-w"])
+            .arg(&s.ws)
+            .args(["--", "touch", "ran.txt"])
+            .env("RETIE_LEDGER_STALL", "before-intent")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = c.spawn().expect("spawn");
+        let err = child.stderr.take().expect("stderr");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+                if line.contains("ledger stall at") {
+                    let _ = tx.send(());
+                }
+            }
+        });
+        let reached = rx.recv_timeout(std::time::Duration::from_secs(60)).is_ok();
+        // Give a command that was not held every chance to run.
+        let ran = wait_until(2.0, || s.ws.join("ran.txt").exists());
+        let _ = child.kill(); // SIGKILL
+        let _ = child.wait();
+        assert!(reached, "{leg:?}: never reached the stall point");
+        assert!(
+            !ran,
+            "{leg:?}: the command ran before its intent was recorded"
+        );
+        // init dies with its supervisor (parent-death signal) or sees the
+        // go pipe close: the command never starts.
+        let ran = wait_until(2.0, || s.ws.join("ran.txt").exists());
+        assert!(!ran, "{leg:?}: the command ran after retie was killed");
+        let (code, v) = verify_json(&s, &default_ledger(&s));
+        assert_eq!(code, 0, "{leg:?}: {v}");
+    }
+}
+
 /// The chokepoint: a command the policy denies is recorded as proposed,
 /// decided and refused, and never runs.
 #[test]
 fn a_denied_action_is_recorded_and_never_runs() {
     for leg in legs() {
         let s = Scratch::new(leg);
+        // Direct mode: the sandbox is built while the policy decides, so
+        // a refusal must call the prepared sandbox off before its command
+        // starts (an overlay would hide a run that wrote only its upper).
+        let o = s.exec(
+            &["--workspace-mode", "direct"],
+            &["sh", "-c", "touch ran.txt; sudo reboot"],
+        );
+        assert_code(&o, 125, "denied, direct mode");
+        assert!(
+            !s.ws.join("ran.txt").exists(),
+            "{leg:?}: a denied command ran in direct mode"
+        );
         let o = s.sh("touch ran.txt; sudo reboot");
         assert_code(&o, 125, "denied");
         assert!(stderr(&o).contains("refused by policy"), "{}", stderr(&o));
