@@ -459,6 +459,10 @@ impl Ledger {
             path: path.to_path_buf(),
             source,
         };
+        // A zero-length file (left by a writer of an older retie killed
+        // before its schema) gets the schema; any other existing ledger
+        // already has it.
+        let has_schema = path.metadata().is_ok_and(|m| m.len() > 0);
         if !path.exists() {
             if !create {
                 return Err(Error::Missing(path.to_path_buf()));
@@ -502,9 +506,25 @@ impl Ledger {
             user: user.cloned(),
         };
         if create {
-            l.conn.execute_batch(SCHEMA).map_err(sql)?;
+            // A ledger is created whole, schema included (see
+            // `create_initialized`); running the schema again at every
+            // open cost a fifth of the open. Its genesis entry is written
+            // by the first opener (a creator killed before that leaves an
+            // empty ledger): a read decides whether it is due, so an open
+            // takes no write lock.
+            if !has_schema {
+                l.conn.execute_batch(SCHEMA).map_err(sql)?;
+            }
             if let Some(user) = user {
-                l.genesis(user)?;
+                let empty = l
+                    .conn
+                    .query_row("SELECT NOT EXISTS (SELECT 1 FROM entries)", [], |r| {
+                        r.get::<_, bool>(0)
+                    })
+                    .map_err(sql)?;
+                if empty {
+                    l.genesis(user)?;
+                }
             }
         }
         Ok(l)
