@@ -707,10 +707,14 @@ impl<P: Provider> Session<P> {
                     if let Some(pending) = r.pending {
                         // Suspended: this call and the ones after it stay
                         // unanswered until the session resumes.
-                        let mut info = pending_info(
-                            pending,
-                            &json!({"action": action.to_json(), "digest": action.digest().to_hex()}),
-                        );
+                        let payload = self
+                            .rec
+                            .as_ref()
+                            .and_then(|r| r.pending_payload(pending))
+                            .unwrap_or_else(|| {
+                                json!({"action": action.to_json(), "digest": action.digest().to_hex()})
+                            });
+                        let mut info = pending_info(pending, &payload);
                         info.summary = r.summary.clone();
                         self.pending = Some(info);
                         self.unanswered = calls[i..].to_vec();

@@ -99,6 +99,8 @@ pub struct Recorder {
     resume: Option<OpenPending>,
     /// The session's lock, held while this process runs it.
     lock: Option<SessionLock>,
+    /// The last pending entry this process wrote (seq, payload).
+    last_pending: Option<(i64, Value)>,
 }
 
 impl Recorder {
@@ -144,6 +146,7 @@ impl Recorder {
             grants: Vec::new(),
             resume: None,
             lock: None,
+            last_pending: None,
         })
     }
 
@@ -211,6 +214,10 @@ impl Recorder {
             pending_outcome: None,
             queued: Vec::new(),
             grants: state.grants,
+            last_pending: state
+                .open_pending
+                .as_ref()
+                .map(|p| (p.seq, p.payload.clone())),
             resume: state.open_pending,
             lock: Some(lock),
         };
@@ -310,6 +317,7 @@ impl Recorder {
         let pe = self.entry(Actor::Agent, Kind::Proposed, proposed);
         let mut pa = self.entry(Actor::Policy, Kind::Pending, pending);
         merge(&mut pa.payload, self.call_fields());
+        let entries_payload = Some((0, pa.payload.clone()));
         let appended = self.ledger.append_batch(|first| {
             set(&mut pa.payload, "proposal", json!(first + n));
             entries.push(pe);
@@ -317,8 +325,21 @@ impl Recorder {
             entries
         })?;
         let seq = appended.last().map(|a| a.seq).unwrap_or_default();
+        self.last_pending = entries_payload;
+        if let Some(p) = self.last_pending.as_mut() {
+            p.0 = seq;
+        }
         stall("pending");
         Ok((seq - 1, seq))
+    }
+
+    /// The payload of pending entry `seq`, if this process wrote it or
+    /// resumed at it.
+    pub fn pending_payload(&self, seq: i64) -> Option<Value> {
+        self.last_pending
+            .as_ref()
+            .filter(|(s, _)| *s == seq)
+            .map(|(_, p)| p.clone())
     }
 
     /// The call fields of the intent base (tool, command, call id) a
@@ -399,7 +420,7 @@ impl Recorder {
             if let Some(mut le) = last {
                 set(&mut le.payload, "proposal", json!(proposal));
                 set(&mut le.payload, "pending", json!(pending));
-                set(&mut le.payload, "decision", json!(decision_seq));
+                set(&mut le.payload, "decision_entry", json!(decision_seq));
                 entries.push(le);
             }
             entries

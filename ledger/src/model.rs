@@ -128,7 +128,13 @@ pub fn sessions(rows: &[Row]) -> Vec<Session> {
     let mut index = std::collections::HashMap::new();
     for r in rows {
         let k = Kind::parse(&r.kind);
-        let turn = r.kind == b"turn";
+        // A turn: an assistant message (older ledgers: a `turn` entry).
+        let turn = r.kind == b"turn"
+            || (k == Some(Kind::Message)
+                && r.payload_json()
+                    .pointer("/message/role")
+                    .and_then(Value::as_str)
+                    == Some("assistant"));
         let sid = r.session_str();
         if k == Some(Kind::SessionOpened) {
             index.insert(sid.clone(), out.len());
