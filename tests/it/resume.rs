@@ -232,13 +232,26 @@ fn a_denial_from_another_process_reaches_the_model_on_resume() {
             &s,
             "s.json",
             serde_json::json!([
-                {"tool_calls": [{"name": "bash", "arguments": {"command": "rm -rf build; echo gone > gone.txt"}}]},
+                {"tool_calls": [{"name": "bash", "arguments": {"command": "rm -rf build; echo \u{1b}[2J\u{1b}]0;owned\u{7} > gone.txt"}}]},
                 {"expect": ["keep the build directory, it holds the release"], "text": "understood"}
             ]),
         );
         let o = start(&s, &sc);
         assert_code(&o, 5, "suspend");
         let sid = report(&o)["session"].as_str().expect("sid").to_string();
+        // The model's control characters never reach the terminal raw.
+        let shown = [
+            stderr(&o),
+            stdout(&retie(&s, &["pending"])),
+            stdout(&retie(&s, &["sessions"])),
+        ];
+        for t in &shown {
+            assert!(
+                !t.contains('\u{1b}') && !t.contains('\u{7}'),
+                "{leg:?}: raw control characters: {t:?}"
+            );
+        }
+        assert!(shown[1].contains("u001b[2J"), "{}", shown[1]);
         let o = retie(
             &s,
             &[
@@ -259,6 +272,13 @@ fn a_denial_from_another_process_reaches_the_model_on_resume() {
             "{leg:?}: a denied command ran"
         );
         verify(&s, "after deny");
+        let o = retie(&s, &["replay", &sid]);
+        assert_code(&o, 0, "replay");
+        assert!(
+            !stdout(&o).contains('\u{1b}') && stdout(&o).contains("keep the build directory"),
+            "{}",
+            stdout(&o)
+        );
         let es = entries(&s);
         assert_eq!(es.iter().filter(|e| e.2 == "intent").count(), 0);
         assert!(es.iter().any(|e| e.2 == "refusal"
@@ -568,4 +588,86 @@ fn a_corrupt_or_truncated_ledger_refuses_resume_and_decisions() {
         );
         assert!(!s.ws.join("x.txt").exists(), "{what}: the action ran");
     }
+}
+
+/// Resume rebuilds the exact conversation: against an OpenAI-compatible
+/// server, the request after a suspension, an approval and a resume holds
+/// the same messages as the one a session that was never interrupted
+/// sends (the same calls, results and ids).
+#[test]
+fn resume_sends_the_model_the_exact_conversation_an_uninterrupted_session_would() {
+    use crate::agent::{openai_server, tool_call_turn};
+    let turns = || {
+        vec![
+            tool_call_turn("c1", "read", r#"{"path": "a.txt"}"#),
+            tool_call_turn("c2", "read", r#"{"path": "b.txt"}"#),
+            vec![
+                serde_json::json!({"choices":[{"index":0,"delta":{"content":"read both"},"finish_reason":"stop"}]}).to_string(),
+            ],
+        ]
+    };
+    let run = |s: &Scratch, url: &str, extra: &[&str]| {
+        s.retie()
+            .args([
+                "run",
+                "--provider",
+                "openai",
+                "--model",
+                "m",
+                "--base-url",
+                url,
+            ])
+            .args(["--json", "-p", "read both files"])
+            .args(extra)
+            .env_remove("RETIE_PROVIDER")
+            .env_remove("OPENAI_API_KEY")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run")
+    };
+    let messages = |body: &str| -> serde_json::Value {
+        let v: serde_json::Value = serde_json::from_str(body).expect("request JSON");
+        v["messages"].clone()
+    };
+    // Uninterrupted: auto tier, reads run without asking.
+    let s1 = Scratch::new(Leg::Invoker);
+    for s in [&s1] {
+        std::fs::write(s.ws.join("a.txt"), "alpha\n").expect("a");
+        std::fs::write(s.ws.join("b.txt"), "beta\n").expect("b");
+    }
+    let (url, seen) = openai_server(turns());
+    let o = run(&s1, &url, &["--autonomy", "auto"]);
+    assert_code(&o, 0, "uninterrupted");
+    let straight = seen.lock().expect("lock").clone();
+    assert_eq!(straight.len(), 3);
+    // Interrupted: manual tier, suspends at each read; approve, resume.
+    let s2 = Scratch::new(Leg::Invoker);
+    std::fs::write(s2.ws.join("a.txt"), "alpha\n").expect("a");
+    std::fs::write(s2.ws.join("b.txt"), "beta\n").expect("b");
+    let (url, seen) = openai_server(turns());
+    let o = run(&s2, &url, &["--autonomy", "manual"]);
+    assert_code(&o, 5, "suspends at the first read");
+    let sid = report(&o)["session"].as_str().expect("sid").to_string();
+    for round in 0..2 {
+        let o = retie(&s2, &["approve", &sid]);
+        assert_code(&o, 0, "approve");
+        let o = s2
+            .retie()
+            .args(["run", "--json", "--resume", &sid, "--base-url", &url])
+            .env_remove("OPENAI_API_KEY")
+            .stdin(Stdio::null())
+            .output()
+            .expect("resume");
+        assert_code(&o, if round == 0 { 5 } else { 0 }, "resume");
+    }
+    let resumed = seen.lock().expect("lock").clone();
+    assert_eq!(resumed.len(), 3, "{resumed:?}");
+    for i in 0..3 {
+        assert_eq!(
+            messages(&resumed[i]),
+            messages(&straight[i]),
+            "request {i} differs after resume"
+        );
+    }
+    verify(&s2, "after the resumes");
 }
