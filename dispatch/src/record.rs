@@ -872,6 +872,7 @@ fn join_or_renew(
     let user_hex = retie_ledger::hex(user.verifying_key().as_bytes());
     let d: Delegation = rows
         .iter()
+        .rev()
         .filter(|r| {
             r.kind == Kind::SessionOpened.as_bytes() || r.kind == Kind::Delegation.as_bytes()
         })
@@ -881,8 +882,7 @@ fn join_or_renew(
                 .cloned()
                 .and_then(|v| serde_json::from_value::<Delegation>(v).ok())
         })
-        .filter(|d| d.parent == user_hex)
-        .last()
+        .find(|d| d.parent == user_hex)
         .ok_or_else(|| err("its delegation is unreadable"))?;
     let mut renewal = None;
     if renew && d.not_after_ms - now_ms() < SESSION_TTL_MS / 2 {
