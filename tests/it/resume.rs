@@ -631,10 +631,8 @@ fn resume_sends_the_model_the_exact_conversation_an_uninterrupted_session_would(
     };
     // Uninterrupted: auto tier, reads run without asking.
     let s1 = Scratch::new(Leg::Invoker);
-    for s in [&s1] {
-        std::fs::write(s.ws.join("a.txt"), "alpha\n").expect("a");
-        std::fs::write(s.ws.join("b.txt"), "beta\n").expect("b");
-    }
+    std::fs::write(s1.ws.join("a.txt"), "alpha\n").expect("a");
+    std::fs::write(s1.ws.join("b.txt"), "beta\n").expect("b");
     let (url, seen) = openai_server(turns());
     let o = run(&s1, &url, &["--autonomy", "auto"]);
     assert_code(&o, 0, "uninterrupted");
