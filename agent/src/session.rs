@@ -700,6 +700,22 @@ impl<P: Provider> Session<P> {
                 }
                 Ok(prepared) => {
                     let action = prepared.action.clone();
+                    // The call a resumed pending approval belongs to must
+                    // freeze to the same digest, or the decision would
+                    // not be for what runs: stop instead.
+                    if let Some(op) = rec.resumed_pending() {
+                        let for_this = op.payload.get("call").and_then(Value::as_str)
+                            == Some(call.id.as_str());
+                        if for_this && op.digest != action.digest().to_hex() {
+                            return Err(Stop::Failed(format!(
+                                "the call {} rebuilt from the ledger freezes to digest {}, but its pending approval {} is for {}: nothing was run",
+                                visible(&call.id),
+                                action.digest().to_hex(),
+                                op.seq,
+                                op.digest
+                            )));
+                        }
+                    }
                     let r = match self.tools.run(rec, &self.ctx, prepared, approver) {
                         Err(e) => {
                             return Err(Stop::Failed(format!(
