@@ -440,7 +440,11 @@ pub fn run_inner(
                         .map_err(|e| CliError::io(format!("reading {}", f.display()), e))?
                 }
             };
-            let p = ScriptProvider::from_json(&text).map_err(|e| CliError::Usage(e.to_string()))?;
+            let mut p =
+                ScriptProvider::from_json(&text).map_err(|e| CliError::Usage(e.to_string()))?;
+            if job.rows.is_some() {
+                p = p.resuming();
+            }
             rt.block_on(drive(p, job, approver.as_mut(), &mut ui))?
         }
         _ => {
