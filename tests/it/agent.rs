@@ -128,7 +128,9 @@ fn a_scripted_session_edits_tests_in_the_sandbox_records_everything_and_undoes()
                 {"text": "fixed"}
             ]),
         );
-        let o = agent(&s, &script, &[]);
+        // No terminal: refuse what the gate asks instead of suspending
+        // (tests/it/resume.rs covers the suspension).
+        let o = agent(&s, &script, &["--on-ask", "refuse"]);
         assert_code(&o, 0, "retie run");
         let r = report(&o);
         assert_eq!(r["status"], "finished", "{r}");
@@ -336,7 +338,7 @@ fn the_demo_runs_offline_and_exits_0() {
 /// fragments, a usage-only final chunk, `data: [DONE]`), answering each
 /// request with the next scripted turn. Returns its address and the
 /// request bodies it received.
-fn openai_server(
+pub(crate) fn openai_server(
     turns: Vec<Vec<String>>,
 ) -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
     let bodies = turns
@@ -398,7 +400,7 @@ fn wire_server(
     (format!("http://{addr}"), seen)
 }
 
-fn tool_call_turn(id: &str, name: &str, args: &str) -> Vec<String> {
+pub(crate) fn tool_call_turn(id: &str, name: &str, args: &str) -> Vec<String> {
     let (a, b) = args.split_at(args.len() / 2);
     vec![
         serde_json::json!({"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"id":id,"type":"function","function":{"name":name,"arguments":""}}]}}]}).to_string(),
@@ -518,7 +520,7 @@ fn a_hijacking_model_sends_nothing_out_through_fetch() {
     );
     for (mode, extra) in [
         ("auto+yes", vec!["--autonomy", "auto", "--yes"]),
-        ("gated", vec!["--autonomy", "gated"]),
+        ("gated", vec!["--autonomy", "gated", "--on-ask", "refuse"]),
     ] {
         seen.lock().expect("lock").clear();
         let before = if ledger(&s).exists() {

@@ -18,4 +18,5 @@ mod library;
 mod lifecycle;
 mod overlay;
 mod policy;
+mod resume;
 mod toolchain;
