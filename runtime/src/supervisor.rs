@@ -19,7 +19,7 @@ use crate::outcome::{
 use crate::protocol::Report;
 use crate::setup::exec::StdioFds;
 use crate::setup::{net_lab, userns, workspace};
-use crate::spec::{SandboxSpec, Stdio};
+use crate::spec::{Interrupt, SandboxSpec, Stdio};
 use crate::sys::{self, Forked};
 
 const NAMESPACES: libc::c_int = libc::CLONE_NEWUSER
@@ -127,6 +127,7 @@ pub fn run(spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
     // the namespaces' teardown, happens off our path and is reaped later.
     let deadline = spec.timeout.and_then(|t| started.checked_add(t));
     let mut timed_out = false;
+    let mut interrupted = false;
     let mut buf = Vec::new();
     let mut reported_end = false;
     let mut status_eof = false;
@@ -164,6 +165,13 @@ pub fn run(spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
         );
         if signalled {
             if let Some(sig) = signals.read().and_then(sys::signal) {
+                if sig == Signal::INT && spec.interrupt == Interrupt::Kill {
+                    // init's death makes the kernel kill everything in its
+                    // pid namespace; reaping init (below) waits for that.
+                    interrupted = true;
+                    let _ = sys::pidfd_send_signal(&pidfd, Signal::KILL);
+                    break;
+                }
                 let _ = sys::pidfd_send_signal(&pidfd, sig);
             }
         }
@@ -243,7 +251,7 @@ pub fn run(spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
     }
     let (landlock_abi, landlock_enforced, seccomp) = match ready {
         Some(r) => r,
-        None if timed_out => (0, false, false),
+        None if timed_out || interrupted => (0, false, false),
         None => {
             return Err(RuntimeError::Helper(format!(
                 "the sandbox ended before finishing its set-up (init status {:#x})",
@@ -253,6 +261,8 @@ pub fn run(spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
     };
     let (exit_code, signal) = if timed_out {
         (EXIT_TIMEOUT, Some(libc::SIGKILL))
+    } else if interrupted {
+        (128 + libc::SIGKILL, Some(libc::SIGKILL))
     } else {
         match ended {
             Some((_, Some(s))) => (128 + s, Some(s)),
@@ -270,6 +280,7 @@ pub fn run(spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
         exit_code,
         signal,
         timed_out,
+        interrupted,
         duration_ms,
         landlock_abi,
         landlock_enforced,

@@ -101,7 +101,7 @@ fn demo(args: DemoArgs) -> Result<i32, CliError> {
     let report = run::run_inner(
         RunArgs {
             dir: Some(ws.clone()),
-            prompt: "Fix the failing tests of this project.".into(),
+            prompt: Some("Fix the failing tests of this project.".into()),
             provider: Some(run::ProviderArg::Script),
             model: Some("demo-script".into()),
             base_url: None,

@@ -18,6 +18,7 @@ use retie_agent::session::{
     self, CallRecord, NoOne, Render, Report, SessionConfig, Status, YesFlag,
 };
 use retie_agent::tools::{BashRunner, BashSettings, FetchSettings, Tools};
+use retie_agent::provider::AnyProvider;
 use retie_agent::{Provider, StreamEvent};
 use retie_dispatch::{Approval, ApprovalRequest, Approver, Recorder};
 use retie_policy::{Policy, Tier};
@@ -37,9 +38,9 @@ pub struct RunArgs {
     /// The project directory the agent works in (default: the current one).
     #[arg(value_name = "DIR")]
     pub dir: Option<PathBuf>,
-    /// The task.
+    /// The task. Without it, on a terminal: an interactive session.
     #[arg(short = 'p', long = "prompt", value_name = "PROMPT")]
-    pub prompt: String,
+    pub prompt: Option<String>,
     /// Which wire format to speak.
     #[arg(long, value_enum)]
     pub provider: Option<ProviderArg>,
@@ -105,12 +106,23 @@ pub enum AutonomyArg {
 pub struct AgentConfig {
     provider: Option<ProviderArg>,
     model: Option<String>,
-    base_url: Option<String>,
+    pub base_url: Option<String>,
     api_key_env: Option<String>,
     autonomy: Option<AutonomyArg>,
     max_turns: Option<u32>,
     max_tokens: Option<u64>,
     timeout: Option<u64>,
+    /// Dollars per million tokens, per model: `[agent.prices."MODEL"]`.
+    #[serde(default)]
+    prices: std::collections::BTreeMap<String, Price>,
+}
+
+/// A model's price, for `/cost`.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    pub input_per_mtok: f64,
+    pub output_per_mtok: f64,
 }
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -120,6 +132,9 @@ extern "C" fn on_sigint(_: libc::c_int) {
 }
 
 pub fn run(args: RunArgs) -> i32 {
+    if args.prompt.is_none() {
+        return super::chat::run(args);
+    }
     let json_out = args.json;
     match run_inner(args, None, None) {
         Ok(r) => finish(&r, json_out),
@@ -169,17 +184,19 @@ pub fn exit_code(s: Status) -> i32 {
 }
 
 /// The settings after config file, environment and flags.
-struct Resolved {
-    provider: ProviderArg,
-    model: String,
-    tier: Tier,
-    cfg: SessionConfig,
-    base_url: Option<String>,
+pub(super) struct Resolved {
+    pub provider: ProviderArg,
+    pub model: String,
+    pub tier: Tier,
+    pub cfg: SessionConfig,
+    pub base_url: Option<String>,
     /// The API key, read from the named variable (never from a flag, so
     /// it is not in the process list or the shell history).
-    api_key: Option<String>,
+    pub api_key: Option<String>,
     /// The fetch tool's allowance.
-    fetch: FetchSettings,
+    pub fetch: FetchSettings,
+    /// Per-model prices from config.
+    pub prices: std::collections::BTreeMap<String, Price>,
 }
 
 fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
@@ -259,6 +276,7 @@ fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
     let fetch = FetchSettings::parse(&args.fetch_allow).map_err(CliError::Usage)?;
     cfg.fetch_allow = fetch.allow.iter().map(|a| a.describe()).collect();
     Ok(Resolved {
+        prices: file.prices,
         fetch,
         provider,
         model,
@@ -269,14 +287,25 @@ fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
     })
 }
 
-/// Run a session; `script` overrides the script file (the demo's).
-/// `approver` overrides who answers the gate (the demo's scripted person).
-pub fn run_inner(
-    args: RunArgs,
-    script: Option<String>,
-    approver: Option<Box<dyn Approver>>,
-) -> Result<Report, CliError> {
-    let r = resolve(&args)?;
+/// What a session needs, set up from the flags: the settings, the
+/// workspace, the tools and the ledger session (opened lazily).
+pub(super) struct Setup {
+    pub r: Resolved,
+    pub ws: PathBuf,
+    pub ledger_path: PathBuf,
+    pub tools: Tools,
+    pub rec: Recorder,
+    pub provider_name: &'static str,
+}
+
+/// Check the workspace, open the tools and the ledger session for
+/// `objective`. `cancel`: a SIGINT kills a running sandbox and raises it.
+pub(super) fn setup(
+    args: &RunArgs,
+    objective: &str,
+    cancel: Option<&'static AtomicBool>,
+) -> Result<Setup, CliError> {
+    let mut r = resolve(args)?;
     let ws = match &args.dir {
         Some(d) => d.clone(),
         None => {
@@ -312,6 +341,10 @@ pub fn run_inner(
                 .map_err(|e| CliError::io("locating the retie binary", e))?,
         };
     }
+    bash.cancel_on_interrupt = cancel;
+    if let Some(flag) = cancel {
+        r.cfg.interrupt = Some(flag);
+    }
     let mut tools = Tools::open(ws.clone(), state, protect, owner, policy.clone(), bash)?;
     tools.fetch = r.fetch.clone();
     let provider_name = match r.provider {
@@ -320,17 +353,87 @@ pub fn run_inner(
         ProviderArg::Ollama => "ollama",
         ProviderArg::Script => "script",
     };
-    let mut rec = Recorder::open(
+    let rec = Recorder::open(
         &ledger_path,
         session::session_spec(
             &ws,
             provider_name,
             &r.cfg,
-            &args.prompt,
+            objective,
             &policy.digest().to_hex(),
             args.yes,
         ),
     )?;
+    Ok(Setup {
+        r,
+        ws,
+        ledger_path,
+        tools,
+        rec,
+        provider_name,
+    })
+}
+
+/// The provider the settings name; `script` overrides the script file.
+pub(super) fn provider(
+    args: &RunArgs,
+    s: &Setup,
+    script: Option<String>,
+) -> Result<AnyProvider, CliError> {
+    if s.r.provider == ProviderArg::Script {
+        let text = match script {
+            Some(t) => t,
+            None => {
+                let f = args
+                    .script
+                    .as_ref()
+                    .ok_or_else(|| CliError::Usage("--provider script needs --script FILE".into()))?;
+                std::fs::read_to_string(f)
+                    .map_err(|e| CliError::io(format!("reading {}", f.display()), e))?
+            }
+        };
+        return ScriptProvider::from_json(&text)
+            .map(AnyProvider::Script)
+            .map_err(|e| CliError::Usage(e.to_string()));
+    }
+    retie_agent::provider::from_config(
+        s.provider_name,
+        &s.r.model,
+        s.r.base_url.as_deref(),
+        s.r.api_key.clone(),
+    )
+    .map_err(|e| CliError::Usage(e.to_string()))
+}
+
+/// The settings, printed once at start.
+pub(super) fn print_start(s: &Setup) {
+    eprintln!(
+        "retie: {} · {} · autonomy {} · workspace {}",
+        s.provider_name,
+        crate::ui::visible(&s.r.model),
+        s.r.tier,
+        crate::ui::visible(&s.ws.display().to_string())
+    );
+    if s.r.cfg.fetch_allow.is_empty() {
+        eprintln!("retie: fetch allows no host (no --fetch-allow)");
+    }
+    for a in &s.r.cfg.fetch_allow {
+        eprintln!(
+            "retie: fetch may reach {}",
+            retie_policy::escape_for_terminal(a)
+        );
+    }
+}
+
+/// Run a session; `script` overrides the script file (the demo's).
+/// `approver` overrides who answers the gate (the demo's scripted person).
+pub fn run_inner(
+    args: RunArgs,
+    script: Option<String>,
+    approver: Option<Box<dyn Approver>>,
+) -> Result<Report, CliError> {
+    let prompt = args.prompt.clone().unwrap_or_default();
+    let mut s = setup(&args, &prompt, None)?;
     if args.yes {
         eprintln!(
             "retie: warning: --yes approves every action the gate asks about (never one the policy denies); the ledger records each such approval as coming from the flag"
@@ -353,66 +456,18 @@ pub fn run_inner(
         .enable_all()
         .build()
         .map_err(|e| CliError::io("starting the async runtime", e))?;
-    eprintln!(
-        "retie: {} · {} · autonomy {} · workspace {}",
-        provider_name,
-        r.model,
-        r.tier,
-        crate::ui::visible(&ws.display().to_string())
-    );
-    if r.cfg.fetch_allow.is_empty() {
-        eprintln!("retie: fetch allows no host (no --fetch-allow)");
-    }
-    for a in &r.cfg.fetch_allow {
-        eprintln!(
-            "retie: fetch may reach {}",
-            retie_policy::escape_for_terminal(a)
-        );
-    }
-    let report = match r.provider {
-        ProviderArg::Script => {
-            let text = match script {
-                Some(t) => t,
-                None => {
-                    let f = args.script.as_ref().ok_or_else(|| {
-                        CliError::Usage("--provider script needs --script FILE".into())
-                    })?;
-                    std::fs::read_to_string(f)
-                        .map_err(|e| CliError::io(format!("reading {}", f.display()), e))?
-                }
-            };
-            let mut p =
-                ScriptProvider::from_json(&text).map_err(|e| CliError::Usage(e.to_string()))?;
-            rt.block_on(drive(
-                &mut p,
-                &mut tools,
-                &mut rec,
-                approver.as_mut(),
-                &r.cfg,
-                &args.prompt,
-                &mut ui,
-            ))
-        }
-        _ => {
-            let mut p = retie_agent::provider::from_config(
-                provider_name,
-                &r.model,
-                r.base_url.as_deref(),
-                r.api_key.clone(),
-            )
-            .map_err(|e| CliError::Usage(e.to_string()))?;
-            rt.block_on(drive(
-                &mut p,
-                &mut tools,
-                &mut rec,
-                approver.as_mut(),
-                &r.cfg,
-                &args.prompt,
-                &mut ui,
-            ))
-        }
-    };
-    if let Err(e) = rec.finish() {
+    print_start(&s);
+    let mut p = provider(&args, &s, script)?;
+    let report = rt.block_on(drive(
+        &mut p,
+        &mut s.tools,
+        &mut s.rec,
+        approver.as_mut(),
+        &s.r.cfg,
+        &prompt,
+        &mut ui,
+    ));
+    if let Err(e) = s.rec.finish() {
         eprintln!("retie: warning: the ledger session could not be closed: {e}");
     }
     Ok(report)

@@ -6,6 +6,7 @@
 //! cannot run a leg says so on stderr; none passes silently.
 
 mod harness;
+mod pty;
 
 mod agent;
 mod escapes;
@@ -19,3 +20,4 @@ mod lifecycle;
 mod overlay;
 mod policy;
 mod toolchain;
+mod tty;
