@@ -13,13 +13,14 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use retie_dispatch::record::SessionSpec;
-use retie_dispatch::{Approval, ApprovalRequest, Approver, Recorder};
+use retie_dispatch::record::{Grant, SessionSpec};
+use retie_dispatch::{Approval, ApprovalRequest, Approver, Cancel, Recorder};
+use retie_ledger::{Kind, Row};
 use retie_policy::{Context, Tier};
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::model::{Message, ProviderError, StreamEvent, ToolCall, TurnRequest, Usage};
+use crate::model::{Message, Role, StreamEvent, ToolCall, TurnRequest, Usage};
 use crate::provider::Provider;
 use crate::tools::{self, Tools};
 
@@ -84,6 +85,9 @@ pub enum Status {
     /// The provider refused permanently or stayed unavailable.
     ProviderFailed,
     Interrupted,
+    /// An approval is pending and nobody could answer it now: the
+    /// session is suspended in the ledger, to be decided and resumed.
+    Suspended,
     /// retie itself failed (the ledger could not record...).
     Failed,
 }
@@ -126,11 +130,16 @@ pub struct Report {
     /// Results shortened to a preview, and recalls made.
     pub shortened: usize,
     pub recalls: usize,
+    /// The approval the session is suspended at.
+    pub pending: Option<PendingInfo>,
 }
 
 /// The terminal side: streamed text and one line per call.
 pub trait Render: Send {
     fn event(&mut self, ev: &StreamEvent);
+    /// A call is about to be checked and dispatched.
+    fn call_started(&mut self, _call: &ToolCall) {}
+    /// A call ended (ran, refused, invalid).
     fn call(&mut self, c: &CallRecord);
 }
 
@@ -153,6 +162,8 @@ pub fn session_spec(
             "provider": provider,
             "model": cfg.model,
             "system_prompt_digest": blake3::hash(cfg.system_prompt.as_bytes()).to_hex().to_string(),
+            "system_prompt": cfg.system_prompt,
+            "pid": std::process::id(),
             "policy_digest": policy_digest,
             "autonomy": cfg.tier.name(),
             "approvals_from_yes_flag": yes_flag,
@@ -182,10 +193,22 @@ impl Approver for YesFlag {
     }
 }
 
-/// No terminal, no `--yes`: nobody can approve.
+/// No terminal, no `--yes`: nobody can approve now. The approval stays
+/// pending in the ledger and the session suspends.
 pub struct NoOne;
 
 impl Approver for NoOne {
+    fn approve(&mut self, _: &ApprovalRequest<'_>) -> Approval {
+        Approval::Suspend
+    }
+}
+
+/// No terminal, and the person asked for refusals instead of a
+/// suspension (`--on-ask refuse`): what the gate asks about is refused,
+/// and the model is told.
+pub struct NoOneRefuses;
+
+impl Approver for NoOneRefuses {
     fn approve(&mut self, _: &ApprovalRequest<'_>) -> Approval {
         Approval::Denied {
             by: "retie (no terminal)".into(),
@@ -194,191 +217,474 @@ impl Approver for NoOne {
     }
 }
 
-/// Run one task to its end.
-pub async fn run<P: Provider>(
-    provider: &mut P,
-    tools: &mut Tools,
-    rec: &mut Recorder,
-    approver: &mut dyn Approver,
-    cfg: &SessionConfig,
-    prompt: &str,
-    ui: &mut dyn Render,
-) -> Report {
-    let started = Instant::now();
-    let mut ctx = Context::new(cfg.tier);
-    let mut messages = vec![Message::system(&cfg.system_prompt), Message::user(prompt)];
-    let specs = tools::specs();
-    let mut usage = Usage::default();
-    let mut turns = 0u32;
-    let mut actions = Vec::new();
-    let mut failures: HashMap<(String, String), usize> = HashMap::new();
-    let interrupted = || {
-        cfg.interrupt
-            .as_ref()
-            .is_some_and(|f| f.load(Ordering::SeqCst))
-    };
-    let end = |status: Status,
-               message: String,
-               answer: String,
-               usage: Usage,
-               turns,
-               actions,
-               tools: &Tools| Report {
-        session: String::new(),
-        status,
-        message,
-        turns,
-        tokens_in: usage.input_tokens,
-        tokens_out: usage.output_tokens,
-        actions,
-        answer,
-        shortened: tools.recall.shortened,
-        recalls: tools.recall.recalls,
-    };
-    let mut report = loop {
-        if interrupted() {
-            break end(
-                Status::Interrupted,
-                "interrupted".into(),
-                String::new(),
-                usage,
-                turns,
-                actions,
-                tools,
-            );
+/// A pending approval the session stopped at, for the person.
+#[derive(Debug, Clone, Serialize)]
+pub struct PendingInfo {
+    /// The pending entry's seq in the ledger.
+    pub pending: i64,
+    pub tool: String,
+    /// The frozen arguments (JSON).
+    pub arguments: Value,
+    /// Their digest: what an approval binds.
+    pub digest: String,
+    pub summary: String,
+    /// Why the gate asks.
+    pub reason: String,
+}
+
+/// Everything a session can fail with before or between turns.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// The chokepoint or the ledger failed.
+    #[error(transparent)]
+    Dispatch(#[from] retie_dispatch::Error),
+    /// The ledger's record of the session cannot be read back into a
+    /// conversation.
+    #[error("session {session}: {why}")]
+    Unreadable { session: String, why: String },
+}
+
+/// A conversation whose every message, decision and grant is in the
+/// ledger: open a new one or resume one from the ledger, [`send`] turns,
+/// [`close`] it.
+///
+/// [`send`]: Session::send
+/// [`close`]: Session::close
+pub struct Session<P: Provider> {
+    provider: P,
+    tools: Tools,
+    rec: Option<Recorder>,
+    cfg: SessionConfig,
+    messages: Vec<Message>,
+    usage: Usage,
+    turns: u32,
+    ctx: Context,
+    failures: HashMap<(String, String), usize>,
+    /// Calls of the last assistant turn not answered yet (after a resume
+    /// or a suspension), and whether that turn was cut off.
+    unanswered: Vec<ToolCall>,
+    unanswered_truncated: bool,
+    /// Calls whose intent is recorded but whose outcome was lost (the
+    /// process died while they ran): call id → action id.
+    ran_unconfirmed: HashMap<String, i64>,
+    pending: Option<PendingInfo>,
+    cancel: Cancel,
+}
+
+impl<P: Provider> Session<P> {
+    /// A new session. `rec` was opened with [`session_spec`]; nothing is
+    /// written until the first durable point.
+    pub fn open(provider: P, tools: Tools, rec: Recorder, cfg: SessionConfig) -> Session<P> {
+        let ctx = Context::new(cfg.tier);
+        let messages = vec![Message::system(&cfg.system_prompt)];
+        Session {
+            provider,
+            tools,
+            rec: Some(rec),
+            ctx,
+            messages,
+            usage: Usage::default(),
+            turns: 0,
+            failures: HashMap::new(),
+            unanswered: Vec::new(),
+            unanswered_truncated: false,
+            ran_unconfirmed: HashMap::new(),
+            pending: None,
+            cancel: Cancel::new(),
+            cfg,
         }
-        if turns >= cfg.max_turns {
-            break end(
-                Status::TurnBudget,
-                format!(
-                    "stopped: the turn budget ({} turns) is spent and the model had not finished",
-                    cfg.max_turns
-                ),
-                String::new(),
-                usage,
-                turns,
-                actions,
-                tools,
-            );
-        }
-        if usage.input_tokens + usage.output_tokens >= cfg.max_tokens {
-            break end(
-                Status::TokenBudget,
-                format!(
-                    "stopped: the token budget ({} tokens) is spent ({} in, {} out) and the model had not finished",
-                    cfg.max_tokens, usage.input_tokens, usage.output_tokens
-                ),
-                String::new(), usage, turns, actions, tools,
-            );
-        }
-        let Some(left) = cfg.timeout.checked_sub(started.elapsed()) else {
-            break end(
-                Status::TimeBudget,
-                format!(
-                    "stopped: the time budget ({} s) is spent",
-                    cfg.timeout.as_secs()
-                ),
-                String::new(),
-                usage,
-                turns,
-                actions,
-                tools,
-            );
+    }
+
+    /// Take a session up again from its rows (`Recorder::resume` verified
+    /// the ledger and took the lock): the exact message list, usage and
+    /// turns, the taint of what ran, and the calls of the last turn still
+    /// to answer (an open pending approval among them is decided or asked
+    /// again with the same digest).
+    pub fn resume(
+        provider: P,
+        tools: Tools,
+        rec: Recorder,
+        mut cfg: SessionConfig,
+        rows: &[Row],
+    ) -> Result<Session<P>, SessionError> {
+        let sid = rec.session_id().to_string();
+        let bad = |why: String| SessionError::Unreadable {
+            session: sid.clone(),
+            why,
         };
-        let req = TurnRequest {
-            model: cfg.model.clone(),
-            messages: messages.clone(),
-            tools: specs.clone(),
-            max_tokens: cfg.max_output_tokens,
-        };
-        turns += 1;
-        let mut on_event = |e: StreamEvent| ui.event(&e);
-        let turn = match tokio::time::timeout(left, provider.turn(&req, &mut on_event)).await {
-            Err(_) => {
-                break end(
-                    Status::TimeBudget,
-                    format!(
-                        "stopped: the time budget ({} s) ran out while the model answered",
-                        cfg.timeout.as_secs()
-                    ),
-                    String::new(),
-                    usage,
-                    turns,
-                    actions,
-                    tools,
-                )
+        let mut messages = Vec::new();
+        let mut usage = Usage::default();
+        let mut turns = 0u32;
+        let mut truncated_last = false;
+        let mut ctx = Context::new(cfg.tier);
+        let mut proposals: HashMap<i64, Value> = HashMap::new();
+        let mut intents_by_call: HashMap<String, i64> = HashMap::new();
+        for r in rows {
+            let Some(k) = Kind::parse(&r.kind) else {
+                continue;
+            };
+            let p = r.payload_json();
+            match k {
+                Kind::SessionOpened => {
+                    if p.get("origin").and_then(Value::as_str) != Some("retie run") {
+                        return Err(bad(
+                            "it is not an agent session (`retie run`); only those resume".into(),
+                        ));
+                    }
+                    if let Some(sp) = p.get("system_prompt").and_then(Value::as_str) {
+                        cfg.system_prompt = sp.to_string();
+                    }
+                    messages.push(Message::system(&cfg.system_prompt));
+                }
+                Kind::Message => {
+                    let m: Message = p
+                        .get("message")
+                        .cloned()
+                        .and_then(|m| serde_json::from_value(m).ok())
+                        .ok_or_else(|| bad(format!("message entry {} is unreadable", r.seq)))?;
+                    if m.role == Role::Assistant {
+                        turns += 1;
+                        truncated_last = p.get("truncated").and_then(Value::as_bool) == Some(true);
+                        if let Some(u) = p
+                            .get("usage")
+                            .cloned()
+                            .and_then(|u| serde_json::from_value::<Usage>(u).ok())
+                        {
+                            usage.input_tokens += u.input_tokens;
+                            usage.output_tokens += u.output_tokens;
+                        }
+                    }
+                    messages.push(m);
+                }
+                Kind::Proposed => {
+                    proposals.insert(r.seq, p);
+                }
+                Kind::Intent => {
+                    // What ran taints the session as it did then.
+                    if let Some(a) = p
+                        .get("proposal")
+                        .and_then(Value::as_i64)
+                        .and_then(|s| proposals.get(&s))
+                        .and_then(|pp| pp.get("action"))
+                        .and_then(|a| retie_policy::Action::from_json(&a.to_string()).ok())
+                    {
+                        ctx.taint = ctx.taint.after(&tools.policy, &a);
+                    }
+                    if let Some(c) = p.get("call").and_then(Value::as_str) {
+                        intents_by_call.insert(c.to_string(), r.seq);
+                    }
+                }
+                _ => {}
             }
-            Ok(Err(e)) => {
-                let status = match e {
-                    ProviderError::Permanent(_) | ProviderError::Unavailable(_) => {
-                        Status::ProviderFailed
-                    }
-                    ProviderError::Malformed(_) | ProviderError::Transport(_) => {
-                        Status::ProviderFailed
-                    }
-                };
-                break end(
-                    status,
-                    format!("the provider failed: {e}"),
+        }
+        if messages.is_empty() {
+            return Err(bad("its opening entry is missing".into()));
+        }
+        // The last assistant turn's calls that no tool result answers.
+        let mut unanswered = Vec::new();
+        if let Some(i) = messages.iter().rposition(|m| m.role == Role::Assistant) {
+            let answered: Vec<&str> = messages[i + 1..]
+                .iter()
+                .filter_map(|m| m.tool_call_id.as_deref())
+                .collect();
+            unanswered = messages[i]
+                .tool_calls
+                .iter()
+                .filter(|c| !answered.contains(&c.id.as_str()))
+                .cloned()
+                .collect();
+        }
+        let ran_unconfirmed = unanswered
+            .iter()
+            .filter_map(|c| intents_by_call.get(&c.id).map(|a| (c.id.clone(), *a)))
+            .collect();
+        Ok(Session {
+            provider,
+            tools,
+            rec: Some(rec),
+            messages,
+            usage,
+            turns,
+            ctx,
+            failures: HashMap::new(),
+            unanswered,
+            unanswered_truncated: truncated_last,
+            ran_unconfirmed,
+            pending: None,
+            cancel: Cancel::new(),
+            cfg,
+        })
+    }
+
+    /// The session's id.
+    pub fn id(&self) -> &str {
+        self.rec.as_ref().map(|r| r.session_id()).unwrap_or("")
+    }
+
+    /// The conversation as the model sees it.
+    pub fn messages(&self) -> &[Message] {
+        &self.messages
+    }
+
+    /// Tokens so far (the provider's counts), this process and before.
+    pub fn usage(&self) -> Usage {
+        self.usage
+    }
+
+    /// Provider turns so far.
+    pub fn turns(&self) -> u32 {
+        self.turns
+    }
+
+    /// Nothing left to do without a new message from the person: no call
+    /// unanswered and the model's last word was an answer.
+    pub fn waiting_for_input(&self) -> bool {
+        self.unanswered.is_empty()
+            && self
+                .messages
+                .last()
+                .is_some_and(|m| m.role != Role::User && m.role != Role::Tool)
+    }
+
+    /// The approval the session stopped at, if it is suspended.
+    pub fn pending(&self) -> Option<&PendingInfo> {
+        self.pending.as_ref()
+    }
+
+    /// The open pending approval this session was resumed at, before the
+    /// first `send` takes it up (for showing it: same digest).
+    pub fn resumed_pending(&self) -> Option<PendingInfo> {
+        let op = self.rec.as_ref()?.resumed_pending()?;
+        Some(pending_info(op.seq, &op.payload))
+    }
+
+    /// The grants in force ("always for this session").
+    pub fn grants(&self) -> Vec<Grant> {
+        self.rec
+            .as_ref()
+            .map(|r| r.grants().to_vec())
+            .unwrap_or_default()
+    }
+
+    /// Take back grant `seq` (a `revoke` entry, durable at once).
+    pub fn revoke(&mut self, seq: i64) -> Result<(), SessionError> {
+        match self.rec.as_mut() {
+            Some(r) => Ok(r.revoke(seq, "person")?),
+            None => Ok(()),
+        }
+    }
+
+    /// The cancel token of the running turn: `cancel()` stops the turn
+    /// between steps (and is handed to the tools for a running sandbox).
+    pub fn cancel_token(&self) -> Cancel {
+        self.cancel.clone()
+    }
+
+    /// The tools (the workspace, the policy, settings).
+    pub fn tools(&mut self) -> &mut Tools {
+        &mut self.tools
+    }
+
+    /// The settings (the model name, the tier...), changeable between
+    /// sends.
+    pub fn config(&mut self) -> &mut SessionConfig {
+        &mut self.cfg
+    }
+
+    fn interrupted(&self) -> bool {
+        self.cancel.is_cancelled()
+            || self
+                .cfg
+                .interrupt
+                .as_ref()
+                .is_some_and(|f| f.load(Ordering::SeqCst))
+    }
+
+    fn report(
+        &self,
+        status: Status,
+        message: String,
+        answer: String,
+        actions: Vec<CallRecord>,
+    ) -> Report {
+        Report {
+            session: self.id().to_string(),
+            status,
+            message,
+            turns: self.turns,
+            tokens_in: self.usage.input_tokens,
+            tokens_out: self.usage.output_tokens,
+            actions,
+            answer,
+            shortened: self.tools.recall.shortened,
+            recalls: self.tools.recall.recalls,
+            pending: self.pending.clone(),
+        }
+    }
+
+    fn push(&mut self, m: Message, extra: Value) {
+        let person = m.role == Role::User;
+        let mut payload = json!({ "message": m });
+        if let (Some(o), Value::Object(e)) = (payload.as_object_mut(), extra) {
+            o.extend(e);
+        }
+        if let Some(r) = self.rec.as_mut() {
+            r.message(person, payload);
+        }
+        self.messages.push(m);
+    }
+
+    /// Run turns on `user_text` (none: continue where the session stood,
+    /// after a resume) until the model answers without a tool call, a
+    /// budget runs out, the turn is cancelled, or an approval is pending
+    /// that nobody can answer now (status `suspended`: [`close`] then
+    /// records the suspension).
+    ///
+    /// [`close`]: Session::close
+    pub async fn send(
+        &mut self,
+        user_text: Option<&str>,
+        approver: &mut dyn Approver,
+        ui: &mut dyn Render,
+    ) -> Report {
+        let started = Instant::now();
+        let mut actions = Vec::new();
+        let mut turns_here = 0u32;
+        self.pending = None;
+        if let Some(t) = user_text {
+            self.push(Message::user(t), json!({}));
+        }
+        // First the calls a resume found unanswered.
+        if !self.unanswered.is_empty() {
+            let calls = std::mem::take(&mut self.unanswered);
+            let truncated = self.unanswered_truncated;
+            if let Err(r) = self.calls(&calls, truncated, approver, ui, &mut actions) {
+                return r.into_report(self, actions);
+            }
+        }
+        loop {
+            if self.interrupted() {
+                return self.report(
+                    Status::Interrupted,
+                    "interrupted".into(),
                     String::new(),
-                    usage,
-                    turns,
                     actions,
-                    tools,
                 );
             }
-            Ok(Ok(t)) => t,
-        };
-        usage.input_tokens += turn.usage.input_tokens;
-        usage.output_tokens += turn.usage.output_tokens;
-        messages.push(Message::assistant(&turn.text, turn.tool_calls.clone()));
-        if turn.tool_calls.is_empty() {
-            if turn.truncated {
-                messages.push(Message::user(
-                    "Your answer was cut off by the length limit. Continue, more briefly.",
-                ));
-                continue;
+            if turns_here >= self.cfg.max_turns {
+                let m = format!(
+                    "stopped: the turn budget ({} turns) is spent and the model had not finished",
+                    self.cfg.max_turns
+                );
+                return self.report(Status::TurnBudget, m, String::new(), actions);
             }
-            break end(
-                Status::Finished,
-                "finished".into(),
-                turn.text.clone(),
-                usage,
-                turns,
-                actions,
-                tools,
+            if self.usage.input_tokens + self.usage.output_tokens >= self.cfg.max_tokens {
+                let m = format!(
+                    "stopped: the token budget ({} tokens) is spent ({} in, {} out) and the model had not finished",
+                    self.cfg.max_tokens, self.usage.input_tokens, self.usage.output_tokens
+                );
+                return self.report(Status::TokenBudget, m, String::new(), actions);
+            }
+            let Some(left) = self.cfg.timeout.checked_sub(started.elapsed()) else {
+                let m = format!(
+                    "stopped: the time budget ({} s) is spent",
+                    self.cfg.timeout.as_secs()
+                );
+                return self.report(Status::TimeBudget, m, String::new(), actions);
+            };
+            let req = TurnRequest {
+                model: self.cfg.model.clone(),
+                messages: self.messages.clone(),
+                tools: tools::specs(),
+                max_tokens: self.cfg.max_output_tokens,
+            };
+            turns_here += 1;
+            self.turns += 1;
+            let mut on_event = |e: StreamEvent| ui.event(&e);
+            let turn =
+                match tokio::time::timeout(left, self.provider.turn(&req, &mut on_event)).await {
+                    Err(_) => {
+                        let m = format!(
+                            "stopped: the time budget ({} s) ran out while the model answered",
+                            self.cfg.timeout.as_secs()
+                        );
+                        return self.report(Status::TimeBudget, m, String::new(), actions);
+                    }
+                    Ok(Err(e)) => {
+                        return self.report(
+                            Status::ProviderFailed,
+                            format!("the provider failed: {e}"),
+                            String::new(),
+                            actions,
+                        )
+                    }
+                    Ok(Ok(t)) => t,
+                };
+            self.usage.input_tokens += turn.usage.input_tokens;
+            self.usage.output_tokens += turn.usage.output_tokens;
+            self.push(
+                Message::assistant(&turn.text, turn.tool_calls.clone()),
+                json!({ "usage": turn.usage, "truncated": turn.truncated, "stop_reason": turn.stop_reason }),
             );
+            if turn.tool_calls.is_empty() {
+                if turn.truncated {
+                    self.push(
+                        Message::user(
+                            "Your answer was cut off by the length limit. Continue, more briefly.",
+                        ),
+                        json!({ "from": "retie" }),
+                    );
+                    continue;
+                }
+                return self.report(Status::Finished, "finished".into(), turn.text, actions);
+            }
+            if let Err(r) = self.calls(&turn.tool_calls, turn.truncated, approver, ui, &mut actions)
+            {
+                return r.into_report(self, actions);
+            }
         }
-        for call in &turn.tool_calls {
-            if interrupted() {
-                messages.push(Message::tool_result(
-                    call,
-                    "not run: the session was interrupted",
-                ));
+    }
+
+    /// Handle one turn's calls in order. `Err` stops the send.
+    fn calls(
+        &mut self,
+        calls: &[ToolCall],
+        truncated: bool,
+        approver: &mut dyn Approver,
+        ui: &mut dyn Render,
+        actions: &mut Vec<CallRecord>,
+    ) -> Result<(), Stop> {
+        for (i, call) in calls.iter().enumerate() {
+            if self.interrupted() {
+                self.push(
+                    Message::tool_result(call, "not run: the session was interrupted"),
+                    json!({}),
+                );
                 continue;
             }
+            if let Some(action) = self.ran_unconfirmed.remove(&call.id) {
+                let text = format!(
+                    "the session was interrupted while this call ran (action {action}); its outcome was not recorded. Check the workspace before relying on it"
+                );
+                self.push(Message::tool_result(call, &text), json!({}));
+                continue;
+            }
+            ui.call_started(call);
             let key = (call.name.clone(), call.raw_arguments.clone());
-            let checked = check_call(call, turn.truncated, &failures, cfg.repeat_limit)
-                .and_then(|args| tools.prepare(&call.name, &args));
-            let rec_line = match checked {
+            let rec = self.rec.as_mut().ok_or(Stop::Closed)?;
+            rec.note("call", json!(call.id));
+            let checked = check_call(call, truncated, &self.failures, self.cfg.repeat_limit)
+                .and_then(|args| self.tools.prepare(&call.name, &args));
+            let line = match checked {
                 Err(msg) => {
                     if let Err(e) = refuse_call(rec, call, &msg) {
-                        eprintln!("retie: the ledger could not record a refused call: {e}");
-                        return with_session(
-                            rec,
-                            end(
-                                Status::Failed,
-                                format!("the ledger failed: {e}"),
-                                String::new(),
-                                usage,
-                                turns,
-                                actions,
-                                tools,
-                            ),
-                        );
+                        return Err(Stop::Failed(format!("the ledger failed: {e}")));
                     }
-                    *failures.entry(key).or_default() += 1;
-                    messages.push(Message::tool_result(call, format!("error: {msg}")));
+                    *self.failures.entry(key).or_default() += 1;
+                    self.push(
+                        Message::tool_result(call, format!("error: {msg}")),
+                        json!({}),
+                    );
                     CallRecord {
                         call_id: call.id.clone(),
                         tool: call.name.clone(),
@@ -390,54 +696,161 @@ pub async fn run<P: Provider>(
                 }
                 Ok(prepared) => {
                     let action = prepared.action.clone();
-                    match tools.run(rec, &ctx, prepared, approver) {
+                    let r = match self.tools.run(rec, &self.ctx, prepared, approver) {
                         Err(e) => {
-                            return with_session(
-                                rec,
-                                end(
-                                    Status::Failed,
-                                    format!("retie failed at the chokepoint: {e}"),
-                                    String::new(),
-                                    usage,
-                                    turns,
-                                    actions,
-                                    tools,
-                                ),
-                            );
+                            return Err(Stop::Failed(format!(
+                                "retie failed at the chokepoint: {e}"
+                            )))
                         }
-                        Ok(r) => {
-                            if r.action.is_some() {
-                                // What the action brought in taints the
-                                // session from now on.
-                                ctx.taint = ctx.taint.after(&tools.policy, &action);
-                            }
-                            if r.status != "ok" {
-                                *failures.entry(key).or_default() += 1;
-                            }
-                            messages.push(Message::tool_result(call, &r.text));
-                            CallRecord {
-                                call_id: call.id.clone(),
-                                tool: call.name.clone(),
-                                action: r.action,
-                                status: r.status,
-                                summary: r.summary,
-                                said: r.text.chars().take(SAID_CHARS).collect(),
-                            }
-                        }
+                        Ok(r) => r,
+                    };
+                    if let Some(pending) = r.pending {
+                        // Suspended: this call and the ones after it stay
+                        // unanswered until the session resumes.
+                        let mut info = pending_info(
+                            pending,
+                            &json!({"action": action.to_json(), "digest": action.digest().to_hex()}),
+                        );
+                        info.summary = r.summary.clone();
+                        self.pending = Some(info);
+                        self.unanswered = calls[i..].to_vec();
+                        self.unanswered_truncated = truncated;
+                        return Err(Stop::Suspended);
+                    }
+                    if r.action.is_some() {
+                        // What the action brought in taints the session
+                        // from now on.
+                        self.ctx.taint = self.ctx.taint.after(&self.tools.policy, &action);
+                    }
+                    if r.status != "ok" {
+                        *self.failures.entry(key).or_default() += 1;
+                    }
+                    self.push(Message::tool_result(call, &r.text), json!({}));
+                    CallRecord {
+                        call_id: call.id.clone(),
+                        tool: call.name.clone(),
+                        action: r.action,
+                        status: r.status,
+                        summary: r.summary,
+                        said: r.text.chars().take(SAID_CHARS).collect(),
                     }
                 }
             };
-            ui.call(&rec_line);
-            actions.push(rec_line);
+            ui.call(&line);
+            actions.push(line);
         }
-    };
-    report.session = rec.session_id().to_string();
-    report
+        Ok(())
+    }
+
+    /// End this process's part: a suspended session records its
+    /// suspension (it stays open, to be resumed); any other is closed.
+    /// Either way what is queued is written and a checkpoint follows.
+    pub fn close(mut self) -> Result<(), SessionError> {
+        let Some(rec) = self.rec.take() else {
+            return Ok(());
+        };
+        match &self.pending {
+            Some(p) => rec.suspend(p.pending)?,
+            None => rec.finish()?,
+        }
+        Ok(())
+    }
 }
 
-fn with_session(rec: &Recorder, mut r: Report) -> Report {
-    r.session = rec.session_id().to_string();
-    r
+/// Why a send stopped inside a turn's calls.
+enum Stop {
+    Suspended,
+    Failed(String),
+    Closed,
+}
+
+impl Stop {
+    fn into_report<P: Provider>(self, s: &Session<P>, actions: Vec<CallRecord>) -> Report {
+        match self {
+            Stop::Suspended => {
+                let m = match &s.pending {
+                    Some(p) => format!(
+                        "suspended: approval {} is pending ({}); decide it with `retie approve {}` or `retie deny {} --reason TEXT`, then `retie run --resume {}`",
+                        p.pending,
+                        visible(&p.summary),
+                        s.id(),
+                        s.id(),
+                        s.id()
+                    ),
+                    None => "suspended".into(),
+                };
+                s.report(Status::Suspended, m, String::new(), actions)
+            }
+            Stop::Failed(m) => s.report(Status::Failed, m, String::new(), actions),
+            Stop::Closed => s.report(
+                Status::Failed,
+                "the session is closed".into(),
+                String::new(),
+                actions,
+            ),
+        }
+    }
+}
+
+/// A pending entry's payload as [`PendingInfo`].
+pub fn pending_info(seq: i64, p: &Value) -> PendingInfo {
+    let action = p.get("action").cloned().unwrap_or(Value::Null);
+    PendingInfo {
+        pending: seq,
+        tool: action
+            .get("tool")
+            .and_then(Value::as_str)
+            .unwrap_or("?")
+            .to_string(),
+        arguments: action.get("args").cloned().unwrap_or(Value::Null),
+        digest: p
+            .get("digest")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string(),
+        summary: p
+            .get("command")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .unwrap_or_default(),
+        reason: p
+            .get("reason")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string(),
+    }
+}
+
+/// Control characters escaped, for text a model or a file controls.
+pub fn visible(s: &str) -> String {
+    retie_policy::escape_for_terminal(s)
+}
+
+/// Run one task to its end: open, one send, close (`retie run -p`).
+pub async fn run<P: Provider>(
+    provider: P,
+    tools: Tools,
+    rec: Recorder,
+    approver: &mut dyn Approver,
+    cfg: SessionConfig,
+    prompt: &str,
+    ui: &mut dyn Render,
+) -> Report {
+    let mut s = Session::open(provider, tools, rec, cfg);
+    let mut report = s.send(Some(prompt), approver, ui).await;
+    if let Err(e) = s.close() {
+        report.message = format!(
+            "{}; the ledger could not close the session: {e}",
+            report.message
+        );
+        report.status = Status::Failed;
+    }
+    report
 }
 
 /// The checks before a call may be prepared; `Err` is for the model.

@@ -76,6 +76,8 @@ pub struct Proposal {
     pub action: Action,
     /// Who proposed it: `command line`, `agent`, ...
     pub origin: String,
+    /// The pending approval whose edit this is (recorded as `edit_of`).
+    pub edit_of: Option<i64>,
 }
 
 /// What the executor says about undoing the action, before it runs.
@@ -92,6 +94,13 @@ pub struct ApprovalRequest<'a> {
     pub action: &'a Action,
     pub evaluation: &'a Evaluation,
     pub plan: &'a UndoPlan,
+    /// The pending entry already durable in the ledger (`None` only for
+    /// callers outside a recorded session).
+    pub pending: Option<i64>,
+    /// What "always for this session" would grant: one key per simple
+    /// command of a shell line (`bash:git status`), else the tool and
+    /// its exact arguments.
+    pub grant_keys: &'a [String],
 }
 
 /// The answer.
@@ -103,8 +112,68 @@ pub enum Approval {
         by: String,
         digest: retie_policy::Digest,
     },
+    /// Run it, and from now on in this session run every action whose
+    /// grant keys are all granted without asking (recorded as a `grant`
+    /// entry; revocable).
+    Always {
+        by: String,
+        digest: retie_policy::Digest,
+    },
     /// Do not run it; `reason` goes back to whoever proposed it.
     Denied { by: String, reason: String },
+    /// The person changed the arguments: the edited action is a new
+    /// proposal, classified and gated again (recorded as an edit of this
+    /// one); the model is told what ran. `digest` is what was shown.
+    Edit {
+        by: String,
+        digest: retie_policy::Digest,
+        arguments: serde_json::Map<String, Value>,
+    },
+    /// Nobody can answer now: the session suspends with the approval
+    /// pending (durable), to be decided by `retie approve`/`deny`.
+    Suspend,
+}
+
+/// A cancel flag for a turn: set from outside (Ctrl-C), checked between
+/// steps and handed down so a running sandbox can be stopped.
+#[derive(Debug, Clone, Default)]
+pub struct Cancel(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Cancel {
+    pub fn new() -> Cancel {
+        Cancel::default()
+    }
+    /// Ask whatever runs to stop.
+    pub fn cancel(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+    /// Clear it for the next turn.
+    pub fn reset(&self) {
+        self.0.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+    /// The flag itself (for a signal handler or a sandbox watcher).
+    pub fn flag(&self) -> &std::sync::Arc<std::sync::atomic::AtomicBool> {
+        &self.0
+    }
+}
+
+/// What "always for this session" grants for an action: one key per
+/// simple command of a shell line, as the policy crate splits it
+/// (`bash:git status`), else `TOOL:ARGUMENTS-JSON`. A shell line that
+/// is not plain gets no key (it cannot be granted).
+pub fn grant_keys(action: &Action, ev: &Evaluation) -> Vec<String> {
+    match ev.shell.as_ref() {
+        Some(s) if s.plain && !s.parts.is_empty() => s
+            .parts
+            .iter()
+            .map(|p| format!("{}:{p}", action.tool()))
+            .collect(),
+        Some(_) => Vec::new(),
+        None => vec![format!("{}:{}", action.tool(), action.args().to_json())],
+    }
 }
 
 /// Answers the gate's questions.
@@ -168,6 +237,17 @@ pub enum Dispatched<O> {
     Ran { action: i64, output: O },
     /// It did not run: the policy denied it or the approver said no.
     Refused { reason: String, by: String },
+    /// The approval is pending in the ledger (entry `pending`) and nobody
+    /// can answer now: the session suspends.
+    Suspended { pending: i64 },
+    /// The person edited the arguments (decision recorded): the caller
+    /// dispatches the edited action as a new proposal, `edit_of` the
+    /// pending entry.
+    Edited {
+        pending: i64,
+        by: String,
+        arguments: serde_json::Map<String, Value>,
+    },
 }
 
 /// The chokepoint. See the crate documentation for the order.
@@ -207,27 +287,178 @@ pub fn dispatch<E: Executor>(
     } else {
         ClassKind::Irreversible
     };
-    let proposed = json!({
+    let mut proposed = json!({
         "origin": proposal.origin,
         "action": action.to_json(),
         "digest": ev.digest.to_hex(),
         "evaluation": ev.to_json(),
     });
+    if let Some(p) = proposal.edit_of {
+        proposed["edit_of"] = json!(p);
+    }
+    let intent = |by: &str| {
+        json!({
+            "decision": "allow",
+            "decided_by": by,
+            "class": if plan.reversible { "reversible" } else { "not_reversible" },
+            "undo": plan.detail,
+            "digest": ev.digest.to_hex(),
+        })
+    };
+    let decision_json = |by: &str, verdict: &str, approved: bool| {
+        json!({
+            "verdict": verdict,
+            "decided_by": by,
+            "class": class,
+            "reason": ev.decision.reason().to_string(),
+            "approved_digest": approved.then(|| ev.digest.to_hex()),
+        })
+    };
     let (by, refusal) = match ev.decision.verdict {
         Verdict::Run => ("policy".to_string(), None),
         Verdict::Deny => ("policy".to_string(), Some(ev.decision.reason().to_string())),
-        Verdict::Ask => match approver.approve(&ApprovalRequest {
-            action: &action,
-            evaluation: &ev,
-            plan: &plan,
-        }) {
-            Approval::Approved { by, digest } => {
-                // What runs is exactly what was shown.
-                retie_policy::ensure_approved(&digest, &action)?;
-                (by, None)
+        Verdict::Ask => {
+            let keys = grant_keys(&action, &ev);
+            if let Some(g) = rec.granted(&keys) {
+                (format!("person (grant #{g})"), None)
+            } else {
+                let digest_hex = ev.digest.to_hex();
+                // Durable before anyone is asked: the proposal and the
+                // pending approval (or the one this process resumed).
+                let (proposal_seq, pending_seq, mut recorded) = match rec.take_resumed(&digest_hex)
+                {
+                    Some(op) => (op.proposal, op.seq, op.decision),
+                    None => {
+                        let pending = json!({
+                            "digest": digest_hex,
+                            "action": action.to_json(),
+                            "class": class,
+                            "reason": ev.decision.reason().to_string(),
+                            "reasons": ev.to_json()["reasons"],
+                            "shell": ev.shell.as_ref().map(|s| &s.parts),
+                            "undo": plan.detail,
+                            "grant_keys": keys,
+                        });
+                        let (p, s) = rec.pending(proposed.clone(), pending)?;
+                        (p, s, None)
+                    }
+                };
+                loop {
+                    let (answer, fresh) = match &recorded {
+                        Some((_, d)) => (recorded_approval(d, &action)?, false),
+                        None => (
+                            approver.approve(&ApprovalRequest {
+                                action: &action,
+                                evaluation: &ev,
+                                plan: &plan,
+                                pending: Some(pending_seq),
+                                grant_keys: &keys,
+                            }),
+                            true,
+                        ),
+                    };
+                    let recorded_seq = recorded.as_ref().map(|(s, _)| *s);
+                    let mut d = record::PendingDecision {
+                        proposal: proposal_seq,
+                        pending: pending_seq,
+                        decision: None,
+                        by_person: true,
+                        recorded_decision: recorded_seq,
+                        grant: None,
+                        grant_keys: None,
+                        grant_by: String::new(),
+                        then: record::Then::Nothing,
+                    };
+                    let mut edited = None;
+                    let mut refused = None;
+                    match answer {
+                        Approval::Suspend => {
+                            return Ok(Dispatched::Suspended {
+                                pending: pending_seq,
+                            })
+                        }
+                        Approval::Approved { by, digest } | Approval::Always { by, digest }
+                            if digest != ev.digest =>
+                        {
+                            let _ = by;
+                            // What runs is exactly what was shown.
+                            retie_policy::ensure_approved(&digest, &action)?;
+                        }
+                        Approval::Approved { by, .. } => {
+                            d.decision = fresh.then(|| decision_json(&by, "approve", true));
+                            d.then = record::Then::Intent(intent(&by));
+                        }
+                        Approval::Always { by, .. } => {
+                            d.decision = fresh.then(|| decision_json(&by, "approve", true));
+                            if fresh && !keys.is_empty() {
+                                d.grant =
+                                    Some(json!({"keys": keys, "by": by, "pending": pending_seq}));
+                                d.grant_keys = Some(keys.clone());
+                                d.grant_by = by.clone();
+                            }
+                            d.then = record::Then::Intent(intent(&by));
+                        }
+                        Approval::Denied { by, reason } => {
+                            if fresh {
+                                let mut dj = decision_json(&by, "deny", false);
+                                dj["deny_reason"] = json!(reason);
+                                d.decision = Some(dj);
+                            }
+                            d.then = record::Then::Refusal(json!({ "reason": reason, "by": by }));
+                            refused = Some((reason, by));
+                        }
+                        Approval::Edit {
+                            by,
+                            digest,
+                            arguments,
+                        } => {
+                            retie_policy::ensure_approved(&digest, &action)?;
+                            if fresh {
+                                let mut dj = decision_json(&by, "edit", false);
+                                dj["edited_arguments"] = Value::Object(arguments.clone());
+                                dj["shown_digest"] = json!(ev.digest.to_hex());
+                                d.decision = Some(dj);
+                            }
+                            edited = Some((by, arguments));
+                        }
+                    }
+                    match rec.decide(d) {
+                        Ok(intent_seq) => {
+                            if let Some((by, arguments)) = edited {
+                                return Ok(Dispatched::Edited {
+                                    pending: pending_seq,
+                                    by,
+                                    arguments,
+                                });
+                            }
+                            if let Some((reason, by)) = refused {
+                                return Ok(Dispatched::Refused { reason, by });
+                            }
+                            let action_id = intent_seq.ok_or_else(|| {
+                                Error::Invalid("the intent was not recorded".into())
+                            })?;
+                            return execute(rec, action_id, &action, exec);
+                        }
+                        // Someone else (`retie approve` from another
+                        // process) decided first: theirs stands.
+                        Err(Error::Ledger(retie_ledger::Error::Conflict { session, why }))
+                            if recorded.is_none() =>
+                        {
+                            match rec.decision_for(pending_seq)? {
+                                Some(found) => recorded = Some(found),
+                                None => {
+                                    return Err(Error::Ledger(retie_ledger::Error::Conflict {
+                                        session,
+                                        why,
+                                    }))
+                                }
+                            }
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
             }
-            Approval::Denied { by, reason } => (by, Some(reason)),
-        },
+        }
     };
     let decision = json!({
         "verdict": ev.decision.verdict,
@@ -242,21 +473,23 @@ pub fn dispatch<E: Executor>(
     }
     // Record: proposal, decision and intent with the undo plan, durably,
     // in one transaction, before anything runs.
-    let intent = json!({
-        "decision": "allow",
-        "decided_by": by,
-        "class": if plan.reversible { "reversible" } else { "not_reversible" },
-        "undo": plan.detail,
-        "digest": ev.digest.to_hex(),
-    });
-    let action_id = rec.begin(proposed, decision, intent)?;
-    // Execute.
+    let action_id = rec.begin(proposed, decision, intent(&by))?;
+    execute(rec, action_id, &action, exec)
+}
+
+/// Execute and confirm: the action runs, its outcome is recorded after.
+fn execute<E: Executor>(
+    rec: &mut Recorder,
+    action_id: i64,
+    action: &Action,
+    exec: &mut E,
+) -> Result<Dispatched<E::Output>, Error> {
     let mut step = Step {
         rec,
         action_id,
         outcome: None,
     };
-    let result = exec.execute(&action, &mut step);
+    let result = exec.execute(action, &mut step);
     let outcome = match (&result, step.outcome.take()) {
         (Ok(_), Some(o)) => o,
         (Ok(_), None) => json!({ "status": "ran" }),
@@ -267,6 +500,45 @@ pub fn dispatch<E: Executor>(
     result.map(|output| Dispatched::Ran {
         action: action_id,
         output,
+    })
+}
+
+/// The answer a decision entry recorded (by `retie approve`/`deny` or an
+/// earlier process): an approval binds the digest it names.
+fn recorded_approval(d: &Value, action: &Action) -> Result<Approval, Error> {
+    let by = d
+        .get("decided_by")
+        .and_then(Value::as_str)
+        .unwrap_or("person")
+        .to_string();
+    let digest = |field: &str| -> Result<retie_policy::Digest, Error> {
+        d.get(field)
+            .and_then(Value::as_str)
+            .and_then(|h| h.parse().ok())
+            .ok_or_else(|| Error::Invalid(format!("the recorded decision has no {field}")))
+    };
+    Ok(match d.get("verdict").and_then(Value::as_str) {
+        Some("approve") => Approval::Approved {
+            by,
+            digest: digest("approved_digest")?,
+        },
+        Some("edit") => Approval::Edit {
+            by,
+            digest: digest("shown_digest").unwrap_or_else(|_| action.digest()),
+            arguments: d
+                .get("edited_arguments")
+                .and_then(Value::as_object)
+                .cloned()
+                .ok_or_else(|| Error::Invalid("the recorded edit has no arguments".into()))?,
+        },
+        _ => Approval::Denied {
+            by,
+            reason: d
+                .get("deny_reason")
+                .and_then(Value::as_str)
+                .unwrap_or("the person said no")
+                .to_string(),
+        },
     })
 }
 

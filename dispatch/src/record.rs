@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use ed25519_dalek::SigningKey;
 use retie_ledger::keys::{self, Delegation};
-use retie_ledger::{now_ms, Actor, Kind, Ledger, NewEntry};
+use retie_ledger::{now_ms, Actor, Guard, Kind, Ledger, NewEntry, Row};
 use serde_json::{json, Value};
 
 use crate::Error;
@@ -47,7 +47,38 @@ struct Session {
     /// The opening entries, not yet durable: written with the first
     /// action's durable point.
     pending_open: Option<Value>,
+    /// Joined with `--session` (another invocation closes it): outcomes
+    /// are written at once. A new or resumed session is this process's to
+    /// close or suspend.
     joined: bool,
+}
+
+/// A grant in force: "always, for this session, for these exact keys".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    /// The grant entry's seq (what a revoke names).
+    pub seq: i64,
+    /// What it covers: `bash:SIMPLE COMMAND` per simple command, or
+    /// `TOOL:ARGUMENTS-JSON`.
+    pub keys: Vec<String>,
+    /// Who granted it.
+    pub by: String,
+}
+
+/// A pending approval still open in the ledger (being resumed).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpenPending {
+    /// The pending entry's seq.
+    pub seq: i64,
+    /// The proposal entry's seq.
+    pub proposal: i64,
+    /// The frozen arguments' digest the decision must bind.
+    pub digest: String,
+    /// The pending entry's payload.
+    pub payload: Value,
+    /// The decision someone recorded for it (`retie approve`/`deny`),
+    /// with its seq; `None` while undecided.
+    pub decision: Option<(i64, Value)>,
 }
 
 /// Records one session's actions.
@@ -58,6 +89,16 @@ pub struct Recorder {
     intent_base: Value,
     /// An outcome waiting for the session's close (one transaction).
     pending_outcome: Option<Value>,
+    /// Entries (messages) that ride on the next durable transaction
+    /// instead of paying an fsync of their own.
+    queued: Vec<NewEntry>,
+    /// Grants in force.
+    grants: Vec<Grant>,
+    /// The open pending approval this process resumed, until dispatch
+    /// takes it up.
+    resume: Option<OpenPending>,
+    /// The session's lock, held while this process runs it.
+    lock: Option<SessionLock>,
 }
 
 impl Recorder {
@@ -99,7 +140,303 @@ impl Recorder {
             session,
             intent_base: spec.intent_base,
             pending_outcome: None,
+            queued: Vec::new(),
+            grants: Vec::new(),
+            resume: None,
+            lock: None,
         })
+    }
+
+    /// Take up an agent session again (`retie run --resume`): verify the
+    /// whole ledger first (a ledger that does not verify is refused),
+    /// take the session's lock (refused while another process runs it),
+    /// rebuild its grants and find its open pending approval. Returns
+    /// the recorder and the session's rows (for the conversation).
+    pub fn resume(
+        ledger_path: &Path,
+        id: &str,
+        intent_base: Value,
+    ) -> Result<(Recorder, Vec<Row>), Error> {
+        let err = |why: String| {
+            Error::Ledger(retie_ledger::Error::Session {
+                session: id.into(),
+                why,
+            })
+        };
+        if !ledger_path.exists() {
+            return Err(retie_ledger::Error::Missing(ledger_path.to_path_buf()).into());
+        }
+        let report = retie_ledger::verify::verify(ledger_path)?;
+        if !report.intact {
+            let bad = report
+                .first_bad
+                .map(|b| {
+                    format!(
+                        " (entry {}: {})",
+                        b.seq.map(|s| s.to_string()).unwrap_or_else(|| "-".into()),
+                        b.what
+                    )
+                })
+                .unwrap_or_default();
+            return Err(Error::Invalid(format!(
+                "the ledger {} does not verify{bad}: refusing to resume from it. Nothing was changed; `retie verify` shows what is wrong",
+                ledger_path.display()
+            )));
+        }
+        if report.complete == Some(false) {
+            return Err(Error::Invalid(format!(
+                "the ledger {} is incomplete ({}): refusing to resume from it. Nothing was changed",
+                ledger_path.display(),
+                report.incomplete_because.unwrap_or_default()
+            )));
+        }
+        let user = keys::user_key()?;
+        let ledger = Ledger::open(ledger_path, false, Some(&user))?;
+        ledger.check_user_key(&user)?;
+        let mut session = join_session(&ledger, &user, id)?;
+        session.joined = false;
+        let lock = SessionLock::acquire(ledger_path, id)?;
+        let rows = ledger.session_rows(id)?;
+        let state = SessionState::of(&rows);
+        if state.closed {
+            return Err(err(
+                "it is finished (closed); start a new session with `retie run -p`".into(),
+            ));
+        }
+        let mut rec = Recorder {
+            ledger,
+            user,
+            session,
+            intent_base,
+            pending_outcome: None,
+            queued: Vec::new(),
+            grants: state.grants,
+            resume: state.open_pending,
+            lock: Some(lock),
+        };
+        let resumed = rec.entry(
+            Actor::Person,
+            Kind::Resumed,
+            json!({ "pid": std::process::id(), "pending": rec.resume.as_ref().map(|p| p.seq) }),
+        );
+        rec.queued.push(resumed);
+        Ok((rec, rows))
+    }
+
+    /// Hold the session's lock while this process runs it (`retie
+    /// sessions` tells running from crashed by it; a second process
+    /// cannot resume it meanwhile).
+    pub fn lock(&mut self, ledger_path: &Path) -> Result<(), Error> {
+        if self.lock.is_none() {
+            self.lock = Some(SessionLock::acquire(ledger_path, &self.session.id)?);
+        }
+        Ok(())
+    }
+
+    /// The pending approval this process resumed, if dispatch has not
+    /// taken it up yet.
+    pub fn resumed_pending(&self) -> Option<&OpenPending> {
+        self.resume.as_ref()
+    }
+
+    /// Dispatch takes up the resumed pending approval when the action it
+    /// is about to gate has the same digest.
+    pub fn take_resumed(&mut self, digest: &str) -> Option<OpenPending> {
+        if self.resume.as_ref().is_some_and(|p| p.digest == digest) {
+            self.resume.take()
+        } else {
+            None
+        }
+    }
+
+    /// Grants in force, oldest first.
+    pub fn grants(&self) -> &[Grant] {
+        &self.grants
+    }
+
+    /// The grant covering every key, if one set of grants does.
+    pub fn granted(&self, keys: &[String]) -> Option<i64> {
+        if keys.is_empty() {
+            return None;
+        }
+        let mut newest = None;
+        for k in keys {
+            let g = self.grants.iter().rev().find(|g| g.keys.contains(k))?;
+            newest = newest.max(Some(g.seq));
+        }
+        newest
+    }
+
+    /// Take back a grant: a `revoke` entry, durable at once.
+    pub fn revoke(&mut self, grant: i64, by: &str) -> Result<(), Error> {
+        if !self.grants.iter().any(|g| g.seq == grant) {
+            return Err(Error::Invalid(format!(
+                "no grant {grant} in force in this session"
+            )));
+        }
+        let mut entries = self.opening();
+        entries.push(self.entry(
+            Actor::Person,
+            Kind::Revoke,
+            json!({ "grant": grant, "by": by }),
+        ));
+        self.ledger.append_batch(|_| entries)?;
+        self.grants.retain(|g| g.seq != grant);
+        Ok(())
+    }
+
+    /// Queue a conversation message: it rides on the next durable
+    /// transaction (no fsync of its own).
+    pub fn message(&mut self, person: bool, payload: Value) {
+        let actor = if person { Actor::Person } else { Actor::Agent };
+        let e = self.entry(actor, Kind::Message, payload);
+        self.queued.push(e);
+    }
+
+    /// Write what is queued now (one transaction), if anything.
+    pub fn flush(&mut self) -> Result<(), Error> {
+        let entries = self.opening();
+        if !entries.is_empty() {
+            self.ledger.append_batch(|_| entries)?;
+        }
+        Ok(())
+    }
+
+    /// Durable before any prompt: the proposal and the pending approval,
+    /// one transaction. Returns (proposal seq, pending seq).
+    pub fn pending(&mut self, proposed: Value, pending: Value) -> Result<(i64, i64), Error> {
+        let mut entries = self.opening();
+        let n = entries.len() as i64;
+        let pe = self.entry(Actor::Agent, Kind::Proposed, proposed);
+        let mut pa = self.entry(Actor::Policy, Kind::Pending, pending);
+        merge(&mut pa.payload, self.call_fields());
+        let appended = self.ledger.append_batch(|first| {
+            set(&mut pa.payload, "proposal", json!(first + n));
+            entries.push(pe);
+            entries.push(pa);
+            entries
+        })?;
+        let seq = appended.last().map(|a| a.seq).unwrap_or_default();
+        stall("pending");
+        Ok((seq - 1, seq))
+    }
+
+    /// The call fields of the intent base (tool, command, call id) a
+    /// pending entry repeats for `retie pending`.
+    fn call_fields(&self) -> Value {
+        let mut out = serde_json::Map::new();
+        for k in ["tool", "command", "call"] {
+            if let Some(v) = self.intent_base.get(k) {
+                out.insert(k.into(), v.clone());
+            }
+        }
+        Value::Object(out)
+    }
+
+    /// The decision recorded for pending approval `pending` since this
+    /// process last looked (another process decided it).
+    pub fn decision_for(&self, pending: i64) -> Result<Option<(i64, Value)>, Error> {
+        let rows = self.ledger.session_rows(&self.session.id)?;
+        Ok(rows
+            .iter()
+            .filter(|r| r.seq > pending && r.kind == Kind::Decision.as_bytes())
+            .map(|r| (r.seq, r.payload_json()))
+            .find(|(_, p)| p.get("pending").and_then(Value::as_i64) == Some(pending)))
+    }
+
+    /// Durable point 1 after a pending approval: the decision (when this
+    /// process made it; guarded: refused if another process decided
+    /// first), a grant it made, and the intent or the refusal, one
+    /// transaction. Returns the intent's seq when it will run.
+    pub fn decide(&mut self, d: PendingDecision) -> Result<Option<i64>, Error> {
+        let mut entries = self.opening();
+        let guard = d.decision.as_ref().map(|_| Guard::OpenPending {
+            session: self.session.id.clone(),
+            pending: d.pending,
+        });
+        let n = entries.len() as i64;
+        let actor = if d.by_person {
+            Actor::Person
+        } else {
+            Actor::Policy
+        };
+        let de = d.decision.map(|p| self.entry(actor, Kind::Decision, p));
+        let has_decision = de.is_some() as i64;
+        let ge = d.grant.map(|p| self.entry(Actor::Person, Kind::Grant, p));
+        let has_grant = ge.is_some() as i64;
+        let last = match d.then {
+            Then::Intent(i) => {
+                let mut p = self.intent_base.clone();
+                merge(&mut p, i);
+                Some(self.entry(Actor::Agent, Kind::Intent, p))
+            }
+            Then::Refusal(r) => {
+                let mut re = self.entry(Actor::Policy, Kind::Refusal, r);
+                merge(&mut re.payload, self.intent_base.clone());
+                Some(re)
+            }
+            Then::Nothing => None,
+        };
+        let is_intent = last.as_ref().is_some_and(|e| e.kind == Kind::Intent);
+        let known_decision = d.recorded_decision;
+        let proposal = d.proposal;
+        let pending = d.pending;
+        let appended = self.ledger.append_batch_guarded(guard.as_ref(), |first| {
+            let decision_seq = if has_decision == 1 {
+                first + n
+            } else {
+                known_decision.unwrap_or_default()
+            };
+            if let Some(mut de) = de {
+                set(&mut de.payload, "proposal", json!(proposal));
+                set(&mut de.payload, "pending", json!(pending));
+                entries.push(de);
+            }
+            if let Some(mut ge) = ge {
+                set(&mut ge.payload, "decision", json!(decision_seq));
+                entries.push(ge);
+            }
+            if let Some(mut le) = last {
+                set(&mut le.payload, "proposal", json!(proposal));
+                set(&mut le.payload, "pending", json!(pending));
+                set(&mut le.payload, "decision", json!(decision_seq));
+                entries.push(le);
+            }
+            entries
+        })?;
+        // A grant made here is in force from now on.
+        if let (Some(keys), 1) = (d.grant_keys, has_grant) {
+            let seq = appended
+                .get((n + has_decision) as usize)
+                .map(|a| a.seq)
+                .unwrap_or_default();
+            self.grants.push(Grant {
+                seq,
+                keys,
+                by: d.grant_by,
+            });
+        }
+        stall("decided");
+        Ok(if is_intent {
+            appended.last().map(|a| a.seq)
+        } else {
+            None
+        })
+    }
+
+    /// The session stops with an approval pending: what is queued, the
+    /// outcome waiting, and a `suspended` entry, one transaction; then a
+    /// checkpoint. The session stays open.
+    pub fn suspend(mut self, pending: i64) -> Result<(), Error> {
+        let mut entries = self.opening();
+        entries.push(self.entry(
+            Actor::Agent,
+            Kind::Suspended,
+            json!({ "pending": pending, "pid": std::process::id() }),
+        ));
+        self.ledger.append_batch(|_| entries)?;
+        self.ledger.checkpoint(&self.user)?;
+        Ok(())
     }
 
     /// The session's id.
@@ -128,7 +465,9 @@ impl Recorder {
         }
     }
 
-    /// The entries that must precede this session's first action.
+    /// The entries that must precede this session's next durable point:
+    /// its opening (first time), the outcome waiting, then the queued
+    /// messages, in the order they happened.
     fn opening(&mut self) -> Vec<NewEntry> {
         let mut out = Vec::new();
         if let Some(p) = self.session.pending_open.take() {
@@ -137,6 +476,7 @@ impl Recorder {
         if let Some(o) = self.pending_outcome.take() {
             out.push(self.entry(Actor::Agent, Kind::Outcome, o));
         }
+        out.append(&mut self.queued);
         out
     }
 
@@ -217,11 +557,21 @@ impl Recorder {
     /// Close the session this invocation opened (with the pending outcome,
     /// in one transaction) and checkpoint.
     pub fn finish(mut self) -> Result<(), Error> {
-        let mut entries = Vec::new();
-        if let Some(o) = self.pending_outcome.take() {
-            entries.push(self.entry(Actor::Agent, Kind::Outcome, o));
-        }
-        let opened_here = !self.session.joined && self.session.pending_open.is_none();
+        let had_open = self.session.pending_open.is_some();
+        let had_queued = !self.queued.is_empty();
+        // A session that never reached a durable point but has messages
+        // (the model answered at once) is opened here, then closed.
+        let mut entries = if had_queued {
+            self.opening()
+        } else {
+            let mut e = Vec::new();
+            if let Some(o) = self.pending_outcome.take() {
+                e.push(self.entry(Actor::Agent, Kind::Outcome, o));
+            }
+            e
+        };
+        let opened_here = !self.session.joined
+            && (self.session.pending_open.is_none() && (!had_open || had_queued));
         if opened_here {
             entries.push(self.entry(Actor::Person, Kind::SessionClosed, json!({})));
         }
@@ -231,6 +581,222 @@ impl Recorder {
         self.ledger.append_batch(|_| entries)?;
         self.ledger.checkpoint(&self.user)?;
         Ok(())
+    }
+}
+
+/// What follows a pending approval's decision in its transaction.
+#[derive(Debug, Clone)]
+pub enum Then {
+    /// The intent: the action runs.
+    Intent(Value),
+    /// The refusal: it never runs.
+    Refusal(Value),
+    /// Nothing yet (an edit: the edited action is dispatched next).
+    Nothing,
+}
+
+/// The decision of a pending approval, as [`Recorder::decide`] writes it.
+#[derive(Debug, Clone)]
+pub struct PendingDecision {
+    pub proposal: i64,
+    pub pending: i64,
+    /// The decision's payload when this process decides now; `None` when
+    /// it was recorded earlier (`recorded_decision` names it).
+    pub decision: Option<Value>,
+    /// Signed by the user key as the person (an answer at the terminal),
+    /// else as the policy (a grant answered it).
+    pub by_person: bool,
+    pub recorded_decision: Option<i64>,
+    /// A grant the person made with this decision.
+    pub grant: Option<Value>,
+    pub grant_keys: Option<Vec<String>>,
+    pub grant_by: String,
+    pub then: Then,
+}
+
+/// A session's state as its entries tell it.
+#[derive(Debug, Clone, Default)]
+pub struct SessionState {
+    /// Its last opening, resume, suspension or close was a close.
+    pub closed: bool,
+    /// Its last was a suspension.
+    pub suspended: bool,
+    pub grants: Vec<Grant>,
+    pub open_pending: Option<OpenPending>,
+}
+
+impl SessionState {
+    /// Read a session's rows (in seq order).
+    pub fn of(rows: &[Row]) -> SessionState {
+        let mut st = SessionState::default();
+        let mut pending: Option<OpenPending> = None;
+        for r in rows {
+            let Some(k) = Kind::parse(&r.kind) else {
+                continue;
+            };
+            match k {
+                Kind::SessionOpened | Kind::Resumed => {
+                    st.closed = false;
+                    st.suspended = false;
+                }
+                Kind::SessionClosed => {
+                    st.closed = true;
+                    st.suspended = false;
+                }
+                Kind::Suspended => st.suspended = true,
+                Kind::Pending => {
+                    let p = r.payload_json();
+                    pending = Some(OpenPending {
+                        seq: r.seq,
+                        proposal: p.get("proposal").and_then(Value::as_i64).unwrap_or(0),
+                        digest: p
+                            .get("digest")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_string(),
+                        payload: p,
+                        decision: None,
+                    });
+                }
+                Kind::Decision => {
+                    let p = r.payload_json();
+                    if let Some(op) = pending.as_mut() {
+                        if p.get("pending").and_then(Value::as_i64) == Some(op.seq) {
+                            op.decision = Some((r.seq, p));
+                        }
+                    }
+                }
+                Kind::Intent | Kind::Refusal => {
+                    // The decision was carried out: no longer open.
+                    let p = r.payload_json();
+                    if pending
+                        .as_ref()
+                        .is_some_and(|op| p.get("pending").and_then(Value::as_i64) == Some(op.seq))
+                    {
+                        pending = None;
+                    }
+                }
+                Kind::Grant => {
+                    let p = r.payload_json();
+                    st.grants.push(Grant {
+                        seq: r.seq,
+                        keys: p
+                            .get("keys")
+                            .and_then(Value::as_array)
+                            .map(|a| {
+                                a.iter()
+                                    .filter_map(|k| k.as_str().map(String::from))
+                                    .collect()
+                            })
+                            .unwrap_or_default(),
+                        by: p
+                            .get("by")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_string(),
+                    });
+                }
+                Kind::Revoke => {
+                    let g = r.payload_json().get("grant").and_then(Value::as_i64);
+                    st.grants.retain(|x| Some(x.seq) != g);
+                }
+                _ => {}
+            }
+        }
+        // An edit decided: the pending approval is answered (the edited
+        // action is a new proposal).
+        if let Some(op) = &pending {
+            if op
+                .decision
+                .as_ref()
+                .is_some_and(|(_, d)| d.get("verdict").and_then(Value::as_str) == Some("edit"))
+                && rows.iter().any(|r| {
+                    r.seq > op.seq
+                        && r.kind == Kind::Proposed.as_bytes()
+                        && r.payload_json().get("edit_of").and_then(Value::as_i64) == Some(op.seq)
+                })
+            {
+                pending = None;
+            }
+        }
+        st.open_pending = pending;
+        st
+    }
+}
+
+/// A session's lock: `LEDGER.sessions/SESSION.lock`, an exclusive
+/// `flock` held by the process running the session for as long as it
+/// runs. The kernel drops it when the process dies, however it dies, so
+/// "held" means running and "not held" with the session neither closed
+/// nor suspended means crashed. The file holds the pid, for people.
+#[derive(Debug)]
+pub struct SessionLock {
+    _file: std::fs::File,
+}
+
+/// Where a session's lock lives.
+pub fn lock_path(ledger: &Path, session: &str) -> PathBuf {
+    let mut s = ledger.as_os_str().to_owned();
+    s.push(".sessions");
+    PathBuf::from(s).join(format!("{session}.lock"))
+}
+
+impl SessionLock {
+    /// Take the lock, or say which process holds it.
+    pub fn acquire(ledger: &Path, session: &str) -> Result<SessionLock, Error> {
+        use std::io::{Read, Seek, Write};
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        let path = lock_path(ledger, session);
+        if let Some(d) = path.parent() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(d)
+                .map_err(|e| Error::io(format!("creating {}", d.display()), e))?;
+        }
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+        match rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => {}
+            Err(rustix::io::Errno::WOULDBLOCK) => {
+                let mut pid = String::new();
+                let _ = f.read_to_string(&mut pid);
+                return Err(Error::Ledger(retie_ledger::Error::Session {
+                    session: session.into(),
+                    why: format!(
+                        "it is running in another process (pid {}); wait for it to end or stop it first",
+                        pid.trim()
+                    ),
+                }));
+            }
+            Err(e) => {
+                return Err(Error::io(
+                    format!("locking {}", path.display()),
+                    std::io::Error::from(e),
+                ))
+            }
+        }
+        let _ = f.set_len(0);
+        let _ = f.rewind();
+        let _ = write!(f, "{}", std::process::id());
+        Ok(SessionLock { _file: f })
+    }
+
+    /// Is the session's lock held by some process right now?
+    pub fn held(ledger: &Path, session: &str) -> bool {
+        let Ok(f) = std::fs::File::open(lock_path(ledger, session)) else {
+            return false;
+        };
+        match rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockShared) {
+            Ok(()) => false,
+            Err(e) => e == rustix::io::Errno::WOULDBLOCK,
+        }
     }
 }
 

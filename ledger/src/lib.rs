@@ -67,6 +67,11 @@ pub enum Error {
     /// An action id, session id or stored record that does not make sense.
     #[error("{0}")]
     Invalid(String),
+    /// A guarded append found the session had moved on (a pending approval
+    /// already decided, or no longer the session's open one): nothing was
+    /// written.
+    #[error("session {session}: {why}")]
+    Conflict { session: String, why: String },
 }
 
 impl Error {
@@ -129,11 +134,25 @@ pub enum Kind {
     Refusal,
     /// Anything else worth keeping.
     Note,
+    /// One message of the conversation (user, assistant with its tool
+    /// calls and usage, tool result as sent to the model).
+    Message,
+    /// An action the gate asks about, waiting for a person: durable before
+    /// any prompt is shown. Its decision names it.
+    Pending,
+    /// "Always, for this session, for this exact prefix": a person's grant.
+    Grant,
+    /// A grant taken back.
+    Revoke,
+    /// The session stopped with an approval pending (nobody could answer).
+    Suspended,
+    /// A process took the session up again (`retie run --resume`).
+    Resumed,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 12] = [
+    pub const ALL: [Kind; 18] = [
         Kind::LedgerOpened,
         Kind::SessionOpened,
         Kind::SessionClosed,
@@ -146,6 +165,12 @@ impl Kind {
         Kind::Undo,
         Kind::Refusal,
         Kind::Note,
+        Kind::Message,
+        Kind::Pending,
+        Kind::Grant,
+        Kind::Revoke,
+        Kind::Suspended,
+        Kind::Resumed,
     ];
 
     /// The stored name.
@@ -163,6 +188,12 @@ impl Kind {
             Kind::Undo => "undo",
             Kind::Refusal => "refusal",
             Kind::Note => "note",
+            Kind::Message => "message",
+            Kind::Pending => "pending",
+            Kind::Grant => "grant",
+            Kind::Revoke => "revoke",
+            Kind::Suspended => "suspended",
+            Kind::Resumed => "resumed",
         }
     }
 
@@ -588,6 +619,18 @@ impl Ledger {
         &mut self,
         build: impl FnOnce(i64) -> Vec<NewEntry>,
     ) -> Result<Vec<Appended>> {
+        self.append_batch_guarded(None, build)
+    }
+
+    /// [`append_batch`](Self::append_batch), but only while `guard` holds,
+    /// checked inside the same `BEGIN IMMEDIATE` transaction: two processes
+    /// deciding one pending approval cannot both succeed. A guard that
+    /// fails writes nothing and returns [`Error::Conflict`].
+    pub fn append_batch_guarded(
+        &mut self,
+        guard: Option<&Guard>,
+        build: impl FnOnce(i64) -> Vec<NewEntry>,
+    ) -> Result<Vec<Appended>> {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -602,6 +645,15 @@ impl Ledger {
                 path: self.path.clone(),
                 source: e,
             })?;
+        if let Some(g) = guard {
+            g.check(&tx).map_err(|e| match e {
+                GuardError::Sql(source) => Error::Sqlite {
+                    path: self.path.clone(),
+                    source,
+                },
+                GuardError::Failed(c) => c,
+            })?;
+        }
         let (mut seq, mut prev) = last.unwrap_or((0, vec![0; 32]));
         let mut out = Vec::new();
         let mut crossed = false;
@@ -806,6 +858,63 @@ impl Ledger {
                 .map_err(|e| Error::io(format!("writing {}", p.display()), e))?;
         }
         Ok(cp)
+    }
+}
+
+/// A condition checked inside an append's transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Guard {
+    /// Entry `pending` is session `session`'s newest `pending` entry and no
+    /// `decision` of that session follows it: it is still open.
+    OpenPending { session: String, pending: i64 },
+}
+
+enum GuardError {
+    Sql(rusqlite::Error),
+    Failed(Error),
+}
+
+impl Guard {
+    fn check(&self, conn: &Connection) -> std::result::Result<(), GuardError> {
+        match self {
+            Guard::OpenPending { session, pending } => {
+                let conflict = |why: String| {
+                    GuardError::Failed(Error::Conflict {
+                        session: session.clone(),
+                        why,
+                    })
+                };
+                let newest: Option<i64> = conn
+                    .query_row(
+                        "SELECT max(seq) FROM entries WHERE session = ?1 AND kind = ?2",
+                        params![session, Kind::Pending.as_str()],
+                        |r| r.get(0),
+                    )
+                    .map_err(GuardError::Sql)?;
+                match newest {
+                    None => return Err(conflict("it has no pending approval".into())),
+                    Some(n) if n != *pending => {
+                        return Err(conflict(format!(
+                            "the pending approval {pending} is no longer the session's open one (the session moved on to {n})"
+                        )))
+                    }
+                    Some(_) => {}
+                }
+                let decided: Option<i64> = conn
+                    .query_row(
+                        "SELECT min(seq) FROM entries WHERE session = ?1 AND seq > ?2 AND kind = ?3",
+                        params![session, pending, Kind::Decision.as_str()],
+                        |r| r.get(0),
+                    )
+                    .map_err(GuardError::Sql)?;
+                if let Some(d) = decided {
+                    return Err(conflict(format!(
+                        "the pending approval {pending} was already decided (entry {d})"
+                    )));
+                }
+                Ok(())
+            }
+        }
     }
 }
 

@@ -102,6 +102,7 @@ fn demo(args: DemoArgs) -> Result<i32, CliError> {
         RunArgs {
             dir: Some(ws.clone()),
             prompt: Some("Fix the failing tests of this project.".into()),
+            resume: None,
             provider: Some(run::ProviderArg::Script),
             model: Some("demo-script".into()),
             base_url: None,
@@ -109,6 +110,7 @@ fn demo(args: DemoArgs) -> Result<i32, CliError> {
             script: None,
             autonomy: None,
             yes: false,
+            on_ask: None,
             max_turns: Some(12),
             max_tokens: None,
             timeout: Some(60),

@@ -4,8 +4,9 @@
 //!
 //! Exit codes (ADR 0501): 0 finished; 3 a budget ran out (turns, tokens,
 //! time); 4 the provider failed permanently (auth, quota, unknown model,
-//! unavailable after retries); 130 interrupted; 125 a usage error or a
-//! failure of retie itself.
+//! unavailable after retries); 5 suspended (an approval is pending and
+//! nobody could answer: `retie approve`/`deny`, then `--resume`); 130
+//! interrupted; 125 a usage error or a failure of retie itself.
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
@@ -15,7 +16,7 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use retie_agent::provider::script::ScriptProvider;
 use retie_agent::session::{
-    self, CallRecord, NoOne, Render, Report, SessionConfig, Status, YesFlag,
+    self, CallRecord, NoOne, NoOneRefuses, Render, Report, Session, SessionConfig, Status, YesFlag,
 };
 use retie_agent::tools::{BashRunner, BashSettings, FetchSettings, Tools};
 use retie_agent::provider::AnyProvider;
@@ -30,6 +31,7 @@ use crate::error::CliError;
 pub const EXIT_FINISHED: i32 = 0;
 pub const EXIT_BUDGET: i32 = 3;
 pub const EXIT_PROVIDER: i32 = 4;
+pub const EXIT_SUSPENDED: i32 = 5;
 pub const EXIT_INTERRUPTED: i32 = 130;
 pub const EXIT_USAGE: i32 = 125;
 
@@ -38,9 +40,16 @@ pub struct RunArgs {
     /// The project directory the agent works in (default: the current one).
     #[arg(value_name = "DIR")]
     pub dir: Option<PathBuf>,
-    /// The task. Without it, on a terminal: an interactive session.
+    /// The task. With --resume: a further message after the session
+    /// continues.
     #[arg(short = 'p', long = "prompt", value_name = "PROMPT")]
     pub prompt: Option<String>,
+    /// Continue session SESSION from the ledger (verified first): its
+    /// pending approval is carried out as decided (`retie approve`/`deny`)
+    /// or asked again; then the conversation goes on. Provider, model,
+    /// autonomy and workspace default to the session's.
+    #[arg(long, value_name = "SESSION")]
+    pub resume: Option<String>,
     /// Which wire format to speak.
     #[arg(long, value_enum)]
     pub provider: Option<ProviderArg>,
@@ -62,6 +71,12 @@ pub struct RunArgs {
     /// Recorded in the ledger as approvals from the flag.
     #[arg(long)]
     pub yes: bool,
+    /// With no terminal and no --yes, what happens when the gate asks:
+    /// `suspend` (default) records the approval as pending and exits 5
+    /// (`retie pending`, `approve`, `deny`, `run --resume`); `refuse`
+    /// refuses it and tells the model.
+    #[arg(long, value_enum, value_name = "WHAT")]
+    pub on_ask: Option<OnAskArg>,
     #[arg(long, value_name = "N")]
     pub max_turns: Option<u32>,
     #[arg(long, value_name = "N")]
@@ -90,6 +105,12 @@ pub enum ProviderArg {
     Anthropic,
     Ollama,
     Script,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnAskArg {
+    Suspend,
+    Refuse,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
@@ -132,7 +153,7 @@ extern "C" fn on_sigint(_: libc::c_int) {
 }
 
 pub fn run(args: RunArgs) -> i32 {
-    if args.prompt.is_none() {
+    if args.prompt.is_none() && args.resume.is_none() {
         return super::chat::run(args);
     }
     let json_out = args.json;
@@ -160,6 +181,17 @@ pub fn finish(r: &Report, json_out: bool) -> i32 {
         if !r.answer.is_empty() {
             println!();
         }
+        if let Some(p) = &r.pending {
+            eprintln!(
+                "retie: pending approval {} in session {}:\n  tool: {}\n  arguments: {}\n  digest: {}\n  why it asks: {}",
+                p.pending,
+                crate::ui::visible(&r.session),
+                crate::ui::visible(&p.tool),
+                crate::ui::visible(&p.arguments.to_string()),
+                p.digest,
+                crate::ui::visible(&p.reason)
+            );
+        }
         eprintln!(
             "retie: {} (session {}, {} turns, {} tokens in / {} out, {} tool calls)",
             r.message,
@@ -178,6 +210,7 @@ pub fn exit_code(s: Status) -> i32 {
         Status::Finished => EXIT_FINISHED,
         s if s.is_budget() => EXIT_BUDGET,
         Status::ProviderFailed => EXIT_PROVIDER,
+        Status::Suspended => EXIT_SUSPENDED,
         Status::Interrupted => EXIT_INTERRUPTED,
         _ => EXIT_USAGE,
     }
@@ -189,7 +222,7 @@ pub(super) struct Resolved {
     pub model: String,
     pub tier: Tier,
     pub cfg: SessionConfig,
-    pub base_url: Option<String>,
+    base_url: Option<String>,
     /// The API key, read from the named variable (never from a flag, so
     /// it is not in the process list or the shell history).
     pub api_key: Option<String>,
@@ -287,19 +320,22 @@ fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
     })
 }
 
-/// What a session needs, set up from the flags: the settings, the
-/// workspace, the tools and the ledger session (opened lazily).
+/// What a session needs, from the flags: the settings, the workspace,
+/// the tools and the ledger session (new and locked, or resumed).
 pub(super) struct Setup {
     pub r: Resolved,
     pub ws: PathBuf,
     pub ledger_path: PathBuf,
     pub tools: Tools,
     pub rec: Recorder,
+    /// The session's rows, when resuming.
+    pub rows: Option<Vec<retie_ledger::Row>>,
     pub provider_name: &'static str,
 }
 
 /// Check the workspace, open the tools and the ledger session for
-/// `objective`. `cancel`: a SIGINT kills a running sandbox and raises it.
+/// `objective`. `cancel`: a SIGINT kills a running sandbox (instead of
+/// being forwarded to it) and raises this flag.
 pub(super) fn setup(
     args: &RunArgs,
     objective: &str,
@@ -353,23 +389,32 @@ pub(super) fn setup(
         ProviderArg::Ollama => "ollama",
         ProviderArg::Script => "script",
     };
-    let rec = Recorder::open(
-        &ledger_path,
-        session::session_spec(
-            &ws,
-            provider_name,
-            &r.cfg,
-            objective,
-            &policy.digest().to_hex(),
-            args.yes,
-        ),
-    )?;
+    let spec = session::session_spec(
+        &ws,
+        provider_name,
+        &r.cfg,
+        objective,
+        &policy.digest().to_hex(),
+        args.yes,
+    );
+    let (rec, rows) = match &args.resume {
+        None => {
+            let mut rec = Recorder::open(&ledger_path, spec)?;
+            rec.lock(&ledger_path)?;
+            (rec, None)
+        }
+        Some(id) => {
+            let (rec, rows) = Recorder::resume(&ledger_path, id, spec.intent_base)?;
+            (rec, Some(rows))
+        }
+    };
     Ok(Setup {
         r,
         ws,
         ledger_path,
         tools,
         rec,
+        rows,
         provider_name,
     })
 }
@@ -377,10 +422,11 @@ pub(super) fn setup(
 /// The provider the settings name; `script` overrides the script file.
 pub(super) fn provider(
     args: &RunArgs,
-    s: &Setup,
+    r: &Resolved,
+    provider_name: &str,
     script: Option<String>,
 ) -> Result<AnyProvider, CliError> {
-    if s.r.provider == ProviderArg::Script {
+    if r.provider == ProviderArg::Script {
         let text = match script {
             Some(t) => t,
             None => {
@@ -397,27 +443,27 @@ pub(super) fn provider(
             .map_err(|e| CliError::Usage(e.to_string()));
     }
     retie_agent::provider::from_config(
-        s.provider_name,
-        &s.r.model,
-        s.r.base_url.as_deref(),
-        s.r.api_key.clone(),
+        provider_name,
+        &r.model,
+        r.base_url.as_deref(),
+        r.api_key.clone(),
     )
     .map_err(|e| CliError::Usage(e.to_string()))
 }
 
 /// The settings, printed once at start.
-pub(super) fn print_start(s: &Setup) {
+pub(super) fn print_start(provider_name: &str, r: &Resolved, ws: &std::path::Path) {
     eprintln!(
         "retie: {} · {} · autonomy {} · workspace {}",
-        s.provider_name,
-        crate::ui::visible(&s.r.model),
-        s.r.tier,
-        crate::ui::visible(&s.ws.display().to_string())
+        provider_name,
+        crate::ui::visible(&r.model),
+        r.tier,
+        crate::ui::visible(&ws.display().to_string())
     );
-    if s.r.cfg.fetch_allow.is_empty() {
+    if r.cfg.fetch_allow.is_empty() {
         eprintln!("retie: fetch allows no host (no --fetch-allow)");
     }
-    for a in &s.r.cfg.fetch_allow {
+    for a in &r.cfg.fetch_allow {
         eprintln!(
             "retie: fetch may reach {}",
             retie_policy::escape_for_terminal(a)
@@ -428,12 +474,26 @@ pub(super) fn print_start(s: &Setup) {
 /// Run a session; `script` overrides the script file (the demo's).
 /// `approver` overrides who answers the gate (the demo's scripted person).
 pub fn run_inner(
-    args: RunArgs,
+    mut args: RunArgs,
     script: Option<String>,
     approver: Option<Box<dyn Approver>>,
 ) -> Result<Report, CliError> {
-    let prompt = args.prompt.clone().unwrap_or_default();
-    let mut s = setup(&args, &prompt, None)?;
+    if let Some(id) = args.resume.clone() {
+        defaults_from_session(&mut args, &id)?;
+    } else if args.prompt.is_none() {
+        return Err(CliError::Usage(
+            "no task: pass -p PROMPT (or --resume SESSION)".into(),
+        ));
+    }
+    let Setup {
+        r,
+        ws,
+        tools,
+        rec,
+        rows,
+        provider_name,
+        ..
+    } = setup(&args, args.prompt.as_deref().unwrap_or(""), None)?;
     if args.yes {
         eprintln!(
             "retie: warning: --yes approves every action the gate asks about (never one the policy denies); the ledger records each such approval as coming from the flag"
@@ -444,7 +504,9 @@ pub fn run_inner(
     } else if args.yes {
         Box::new(YesFlag)
     } else if std::io::stdin().is_terminal() {
-        Box::new(TerminalApprover::default())
+        Box::new(TerminalApprover)
+    } else if args.on_ask == Some(OnAskArg::Refuse) {
+        Box::new(NoOneRefuses)
     } else {
         Box::new(NoOne)
     };
@@ -456,33 +518,111 @@ pub fn run_inner(
         .enable_all()
         .build()
         .map_err(|e| CliError::io("starting the async runtime", e))?;
-    print_start(&s);
-    let mut p = provider(&args, &s, script)?;
-    let report = rt.block_on(drive(
-        &mut p,
-        &mut s.tools,
-        &mut s.rec,
-        approver.as_mut(),
-        &s.r.cfg,
-        &prompt,
-        &mut ui,
-    ));
-    if let Err(e) = s.rec.finish() {
-        eprintln!("retie: warning: the ledger session could not be closed: {e}");
+    print_start(provider_name, &r, &ws);
+    let job = Job {
+        tools,
+        rec,
+        rows,
+        cfg: r.cfg.clone(),
+        prompt: args.prompt.clone(),
+    };
+    let p = provider(&args, &r, provider_name, script)?;
+    let report = rt.block_on(drive(p, job, approver.as_mut(), &mut ui))?;
+    Ok(report)
+}
+
+/// What one invocation drives.
+struct Job {
+    tools: Tools,
+    rec: Recorder,
+    /// The session's rows, when resuming.
+    rows: Option<Vec<retie_ledger::Row>>,
+    cfg: SessionConfig,
+    prompt: Option<String>,
+}
+
+/// Open (or resume), one send, close.
+async fn drive<P: Provider>(
+    p: P,
+    job: Job,
+    approver: &mut dyn Approver,
+    ui: &mut Terminal,
+) -> Result<Report, CliError> {
+    let mut s = match &job.rows {
+        None => Session::open(p, job.tools, job.rec, job.cfg),
+        Some(rows) => {
+            let s = Session::resume(p, job.tools, job.rec, job.cfg, rows)
+                .map_err(|e| CliError::Usage(e.to_string()))?;
+            if let Some(pending) = s.resumed_pending() {
+                eprintln!(
+                    "retie: resuming session {} at pending approval {}: {} {}\n  digest: {}",
+                    crate::ui::visible(s.id()),
+                    pending.pending,
+                    crate::ui::visible(&pending.tool),
+                    crate::ui::visible(&pending.arguments.to_string()),
+                    pending.digest
+                );
+            } else {
+                eprintln!(
+                    "retie: resuming session {} ({} turns so far)",
+                    crate::ui::visible(s.id()),
+                    s.turns()
+                );
+            }
+            if job.prompt.is_none() && s.waiting_for_input() {
+                return Err(CliError::Usage(format!(
+                    "session {} has nothing left to do: the model had answered. Pass -p PROMPT to continue the conversation",
+                    crate::ui::visible(s.id())
+                )));
+            }
+            s
+        }
+    };
+    let mut report = s.send(job.prompt.as_deref(), approver, ui).await;
+    if let Err(e) = s.close() {
+        report.message = format!(
+            "{}; the ledger could not close the session: {e}",
+            report.message
+        );
+        report.status = Status::Failed;
     }
     Ok(report)
 }
 
-async fn drive<P: Provider>(
-    p: &mut P,
-    tools: &mut Tools,
-    rec: &mut Recorder,
-    approver: &mut dyn Approver,
-    cfg: &SessionConfig,
-    prompt: &str,
-    ui: &mut Terminal,
-) -> Report {
-    session::run(p, tools, rec, approver, cfg, prompt, ui).await
+/// `--resume SESSION`: the session's provider, model, autonomy and
+/// workspace, unless given.
+fn defaults_from_session(args: &mut RunArgs, id: &str) -> Result<(), CliError> {
+    let path = crate::ledger::resolve_path(args.ledger.as_deref())?;
+    let ledger = retie_ledger::Ledger::open(&path, false, None)?;
+    let rows = ledger.session_rows(id)?;
+    let opened = rows
+        .iter()
+        .find(|r| r.kind == retie_ledger::Kind::SessionOpened.as_bytes())
+        .map(|r| r.payload_json())
+        .ok_or_else(|| {
+            CliError::Usage(format!(
+                "no session {} in the ledger {} (`retie sessions` lists them)",
+                crate::ui::visible(id),
+                path.display()
+            ))
+        })?;
+    let text = |k: &str| opened.get(k).and_then(|v| v.as_str()).map(String::from);
+    if args.provider.is_none() {
+        args.provider = text("provider").and_then(|p| ProviderArg::from_str(&p, true).ok());
+    }
+    if args.model.is_none() {
+        args.model = text("model");
+    }
+    if args.autonomy.is_none() {
+        args.autonomy = text("autonomy").and_then(|p| AutonomyArg::from_str(&p, true).ok());
+    }
+    if args.dir.is_none() {
+        args.dir = opened
+            .pointer("/delegation/workspace")
+            .and_then(|v| v.as_str())
+            .map(PathBuf::from);
+    }
+    Ok(())
 }
 
 /// Streamed text on stdout (stderr with --json), reasoning dimmed, one
@@ -527,32 +667,12 @@ impl Render for Terminal {
 }
 
 /// Asks on the terminal: yes / no with a reason / always (this session,
-/// this exact command or path).
-#[derive(Default)]
-struct TerminalApprover {
-    always: Vec<String>,
-}
-
-fn approval_key(req: &ApprovalRequest<'_>) -> Vec<String> {
-    match req.evaluation.shell.as_ref() {
-        Some(s) if !s.parts.is_empty() => s.parts.iter().map(|p| format!("bash:{p}")).collect(),
-        _ => vec![format!(
-            "{}:{}",
-            req.action.tool(),
-            req.action.args().to_json()
-        )],
-    }
-}
+/// this exact prefix: a grant in the ledger) / edit. A plain prompt; the
+/// interactive front draws its own.
+struct TerminalApprover;
 
 impl Approver for TerminalApprover {
     fn approve(&mut self, req: &ApprovalRequest<'_>) -> Approval {
-        let keys = approval_key(req);
-        if keys.iter().all(|k| self.always.contains(k)) {
-            return Approval::Approved {
-                by: "person (always, this session)".into(),
-                digest: req.action.digest(),
-            };
-        }
         let ev = req.evaluation;
         eprintln!("\n┌ retie asks: {}", req.action.tool());
         eprintln!(
@@ -572,17 +692,17 @@ impl Approver for TerminalApprover {
         for r in &ev.decision.reasons {
             eprintln!("│ why it asks: {r}");
         }
-        eprint!("└ approve? [y]es / [n]o REASON / [a]lways this session: ");
+        eprintln!("│ digest: {}", ev.digest.to_hex());
+        eprint!(
+            "└ approve? [y]es / [n]o REASON / [a]lways this session / [e]dit NEW-COMMAND-OR-JSON: "
+        );
         let _ = std::io::stderr().flush();
         let mut line = String::new();
         let read = std::fs::File::open("/dev/tty")
             .map(std::io::BufReader::new)
             .and_then(|mut r| r.read_line(&mut line));
         if read.is_err() {
-            return Approval::Denied {
-                by: "retie (no terminal)".into(),
-                reason: "no one to approve".into(),
-            };
+            return Approval::Suspend;
         }
         let line = line.trim();
         let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
@@ -591,13 +711,21 @@ impl Approver for TerminalApprover {
                 by: "person (terminal)".into(),
                 digest: req.action.digest(),
             },
-            "a" | "always" => {
-                self.always.extend(keys);
-                Approval::Approved {
-                    by: "person (terminal, always this session)".into(),
+            "a" | "always" => Approval::Always {
+                by: "person (terminal, always this session)".into(),
+                digest: req.action.digest(),
+            },
+            "e" | "edit" => match edited_arguments(req.action, rest) {
+                Ok(arguments) => Approval::Edit {
+                    by: "person (terminal)".into(),
                     digest: req.action.digest(),
-                }
-            }
+                    arguments,
+                },
+                Err(why) => Approval::Denied {
+                    by: "person (terminal)".into(),
+                    reason: format!("the person's edit could not be read ({why}); not run"),
+                },
+            },
             _ => Approval::Denied {
                 by: "person (terminal)".into(),
                 reason: if rest.trim().is_empty() {
@@ -608,4 +736,36 @@ impl Approver for TerminalApprover {
             },
         }
     }
+}
+
+/// An edit as the person wrote it: a JSON object replaces the arguments;
+/// any other text is the new command line of a shell tool (its other
+/// arguments kept).
+pub fn edited_arguments(
+    action: &retie_policy::Action,
+    text: &str,
+) -> Result<serde_json::Map<String, serde_json::Value>, String> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Err("the edit is empty".into());
+    }
+    if text.starts_with('{') {
+        return match serde_json::from_str::<serde_json::Value>(text) {
+            Ok(serde_json::Value::Object(m)) => Ok(m),
+            Ok(_) => Err("not a JSON object".into()),
+            Err(e) => Err(format!("not JSON: {e}")),
+        };
+    }
+    let mut args = match action.args().to_json() {
+        serde_json::Value::Object(m) => m,
+        _ => serde_json::Map::new(),
+    };
+    if action.tool() != "bash" {
+        return Err(format!(
+            "{} takes its arguments as a JSON object ({{...}})",
+            action.tool()
+        ));
+    }
+    args.insert("command".into(), serde_json::Value::String(text.into()));
+    Ok(args)
 }

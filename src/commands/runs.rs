@@ -258,6 +258,7 @@ fn apply(state: &Path, id: &str, allow_blocked: bool) -> Result<i32, CliError> {
         Proposal {
             action,
             origin: "command line".into(),
+            edit_of: None,
         },
         &mut CommandLine,
         &mut exec,
@@ -274,5 +275,10 @@ fn apply(state: &Path, id: &str, allow_blocked: bool) -> Result<i32, CliError> {
             None => Ok(0),
         },
         Dispatched::Refused { reason, by } => Err(CliError::Refused { reason, by }),
+        // The command line approves or the policy denies: it never
+        // suspends or edits.
+        Dispatched::Suspended { .. } | Dispatched::Edited { .. } => Err(CliError::Usage(
+            "the command line's approval neither suspends nor edits".into(),
+        )),
     }
 }

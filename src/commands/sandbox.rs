@@ -318,6 +318,7 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
         Proposal {
             action,
             origin: "command line".into(),
+            edit_of: None,
         },
         &mut CommandLine,
         &mut job,
@@ -328,6 +329,11 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
     match d? {
         Dispatched::Ran { output, .. } => Ok((output.outcome, output.changes)),
         Dispatched::Refused { reason, by } => Err(CliError::Refused { reason, by }),
+        // The command line approves or the policy denies: it never
+        // suspends or edits.
+        Dispatched::Suspended { .. } | Dispatched::Edited { .. } => Err(CliError::Usage(
+            "the command line's approval neither suspends nor edits".into(),
+        )),
     }
 }
 

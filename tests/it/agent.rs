@@ -128,7 +128,9 @@ fn a_scripted_session_edits_tests_in_the_sandbox_records_everything_and_undoes()
                 {"text": "fixed"}
             ]),
         );
-        let o = agent(&s, &script, &[]);
+        // No terminal: refuse what the gate asks instead of suspending
+        // (tests/it/resume.rs covers the suspension).
+        let o = agent(&s, &script, &["--on-ask", "refuse"]);
         assert_code(&o, 0, "retie run");
         let r = report(&o);
         assert_eq!(r["status"], "finished", "{r}");
@@ -518,7 +520,7 @@ fn a_hijacking_model_sends_nothing_out_through_fetch() {
     );
     for (mode, extra) in [
         ("auto+yes", vec!["--autonomy", "auto", "--yes"]),
-        ("gated", vec!["--autonomy", "gated"]),
+        ("gated", vec!["--autonomy", "gated", "--on-ask", "refuse"]),
     ] {
         seen.lock().expect("lock").clear();
         let before = if ledger(&s).exists() {

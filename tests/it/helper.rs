@@ -412,6 +412,7 @@ fn threaded_client_entry() {
         Proposal {
             action,
             origin: "threaded test program".into(),
+            edit_of: None,
         },
         &mut CommandLine,
         &mut job,
@@ -431,6 +432,9 @@ fn threaded_client_entry() {
             assert_eq!(changes.json["applied"], true, "{}", changes.json);
         }
         Dispatched::Refused { reason, by } => panic!("refused by {by}: {reason}"),
+        Dispatched::Suspended { .. } | Dispatched::Edited { .. } => {
+            panic!("the command line neither suspends nor edits")
+        }
     }
     assert_eq!(
         std::fs::read_to_string(ws.join("f.txt")).ok().as_deref(),

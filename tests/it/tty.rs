@@ -90,6 +90,9 @@ fn a_task_streams_its_answer_and_the_approvals_decide_what_runs() {
                 // no, with a reason the model must get
                 {"tool_calls": [{"name": "bash", "arguments": {"command": "echo two > two.txt"}}]},
                 {"expect": ["the person said no: not that file"], "text": "Understood, not two."},
+                // edit: the person's version runs instead
+                {"tool_calls": [{"name": "bash", "arguments": {"command": "echo wrong > e.txt"}}]},
+                {"expect": ["exit code 0"], "text": "Edited one ran."},
                 // always: the same prefix again runs unasked, another asks
                 {"tool_calls": [{"name": "bash", "arguments": {"command": "echo a >> g.txt"}}]},
                 {"tool_calls": [{"name": "bash", "arguments": {"command": "echo a >> g.txt"}}]},
@@ -121,26 +124,42 @@ fn a_task_streams_its_answer_and_the_approvals_decide_what_runs() {
         assert!(!s.ws.join("two.txt").exists(), "refused: nothing ran");
 
         t.expect("retie> ");
+        t.line("write e");
+        t.expect("runs: echo wrong >e.txt");
+        t.expect("approve?");
+        t.line("e");
+        t.expect("edit> ");
+        // Ctrl-U clears the pre-filled line (the original command).
+        t.type_("\x15");
+        t.line("echo right > e.txt");
+        t.expect("Edited one ran.");
+        assert_eq!(read(&s, "e.txt"), "right\n", "the edited command ran");
+
+        t.expect("retie> ");
         t.line("append");
         t.expect("runs: echo a >>g.txt");
         t.expect("approve?");
         t.line("a");
-        t.expect("grant 1 for this session");
-        t.expect("granted:");
+        t.expect("granted for this session");
         t.expect("runs: echo b >>g.txt");
         t.expect("approve?");
         t.line("y");
         t.expect("Granted ones done.");
         assert_eq!(read(&s, "g.txt"), "a\na\nb\n");
         let asks = t.output().matches("retie asks:").count();
-        assert_eq!(asks, 4, "one, two, the first a, b: the second a ran unasked\n{}", t.output());
+        assert_eq!(
+            asks,
+            5,
+            "one, two, wrong, the first a, b: the second a ran unasked\n{}",
+            t.output()
+        );
 
         t.expect("retie> ");
         t.line("/approvals");
-        t.expect("1. always: echo a >> g.txt");
+        t.expect("1. always: echo a >>g.txt");
         t.expect("retie> ");
         t.line("/approvals revoke 1");
-        t.expect("revoked: echo a >> g.txt");
+        t.expect("revoked: bash:echo a >>g.txt");
 
         // /undo: the last action (the b append) is undone.
         t.expect("retie> ");
@@ -150,12 +169,17 @@ fn a_task_streams_its_answer_and_the_approvals_decide_what_runs() {
 
         end_with_ctrl_d(&s, &mut t);
         let e = entries(&s);
-        let denied = e.iter().any(|(k, p)| {
-            k == "refusal" && p.to_string().contains("the person said no: not that file")
-        }) || e
-            .iter()
-            .any(|(_, p)| p.to_string().contains("the person said no: not that file"));
-        assert!(denied, "the refusal and its reason are in the ledger");
+        assert!(
+            e.iter()
+                .any(|(_, p)| p.to_string().contains("the person said no: not that file")),
+            "the refusal and its reason are in the ledger"
+        );
+        let all: String = e.iter().map(|(k, p)| format!("{k} {p}\n")).collect();
+        assert!(
+            all.contains("echo wrong > e.txt") && all.contains("echo right > e.txt"),
+            "the ledger holds the proposal and the edit"
+        );
+        assert!(all.contains("edit_of"), "the edit is recorded as an edit of the proposal");
     }
 }
 

@@ -143,6 +143,13 @@ impl Provider for ScriptProvider {
         req: &TurnRequest,
         on_event: &mut (dyn FnMut(StreamEvent) + Send),
     ) -> Result<Turn, ProviderError> {
+        // Resumable: continue at the turn matching the history (one
+        // assistant message per turn already taken).
+        self.next = req
+            .messages
+            .iter()
+            .filter(|m| m.role == crate::model::Role::Assistant)
+            .count();
         let number = self.next + 1;
         let Some(st) = self.turns.get(self.next).cloned() else {
             on_event(StreamEvent::Text(SCRIPT_ENDED.to_string()));

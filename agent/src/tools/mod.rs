@@ -184,6 +184,27 @@ pub struct CallResult {
     pub status: &'static str,
     /// A one-line summary for the terminal.
     pub summary: String,
+    /// `pending`: the approval waiting in the ledger (the session
+    /// suspends).
+    pub pending: Option<i64>,
+    /// `edited`: the person's edit, dispatched next.
+    pub edited: Option<(i64, String, Map<String, Value>)>,
+}
+
+/// Approves exactly the arguments the person wrote in an edit, if the
+/// gate asks again about them.
+struct EditApprover {
+    by: String,
+    digest: retie_policy::Digest,
+}
+
+impl Approver for EditApprover {
+    fn approve(&mut self, _: &retie_dispatch::ApprovalRequest<'_>) -> retie_dispatch::Approval {
+        retie_dispatch::Approval::Approved {
+            by: format!("{} (their edit)", self.by),
+            digest: self.digest,
+        }
+    }
 }
 
 impl Tools {
@@ -245,12 +266,63 @@ impl Tools {
     }
 
     /// Dispatch a prepared call through the chokepoint and say how it went.
+    /// When the person edits the arguments at the prompt, the edited call
+    /// is prepared and dispatched as a new proposal (`edit_of` the pending
+    /// approval), gated again; the person's edit approves exactly the
+    /// edited arguments if the gate asks again, and the model is told what
+    /// ran.
     pub fn run(
         &mut self,
         rec: &mut Recorder,
         ctx: &Context,
         p: Prepared,
         approver: &mut dyn Approver,
+    ) -> Result<CallResult, retie_dispatch::Error> {
+        let tool = p.action.tool().to_string();
+        let first = self.run_one(rec, ctx, p, approver, None)?;
+        let Some((pending, by, arguments)) = first.edited.clone() else {
+            return Ok(first);
+        };
+        let shown = format!("{tool} {}", serde_json::Value::Object(arguments.clone()));
+        let said = |text: &str| {
+            format!("the person ({by}) edited your call before it ran; what ran instead: {shown}\n{text}")
+        };
+        let edited = match self.prepare(&tool, &arguments) {
+            Ok(e) => e,
+            Err(msg) => {
+                let text =
+                    format!("the person's edit of your call is not valid ({msg}); nothing ran");
+                rec.refuse(
+                    json!({"origin": "person (edit)", "edit_of": pending, "call": {"name": tool, "arguments": arguments}, "checked": false}),
+                    json!({"verdict": "deny", "decided_by": "retie (call check)", "class": "unknown", "reason": msg, "approved_digest": null}),
+                    json!({"reason": msg, "by": "retie (call check)"}),
+                )?;
+                return Ok(CallResult {
+                    text,
+                    action: None,
+                    status: "refused",
+                    summary: first.summary,
+                    pending: None,
+                    edited: None,
+                });
+            }
+        };
+        let mut edit_approver = EditApprover {
+            by: by.clone(),
+            digest: edited.action.digest(),
+        };
+        let mut r = self.run_one(rec, ctx, edited, &mut edit_approver, Some(pending))?;
+        r.text = said(&r.text);
+        Ok(r)
+    }
+
+    fn run_one(
+        &mut self,
+        rec: &mut Recorder,
+        ctx: &Context,
+        p: Prepared,
+        approver: &mut dyn Approver,
+        edit_of: Option<i64>,
     ) -> Result<CallResult, retie_dispatch::Error> {
         let mut ctx = *ctx;
         ctx.risk = p.risk;
@@ -261,7 +333,12 @@ impl Tools {
         let summary = summary_of(&tool, &p.args);
         let proposal = |action: Action| Proposal {
             action,
-            origin: "agent".into(),
+            origin: if edit_of.is_some() {
+                "person (edit)".into()
+            } else {
+                "agent".into()
+            },
+            edit_of,
         };
         let action = p.action.clone();
         let policy = &self.policy;
@@ -326,6 +403,8 @@ impl Tools {
                     action: Some(action),
                     status,
                     summary,
+                    pending: None,
+                    edited: None,
                 }
             }
             Dispatched::Refused { reason, by } => CallResult {
@@ -333,6 +412,28 @@ impl Tools {
                 action: None,
                 status: "refused",
                 summary,
+                pending: None,
+                edited: None,
+            },
+            Dispatched::Suspended { pending } => CallResult {
+                text: String::new(),
+                action: None,
+                status: "pending",
+                summary,
+                pending: Some(pending),
+                edited: None,
+            },
+            Dispatched::Edited {
+                pending,
+                by,
+                arguments,
+            } => CallResult {
+                text: String::new(),
+                action: None,
+                status: "edited",
+                summary,
+                pending: None,
+                edited: Some((pending, by, arguments)),
             },
         })
     }

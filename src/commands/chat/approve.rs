@@ -16,34 +16,12 @@ use super::editor::{LineEditor, Read};
 use super::render::{stop, SharedSpinner};
 use crate::ui::{visible, Style};
 
-/// An "always" answer: these exact keys run without asking again.
-#[derive(Debug, Clone)]
-pub struct Grant {
-    /// `bash:SIMPLE COMMAND` for each simple command of the line, or
-    /// `TOOL:ARGS-JSON` for other tools.
-    pub keys: Vec<String>,
-    /// What the person saw, for `/approvals`.
-    pub shown: String,
-}
-
 pub struct TerminalApprover {
     pub editor: Rc<RefCell<LineEditor>>,
     pub spin: SharedSpinner,
     pub style: Style,
-    pub grants: Vec<Grant>,
     /// Raised when the person cancels the turn at the prompt (Ctrl-C).
     pub cancel: &'static AtomicBool,
-}
-
-/// The grant keys of a request: each simple command of a bash line as the
-/// policy splits it, else the tool and its exact frozen arguments.
-pub fn grant_keys(req: &ApprovalRequest<'_>) -> Vec<String> {
-    match req.evaluation.shell.as_ref() {
-        Some(s) if !s.parts.is_empty() && s.error.is_none() => {
-            s.parts.iter().map(|p| format!("bash:{p}")).collect()
-        }
-        _ => vec![format!("{}:{}", req.action.tool(), req.action.args().to_json())],
-    }
 }
 
 /// The command or arguments as the person edits them: a bash line as
@@ -160,23 +138,6 @@ impl TerminalApprover {
 impl Approver for TerminalApprover {
     fn approve(&mut self, req: &ApprovalRequest<'_>) -> Approval {
         stop(&self.spin);
-        let keys = grant_keys(req);
-        if let Some(g) = self
-            .grants
-            .iter()
-            .position(|g| keys.iter().all(|k| g.keys.contains(k)))
-        {
-            eprintln!(
-                "  {} {}",
-                self.style.dim("granted:"),
-                self.style
-                    .dim(&format!("always (grant {}) {}", g + 1, visible(&editable(req))))
-            );
-            return Approval::Approved {
-                by: format!("person (always, grant {}, this session)", g + 1),
-                digest: req.action.digest(),
-            };
-        }
         self.show(req);
         loop {
             let line = match self.read("approve? [y]es [n]o REASON [e]dit [a]lways: ", "") {
@@ -192,24 +153,18 @@ impl Approver for TerminalApprover {
                         digest: req.action.digest(),
                     }
                 }
+                "a" | "always" if req.grant_keys.is_empty() => eprintln!(
+                    "  this command line is not plain enough to grant (the policy cannot split it into exact simple commands); answer y, n or e"
+                ),
                 "a" | "always" => {
-                    self.grants.push(Grant {
-                        keys,
-                        shown: editable(req),
-                    });
                     eprintln!(
                         "  {}",
-                        self.style.dim(&format!(
-                            "grant {} for this session (`/approvals` lists, `/approvals revoke {}` revokes)",
-                            self.grants.len(),
-                            self.grants.len()
-                        ))
+                        self.style.dim(
+                            "granted for this session: exactly these simple commands run unasked (`/approvals` lists and revokes)"
+                        )
                     );
-                    return Approval::Approved {
-                        by: format!(
-                            "person (terminal, always this session, grant {})",
-                            self.grants.len()
-                        ),
+                    return Approval::Always {
+                        by: "person (terminal, always this session)".into(),
                         digest: req.action.digest(),
                     };
                 }
@@ -250,13 +205,19 @@ impl Approver for TerminalApprover {
     }
 }
 
-/// The person's edit as an answer.
+/// The person's edit as an answer: the edited arguments, classified and
+/// gated again by the chokepoint and recorded as an edit of the pending
+/// proposal (whose digest is the one shown).
 fn edit_answer(req: &ApprovalRequest<'_>, edited: &str) -> Approval {
-    // Until the chokepoint takes an edit (Approval::Edit), the edit is
-    // said to the model and nothing runs.
-    let _ = req;
-    Approval::Denied {
-        by: "person (terminal, edit)".into(),
-        reason: format!("the person wants this instead: {edited}"),
+    match crate::commands::run::edited_arguments(req.action, edited) {
+        Ok(arguments) => Approval::Edit {
+            by: "person (terminal)".into(),
+            digest: req.action.digest(),
+            arguments,
+        },
+        Err(why) => Approval::Denied {
+            by: "person (terminal)".into(),
+            reason: format!("the person's edit could not be read ({why}); not run"),
+        },
     }
 }

@@ -21,7 +21,8 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use retie_agent::session::{self, Status, YesFlag};
+use retie_agent::provider::AnyProvider;
+use retie_agent::session::{Session, Status, YesFlag};
 use retie_dispatch::Approver;
 
 use super::run::{self, RunArgs, EXIT_USAGE};
@@ -34,15 +35,6 @@ static CANCEL: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_sigint(_: libc::c_int) {
     CANCEL.store(true, Ordering::SeqCst);
-}
-
-/// Tokens and turns so far.
-#[derive(Debug, Default)]
-pub struct Totals {
-    pub tokens_in: u64,
-    pub tokens_out: u64,
-    pub turns: u64,
-    pub tasks: u64,
 }
 
 pub fn run(args: RunArgs) -> i32 {
@@ -66,8 +58,8 @@ pub fn run(args: RunArgs) -> i32 {
 }
 
 fn chat(args: RunArgs) -> Result<i32, CliError> {
-    let mut s = run::setup(&args, "interactive session", Some(&CANCEL))?;
-    let mut provider = run::provider(&args, &s, None)?;
+    let s = run::setup(&args, "interactive session", Some(&CANCEL))?;
+    let provider = run::provider(&args, &s.r, s.provider_name, None)?;
     let editor = Rc::new(RefCell::new(editor::LineEditor::open()?));
     let spin = render::Spinner::shared();
     let err = Style::stderr();
@@ -75,7 +67,6 @@ fn chat(args: RunArgs) -> Result<i32, CliError> {
         editor: editor.clone(),
         spin: spin.clone(),
         style: err,
-        grants: Vec::new(),
         cancel: &CANCEL,
     };
     let mut yes = YesFlag;
@@ -104,14 +95,16 @@ fn chat(args: RunArgs) -> Result<i32, CliError> {
             }
         })
     };
-    run::print_start(&s);
+    run::print_start(s.provider_name, &s.r, &s.ws);
+    let prices = s.r.prices.clone();
+    let ledger_path = s.ledger_path.clone();
+    let mut session: Session<AnyProvider> = Session::open(provider, s.tools, s.rec, s.r.cfg);
     eprintln!(
         "retie: interactive session {} · /help for commands · Ctrl-C cancels a turn · Ctrl-D ends",
-        visible(s.rec.session_id())
+        visible(session.id())
     );
     let mut ui = render::ChatRender::new(spin.clone());
-    let mut cfg = s.r.cfg.clone();
-    let mut totals = Totals::default();
+    let mut tasks = 0u64;
     let mut ctrl_c = false;
     loop {
         let line = match editor.borrow_mut().read("retie> ", true) {
@@ -130,16 +123,14 @@ fn chat(args: RunArgs) -> Result<i32, CliError> {
             continue;
         }
         if task.starts_with('/') {
-            let price = price(&s.r, &cfg.model);
+            let price = prices
+                .get(&session.config().model)
+                .map(|p| (p.input_per_mtok, p.output_per_mtok));
             slash::run(
                 task,
                 slash::Ctx {
-                    ledger_path: &s.ledger_path,
-                    session: s.rec.session_id(),
-                    tier: &mut cfg.tier,
-                    model: &mut cfg.model,
-                    approver: if args.yes { None } else { Some(&mut terminal) },
-                    totals: &totals,
+                    ledger_path: &ledger_path,
+                    session: &mut session,
                     price,
                     style: err,
                 },
@@ -147,23 +138,13 @@ fn chat(args: RunArgs) -> Result<i32, CliError> {
             continue;
         }
         CANCEL.store(false, Ordering::SeqCst);
+        session.cancel_token().reset();
         render::start(&spin, "thinking");
         let approver: &mut dyn Approver = if args.yes { &mut yes } else { &mut terminal };
-        let report = rt.block_on(session::run(
-            &mut provider,
-            &mut s.tools,
-            &mut s.rec,
-            approver,
-            &cfg,
-            task,
-            &mut ui,
-        ));
+        let report = rt.block_on(session.send(Some(task), approver, &mut ui));
         render::stop(&spin);
         ui.end_text();
-        totals.tokens_in += report.tokens_in;
-        totals.tokens_out += report.tokens_out;
-        totals.turns += u64::from(report.turns);
-        totals.tasks += 1;
+        tasks += 1;
         match report.status {
             Status::Finished => {}
             Status::Interrupted => eprintln!(
@@ -179,15 +160,16 @@ fn chat(args: RunArgs) -> Result<i32, CliError> {
         CANCEL.store(false, Ordering::SeqCst);
     }
     ticker.abort();
-    let id = s.rec.session_id().to_string();
-    match s.rec.finish() {
+    let id = session.id().to_string();
+    let (turns, usage) = (session.turns(), session.usage());
+    match session.close() {
         Ok(()) => eprintln!(
             "retie: session {} closed ({} tasks, {} turns, {} tokens in / {} out)",
             visible(&id),
-            totals.tasks,
-            totals.turns,
-            totals.tokens_in,
-            totals.tokens_out
+            tasks,
+            turns,
+            usage.input_tokens,
+            usage.output_tokens
         ),
         Err(e) => {
             eprintln!("retie: the ledger session could not be closed: {e}");
@@ -195,12 +177,4 @@ fn chat(args: RunArgs) -> Result<i32, CliError> {
         }
     }
     Ok(0)
-}
-
-/// (input, output) dollars per million tokens for `model`, from
-/// `[agent.prices."MODEL"]` in config.toml.
-fn price(r: &run::Resolved, model: &str) -> Option<(f64, f64)> {
-    r.prices
-        .get(model)
-        .map(|p| (p.input_per_mtok, p.output_per_mtok))
 }

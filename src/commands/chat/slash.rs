@@ -4,11 +4,11 @@
 
 use std::path::Path;
 
+use retie_agent::provider::AnyProvider;
+use retie_agent::session::Session;
 use retie_policy::Tier;
 use serde_json::Value;
 
-use super::approve::TerminalApprover;
-use super::Totals;
 use crate::commands::{replay, undo};
 use crate::ledger::{model, Ledger};
 use crate::ui::{visible, Style};
@@ -30,11 +30,7 @@ A line ending in \\ (or Alt-Enter) continues on the next.";
 /// What a slash command may change.
 pub struct Ctx<'a> {
     pub ledger_path: &'a Path,
-    pub session: &'a str,
-    pub tier: &'a mut Tier,
-    pub model: &'a mut String,
-    pub approver: Option<&'a mut TerminalApprover>,
-    pub totals: &'a Totals,
+    pub session: &'a mut Session<AnyProvider>,
     pub price: Option<(f64, f64)>,
     pub style: Style,
 }
@@ -45,6 +41,7 @@ pub fn run(line: &str, cx: Ctx<'_>) {
     let name = words.next().unwrap_or("");
     let rest: Vec<&str> = words.collect();
     let ledger = Some(cx.ledger_path.to_path_buf());
+    let id = cx.session.id().to_string();
     match (name, rest.as_slice()) {
         ("/help", _) => println!("{HELP}"),
         ("/undo", []) | ("/undo", [_]) => {
@@ -57,58 +54,77 @@ pub fn run(line: &str, cx: Ctx<'_>) {
         }
         ("/undo-all", []) => {
             undo::run_all(undo::UndoAllArgs {
-                session: Some(cx.session.to_string()),
+                session: Some(id.clone()),
                 ledger,
                 json: false,
             });
         }
         ("/replay", []) => {
             replay::run(replay::ReplayArgs {
-                session: Some(cx.session.to_string()),
+                session: Some(id.clone()),
                 last: false,
                 ledger,
                 markdown: false,
                 json: false,
             });
         }
-        ("/diff", []) => diff(cx.ledger_path, cx.session, cx.style),
-        ("/approvals", []) => match cx.approver {
-            None => println!("no grants (--yes answers every question)"),
-            Some(a) if a.grants.is_empty() => println!("no grants in this session"),
-            Some(a) => {
-                for (i, g) in a.grants.iter().enumerate() {
-                    println!("{}. always: {}", i + 1, visible(&g.shown));
-                }
+        ("/diff", []) => diff(cx.ledger_path, &id, cx.style),
+        ("/approvals", []) => {
+            let grants = cx.session.grants();
+            if grants.is_empty() {
+                println!("no grants in this session");
             }
-        },
-        ("/approvals", ["revoke", n]) => match (cx.approver, n.parse::<usize>()) {
-            (Some(a), Ok(i)) if i >= 1 && i <= a.grants.len() => {
-                let g = a.grants.remove(i - 1);
-                println!("revoked: {}", visible(&g.shown));
+            for (i, g) in grants.iter().enumerate() {
+                let what: Vec<String> = g
+                    .keys
+                    .iter()
+                    .map(|k| visible(k.strip_prefix("bash:").unwrap_or(k)))
+                    .collect();
+                println!(
+                    "{}. always: {}  {}",
+                    i + 1,
+                    what.join(" ; "),
+                    cx.style.dim(&format!("(grant #{}, {})", g.seq, visible(&g.by)))
+                );
             }
-            _ => println!("no grant {} (see /approvals)", visible(n)),
-        },
+        }
+        ("/approvals", ["revoke", n]) => {
+            let grants = cx.session.grants();
+            match n
+                .parse::<usize>()
+                .ok()
+                .and_then(|i| grants.get(i.wrapping_sub(1)))
+            {
+                Some(g) => match cx.session.revoke(g.seq) {
+                    Ok(()) => println!("revoked: {}", visible(&g.keys.join(" ; "))),
+                    Err(e) => println!("could not revoke: {e}"),
+                },
+                None => println!("no grant {} (see /approvals)", visible(n)),
+            }
+        }
         ("/autonomy", [level]) => match level.parse::<Tier>() {
             Ok(t) => {
-                *cx.tier = t;
+                cx.session.config().tier = t;
                 println!("autonomy {t} from the next task on");
             }
             Err(_) => println!("autonomy is manual, gated or auto"),
         },
         ("/model", [m]) => {
-            *cx.model = m.to_string();
+            cx.session.config().model = m.to_string();
             println!("model {} from the next task on", visible(m));
         }
         ("/cost", []) => {
-            let t = cx.totals;
+            let u = cx.session.usage();
             print!(
                 "{} tokens in, {} out, {} turns",
-                t.tokens_in, t.tokens_out, t.turns
+                u.input_tokens,
+                u.output_tokens,
+                cx.session.turns()
             );
             match cx.price {
                 Some((i, o)) => println!(
                     ", about ${:.4} at the configured prices",
-                    t.tokens_in as f64 / 1e6 * i + t.tokens_out as f64 / 1e6 * o
+                    u.input_tokens as f64 / 1e6 * i + u.output_tokens as f64 / 1e6 * o
                 ),
                 None => println!(" (no price for this model in config: [agent.prices])"),
             }
