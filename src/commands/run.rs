@@ -15,11 +15,11 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use retie_agent::provider::script::ScriptProvider;
+use retie_agent::provider::AnyProvider;
 use retie_agent::session::{
     self, CallRecord, NoOne, NoOneRefuses, Render, Report, Session, SessionConfig, Status, YesFlag,
 };
 use retie_agent::tools::{BashRunner, BashSettings, FetchSettings, Tools};
-use retie_agent::provider::AnyProvider;
 use retie_agent::{Provider, StreamEvent};
 use retie_dispatch::{Approval, ApprovalRequest, Approver, Recorder};
 use retie_policy::{Policy, Tier};
@@ -430,10 +430,9 @@ pub(super) fn provider(
         let text = match script {
             Some(t) => t,
             None => {
-                let f = args
-                    .script
-                    .as_ref()
-                    .ok_or_else(|| CliError::Usage("--provider script needs --script FILE".into()))?;
+                let f = args.script.as_ref().ok_or_else(|| {
+                    CliError::Usage("--provider script needs --script FILE".into())
+                })?;
                 std::fs::read_to_string(f)
                     .map_err(|e| CliError::io(format!("reading {}", f.display()), e))?
             }

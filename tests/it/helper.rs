@@ -452,16 +452,12 @@ fn a_sigint_to_the_helper_kills_the_sandbox_when_asked_to() {
     let _threads = Threads::start(2);
     let s = Scratch::new(Leg::Invoker);
     let m = marker();
-    let spec = Sandbox::builder([
-        "sh",
-        "-c",
-        &format!("trap '' INT; sleep {m} & sleep {m}"),
-    ])
-    .workspace(&s.ws)
-    .timeout(Duration::from_secs(300))
-    .interrupt(retie_runtime::Interrupt::Kill)
-    .build()
-    .expect("spec");
+    let spec = Sandbox::builder(["sh", "-c", &format!("trap '' INT; sleep {m} & sleep {m}")])
+        .workspace(&s.ws)
+        .timeout(Duration::from_secs(300))
+        .interrupt(retie_runtime::Interrupt::Kill)
+        .build()
+        .expect("spec");
     let (tx, rx) = std::sync::mpsc::channel();
     let exe = bin(Leg::Invoker);
     std::thread::spawn(move || {
@@ -505,5 +501,8 @@ fn a_sigint_to_the_helper_kills_the_sandbox_when_asked_to() {
         .expect("an outcome");
     assert!(outcome.interrupted, "{outcome:?}");
     assert_eq!(outcome.signal, Some(libc::SIGKILL));
-    assert!(pids_with(&m).is_empty(), "processes of the sandbox are left");
+    assert!(
+        pids_with(&m).is_empty(),
+        "processes of the sandbox are left"
+    );
 }

@@ -35,8 +35,7 @@ pub struct Pty {
 impl Pty {
     /// Spawn `cmd` on a new pseudo-terminal (40 rows, 200 columns).
     pub fn spawn(mut cmd: Command) -> Pty {
-        let master = rustix::pty::openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY)
-            .expect("openpt");
+        let master = rustix::pty::openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).expect("openpt");
         rustix::pty::grantpt(&master).expect("grantpt");
         rustix::pty::unlockpt(&master).expect("unlockpt");
         let name = rustix::pty::ptsname(&master, Vec::new()).expect("ptsname");
@@ -57,7 +56,9 @@ impl Pty {
         )
         .expect("window size");
         let dup = |f: &OwnedFd| f.try_clone().expect("dup the slave");
-        cmd.stdin(dup(&slave)).stdout(dup(&slave)).stderr(dup(&slave));
+        cmd.stdin(dup(&slave))
+            .stdout(dup(&slave))
+            .stderr(dup(&slave));
         cmd.env("TERM", "xterm");
         // SAFETY: runs in the forked child before exec; setsid and the
         // TIOCSCTTY ioctl on fd 0 (the slave, dup2'ed there by Command)
@@ -184,7 +185,10 @@ impl Pty {
             }
             if Instant::now() > end {
                 let _ = self.child.kill();
-                panic!("the process did not end\n--- terminal ---\n{}", self.output());
+                panic!(
+                    "the process did not end\n--- terminal ---\n{}",
+                    self.output()
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }

@@ -180,7 +180,10 @@ fn a_task_streams_its_answer_and_the_approvals_decide_what_runs() {
             all.contains("echo wrong > e.txt") && all.contains("echo right > e.txt"),
             "the ledger holds the proposal and the edit"
         );
-        assert!(all.contains("edit_of"), "the edit is recorded as an edit of the proposal");
+        assert!(
+            all.contains("edit_of"),
+            "the edit is recorded as an edit of the proposal"
+        );
     }
 }
 
@@ -267,10 +270,16 @@ fn no_color_means_no_escape_sequences_and_model_text_is_escaped() {
                 !raw.windows(4).any(|w| w == b"\x1b]0;"),
                 "the model's OSC sequence reached the terminal"
             );
-            assert!(out.contains(r"\e]0;pwned\x07 title \e[2J"), "shown escaped:\n{out}");
+            assert!(
+                out.contains(r"\e]0;pwned\x07 title \e[2J"),
+                "shown escaped:\n{out}"
+            );
             let sgr = regex_sgr(&raw);
             if no_color {
-                assert!(sgr.is_empty(), "NO_COLOR, yet colour sequences: {sgr:?}\n{out}");
+                assert!(
+                    sgr.is_empty(),
+                    "NO_COLOR, yet colour sequences: {sgr:?}\n{out}"
+                );
             } else {
                 assert!(!sgr.is_empty(), "on a terminal, colours are on\n{out}");
             }

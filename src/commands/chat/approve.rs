@@ -112,7 +112,11 @@ impl TerminalApprover {
             eprintln!("{bar} risk: {}", st.yellow(&flags.join("; ")));
         }
         for r in &ev.decision.reasons {
-            eprintln!("{bar} asks because: {} ({})", visible(&r.to_string()), r.code());
+            eprintln!(
+                "{bar} asks because: {} ({})",
+                visible(&r.to_string()),
+                r.code()
+            );
         }
         eprintln!(
             "{} {}",

@@ -1,16 +1,16 @@
-//! The line editor (rustyline, ADR 0502): history in the state directory,
+//! The line editor (rustyline, ADR 0503): history in the state directory,
 //! multi-line input (a trailing backslash or Alt-Enter continues the
 //! line), and the answers to an approval prompt.
 
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::PathBuf;
 
-use rustyline::error::ReadlineError;
-use rustyline::history::FileHistory;
-use rustyline::validate::{ValidationContext, ValidationResult, Validator};
 use rustyline::completion::Completer;
+use rustyline::error::ReadlineError;
 use rustyline::highlight::Highlighter;
 use rustyline::hint::Hinter;
+use rustyline::history::FileHistory;
+use rustyline::validate::{ValidationContext, ValidationResult, Validator};
 use rustyline::{Cmd, Editor, Helper, KeyCode, KeyEvent, Modifiers};
 
 use crate::error::CliError;

@@ -6,7 +6,7 @@
 //!
 //! Ctrl-C during a turn cancels it: a running sandbox is killed (the
 //! supervisor turns the SIGINT into a SIGKILL of the sandbox's init, see
-//! `retie_runtime::Interrupt::Kill` and ADR 0502), what ran stays
+//! `retie_runtime::Interrupt::Kill` and ADR 0503), what ran stays
 //! recorded, and the next prompt comes. At the prompt, Ctrl-C twice or
 //! Ctrl-D ends the session: it is closed in the ledger and checkpointed.
 

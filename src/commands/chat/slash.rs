@@ -84,7 +84,8 @@ pub fn run(line: &str, cx: Ctx<'_>) {
                     "{}. always: {}  {}",
                     i + 1,
                     what.join(" ; "),
-                    cx.style.dim(&format!("(grant #{}, {})", g.seq, visible(&g.by)))
+                    cx.style
+                        .dim(&format!("(grant #{}, {})", g.seq, visible(&g.by)))
                 );
             }
         }
