@@ -73,9 +73,23 @@ enum Command {
     /// Undo every action of a session, newest first.
     UndoAll(commands::undo::UndoAllArgs),
     /// The agent: one task in DIR, every tool call through the chokepoint.
-    /// Exits 0 finished, 3 budget spent, 4 provider failed, 130
-    /// interrupted, 125 usage error.
+    /// Exits 0 finished, 3 budget spent, 4 provider failed, 5 suspended
+    /// (an approval is pending), 130 interrupted, 125 usage error.
     Run(commands::run::RunArgs),
+    /// Pending approvals across sessions: session, tool, frozen
+    /// arguments, digest, age.
+    Pending(commands::pending::PendingArgs),
+    /// Approve a suspended session's pending action (or run an edit of
+    /// it); `retie run --resume SESSION` carries it out.
+    Approve(commands::pending::ApproveArgs),
+    /// Deny a suspended session's pending action; the model reads the
+    /// reason when the session resumes.
+    Deny(commands::pending::DenyArgs),
+    /// Take back an "always" grant of a session that is not running.
+    Revoke(commands::pending::RevokeArgs),
+    /// Sessions with their state (running, suspended, finished, crashed),
+    /// workspace, model, turns and tokens.
+    Sessions(commands::sessions::SessionsArgs),
     /// Offline, no key, under a minute: a scripted model fixes a bug in a
     /// sample project, then replay, verify and undo-all.
     Demo(commands::demo::DemoArgs),
@@ -123,6 +137,11 @@ fn main() -> ExitCode {
         Command::LedgerDev(cmd) => ledger::dev::run(cmd),
         Command::Run(args) => commands::run::run(args),
         Command::Demo(args) => commands::demo::run(args),
+        Command::Pending(args) => or_125(commands::pending::list(args)),
+        Command::Approve(args) => or_125(commands::pending::approve(args)),
+        Command::Deny(args) => or_125(commands::pending::deny(args)),
+        Command::Revoke(args) => or_125(commands::pending::revoke(args)),
+        Command::Sessions(args) => or_125(commands::sessions::run(args)),
     };
     ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1))
 }

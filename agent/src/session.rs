@@ -274,8 +274,10 @@ pub struct Session<P: Provider> {
 impl<P: Provider> Session<P> {
     /// A new session. `rec` was opened with [`session_spec`]; nothing is
     /// written until the first durable point.
-    pub fn open(provider: P, tools: Tools, rec: Recorder, cfg: SessionConfig) -> Session<P> {
+    pub fn open(provider: P, mut tools: Tools, rec: Recorder, cfg: SessionConfig) -> Session<P> {
         let ctx = Context::new(cfg.tier);
+        let cancel = Cancel::new();
+        tools.cancel = cancel.clone();
         let messages = vec![Message::system(&cfg.system_prompt)];
         Session {
             provider,
@@ -290,7 +292,7 @@ impl<P: Provider> Session<P> {
             unanswered_truncated: false,
             ran_unconfirmed: HashMap::new(),
             pending: None,
-            cancel: Cancel::new(),
+            cancel,
             cfg,
         }
     }
@@ -302,7 +304,7 @@ impl<P: Provider> Session<P> {
     /// again with the same digest).
     pub fn resume(
         provider: P,
-        tools: Tools,
+        mut tools: Tools,
         rec: Recorder,
         mut cfg: SessionConfig,
         rows: &[Row],
@@ -394,6 +396,8 @@ impl<P: Provider> Session<P> {
                 .cloned()
                 .collect();
         }
+        let cancel = Cancel::new();
+        tools.cancel = cancel.clone();
         let ran_unconfirmed = unanswered
             .iter()
             .filter_map(|c| intents_by_call.get(&c.id).map(|a| (c.id.clone(), *a)))
@@ -411,7 +415,7 @@ impl<P: Provider> Session<P> {
             unanswered_truncated: truncated_last,
             ran_unconfirmed,
             pending: None,
-            cancel: Cancel::new(),
+            cancel,
             cfg,
         })
     }
@@ -696,6 +700,22 @@ impl<P: Provider> Session<P> {
                 }
                 Ok(prepared) => {
                     let action = prepared.action.clone();
+                    // The call a resumed pending approval belongs to must
+                    // freeze to the same digest, or the decision would
+                    // not be for what runs: stop instead.
+                    if let Some(op) = rec.resumed_pending() {
+                        let for_this = op.payload.get("call").and_then(Value::as_str)
+                            == Some(call.id.as_str());
+                        if for_this && op.digest != action.digest().to_hex() {
+                            return Err(Stop::Failed(format!(
+                                "the call {} rebuilt from the ledger freezes to digest {}, but its pending approval {} is for {}: nothing was run",
+                                visible(&call.id),
+                                action.digest().to_hex(),
+                                op.seq,
+                                op.digest
+                            )));
+                        }
+                    }
                     let r = match self.tools.run(rec, &self.ctx, prepared, approver) {
                         Err(e) => {
                             return Err(Stop::Failed(format!(
@@ -707,10 +727,14 @@ impl<P: Provider> Session<P> {
                     if let Some(pending) = r.pending {
                         // Suspended: this call and the ones after it stay
                         // unanswered until the session resumes.
-                        let mut info = pending_info(
-                            pending,
-                            &json!({"action": action.to_json(), "digest": action.digest().to_hex()}),
-                        );
+                        let payload = self
+                            .rec
+                            .as_ref()
+                            .and_then(|r| r.pending_payload(pending))
+                            .unwrap_or_else(|| {
+                                json!({"action": action.to_json(), "digest": action.digest().to_hex()})
+                            });
+                        let mut info = pending_info(pending, &payload);
                         info.summary = r.summary.clone();
                         self.pending = Some(info);
                         self.unanswered = calls[i..].to_vec();
@@ -738,6 +762,17 @@ impl<P: Provider> Session<P> {
             };
             ui.call(&line);
             actions.push(line);
+        }
+        Ok(())
+    }
+
+    /// Make what the session queued (messages) durable now: one
+    /// transaction. The interactive front calls it after each exchange;
+    /// otherwise messages ride on the next durable point (an action's,
+    /// the suspension, the close) and cost no fsync of their own.
+    pub fn flush(&mut self) -> Result<(), SessionError> {
+        if let Some(r) = self.rec.as_mut() {
+            r.flush()?;
         }
         Ok(())
     }

@@ -99,6 +99,8 @@ pub struct Recorder {
     resume: Option<OpenPending>,
     /// The session's lock, held while this process runs it.
     lock: Option<SessionLock>,
+    /// The last pending entry this process wrote (seq, payload).
+    last_pending: Option<(i64, Value)>,
 }
 
 impl Recorder {
@@ -144,6 +146,7 @@ impl Recorder {
             grants: Vec::new(),
             resume: None,
             lock: None,
+            last_pending: None,
         })
     }
 
@@ -193,7 +196,7 @@ impl Recorder {
         let user = keys::user_key()?;
         let ledger = Ledger::open(ledger_path, false, Some(&user))?;
         ledger.check_user_key(&user)?;
-        let mut session = join_session(&ledger, &user, id)?;
+        let (mut session, renewal) = join_or_renew(&ledger, &user, id, true)?;
         session.joined = false;
         let lock = SessionLock::acquire(ledger_path, id)?;
         let rows = ledger.session_rows(id)?;
@@ -211,9 +214,21 @@ impl Recorder {
             pending_outcome: None,
             queued: Vec::new(),
             grants: state.grants,
+            last_pending: state
+                .open_pending
+                .as_ref()
+                .map(|p| (p.seq, p.payload.clone())),
             resume: state.open_pending,
             lock: Some(lock),
         };
+        if let Some(d) = renewal {
+            let e = rec.entry(
+                Actor::Person,
+                Kind::Delegation,
+                json!({ "delegation": d, "why": "renewed on resume" }),
+            );
+            rec.queued.push(e);
+        }
         let resumed = rec.entry(
             Actor::Person,
             Kind::Resumed,
@@ -293,7 +308,10 @@ impl Recorder {
         self.queued.push(e);
     }
 
-    /// Write what is queued now (one transaction), if anything.
+    /// Write what is queued now (one transaction), if anything: for an
+    /// interactive front after each exchange, so a conversation with no
+    /// tool call is durable before the next prompt (one fsync per
+    /// exchange; `-p` lets it ride on the close instead).
     pub fn flush(&mut self) -> Result<(), Error> {
         let entries = self.opening();
         if !entries.is_empty() {
@@ -310,6 +328,7 @@ impl Recorder {
         let pe = self.entry(Actor::Agent, Kind::Proposed, proposed);
         let mut pa = self.entry(Actor::Policy, Kind::Pending, pending);
         merge(&mut pa.payload, self.call_fields());
+        let entries_payload = Some((0, pa.payload.clone()));
         let appended = self.ledger.append_batch(|first| {
             set(&mut pa.payload, "proposal", json!(first + n));
             entries.push(pe);
@@ -317,8 +336,21 @@ impl Recorder {
             entries
         })?;
         let seq = appended.last().map(|a| a.seq).unwrap_or_default();
+        self.last_pending = entries_payload;
+        if let Some(p) = self.last_pending.as_mut() {
+            p.0 = seq;
+        }
         stall("pending");
         Ok((seq - 1, seq))
+    }
+
+    /// The payload of pending entry `seq`, if this process wrote it or
+    /// resumed at it.
+    pub fn pending_payload(&self, seq: i64) -> Option<Value> {
+        self.last_pending
+            .as_ref()
+            .filter(|(s, _)| *s == seq)
+            .map(|(_, p)| p.clone())
     }
 
     /// The call fields of the intent base (tool, command, call id) a
@@ -399,7 +431,7 @@ impl Recorder {
             if let Some(mut le) = last {
                 set(&mut le.payload, "proposal", json!(proposal));
                 set(&mut le.payload, "pending", json!(pending));
-                set(&mut le.payload, "decision", json!(decision_seq));
+                set(&mut le.payload, "decision_entry", json!(decision_seq));
                 entries.push(le);
             }
             entries
@@ -802,6 +834,20 @@ impl SessionLock {
 
 /// Rejoin a session (`--session S`): its delegation must not have expired.
 fn join_session(ledger: &Ledger, user: &SigningKey, id: &str) -> Result<Session, Error> {
+    join_or_renew(ledger, user, id, false).map(|(s, _)| s)
+}
+
+/// Join session `id`; with `renew`, a delegation that expired (a session
+/// suspended for longer than [`SESSION_TTL_MS`]) or has less than half
+/// its time left is renewed: a new delegation of the same key, signed by
+/// the user key (the person resuming it), returned to be recorded before
+/// the key signs anything.
+fn join_or_renew(
+    ledger: &Ledger,
+    user: &SigningKey,
+    id: &str,
+    renew: bool,
+) -> Result<(Session, Option<Delegation>), Error> {
     let err = |why: &str| retie_ledger::Error::Session {
         session: id.into(),
         why: why.into(),
@@ -815,17 +861,43 @@ fn join_session(ledger: &Ledger, user: &SigningKey, id: &str) -> Result<Session,
         return Err(err("not a session id").into());
     }
     let rows = ledger.session_rows(id)?;
-    let opened = rows
+    if !rows
         .iter()
-        .find(|r| r.kind == Kind::SessionOpened.as_bytes())
-        .ok_or_else(|| err("no such session in this ledger"))?;
-    let d: Delegation = opened
-        .payload_json()
-        .get("delegation")
-        .cloned()
-        .and_then(|v| serde_json::from_value(v).ok())
+        .any(|r| r.kind == Kind::SessionOpened.as_bytes())
+    {
+        return Err(err("no such session in this ledger").into());
+    }
+    // The newest delegation the user key gave this session (its opening,
+    // or a renewal).
+    let user_hex = retie_ledger::hex(user.verifying_key().as_bytes());
+    let d: Delegation = rows
+        .iter()
+        .rev()
+        .filter(|r| {
+            r.kind == Kind::SessionOpened.as_bytes() || r.kind == Kind::Delegation.as_bytes()
+        })
+        .filter_map(|r| {
+            r.payload_json()
+                .get("delegation")
+                .cloned()
+                .and_then(|v| serde_json::from_value::<Delegation>(v).ok())
+        })
+        .find(|d| d.parent == user_hex)
         .ok_or_else(|| err("its delegation is unreadable"))?;
-    if d.not_after_ms < now_ms() {
+    let mut renewal = None;
+    if renew && d.not_after_ms - now_ms() < SESSION_TTL_MS / 2 {
+        let key = keys::session_key(user, id);
+        if retie_ledger::hex(key.verifying_key().as_bytes()) == d.key {
+            renewal = Some(Delegation::issue(
+                user,
+                &key.verifying_key(),
+                id,
+                &d.workspace,
+                &d.effects.iter().map(String::as_str).collect::<Vec<_>>(),
+                now_ms() + SESSION_TTL_MS,
+            ));
+        }
+    } else if d.not_after_ms < now_ms() {
         return Err(err("its delegation has expired; start a new session").into());
     }
     let derived = keys::session_key(user, id);
@@ -838,12 +910,15 @@ fn join_session(ledger: &Ledger, user: &SigningKey, id: &str) -> Result<Session,
     if retie_ledger::hex(key.verifying_key().as_bytes()) != d.key {
         return Err(err("its key does not match its delegation").into());
     }
-    Ok(Session {
-        id: id.into(),
-        key,
-        pending_open: None,
-        joined: true,
-    })
+    Ok((
+        Session {
+            id: id.into(),
+            key,
+            pending_open: None,
+            joined: true,
+        },
+        renewal,
+    ))
 }
 
 fn new_id() -> String {

@@ -1006,6 +1006,78 @@ mod tests {
         );
     }
 
+    /// Eight processes' worth of connections decide one pending approval
+    /// at once: the guard, checked inside each append's transaction, lets
+    /// exactly one decision in (seen failing with the guard removed: all
+    /// eight were written).
+    #[test]
+    fn a_pending_approval_is_decided_once_under_concurrent_deciders() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("l.db");
+        let user = key(5);
+        let mut l = Ledger::open(&path, true, Some(&user)).expect("open");
+        let pending = l
+            .append(
+                "s",
+                Actor::Policy,
+                Kind::Pending,
+                &serde_json::json!({}),
+                &user,
+            )
+            .expect("pending")
+            .seq;
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(8));
+        let won: usize = (0..8)
+            .map(|i| {
+                let path = path.clone();
+                let barrier = barrier.clone();
+                std::thread::spawn(move || {
+                    let user = key(5);
+                    let mut l = Ledger::open(&path, false, Some(&user)).expect("open");
+                    barrier.wait();
+                    let guard = Guard::OpenPending {
+                        session: "s".into(),
+                        pending,
+                    };
+                    match l.append_batch_guarded(Some(&guard), |_| {
+                        vec![NewEntry {
+                            session: "s".into(),
+                            actor: Actor::Person,
+                            kind: Kind::Decision,
+                            payload: serde_json::json!({ "pending": pending, "by": i }),
+                            key: user.clone(),
+                        }]
+                    }) {
+                        Ok(_) => 1,
+                        Err(Error::Conflict { .. }) => 0,
+                        Err(e) => panic!("{e}"),
+                    }
+                })
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|t| t.join().expect("thread"))
+            .sum();
+        assert_eq!(won, 1, "decisions written");
+        // A later pending makes the first one moved-on.
+        l.append(
+            "s",
+            Actor::Policy,
+            Kind::Pending,
+            &serde_json::json!({}),
+            &user,
+        )
+        .expect("second pending");
+        let guard = Guard::OpenPending {
+            session: "s".into(),
+            pending,
+        };
+        assert!(matches!(
+            l.append_batch_guarded(Some(&guard), |_| Vec::new()),
+            Err(Error::Conflict { .. })
+        ));
+    }
+
     #[test]
     fn rows_cannot_be_rewritten_or_deleted() {
         let dir = tempfile::tempdir().expect("tempdir");

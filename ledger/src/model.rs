@@ -99,6 +99,68 @@ pub struct Session {
     pub actions: Vec<Action>,
     pub refusals: Vec<Value>,
     pub turns: u64,
+    /// Approvals the gate asked a person for: the pending entry, and the
+    /// decision when one was made.
+    pub approvals: Vec<Approval>,
+    /// Grants ("always for this session"), with their revocation if any.
+    pub grants: Vec<GrantSeen>,
+    /// Times the session was suspended and resumed.
+    pub suspended: u64,
+    pub resumed: u64,
+}
+
+/// A pending approval and what became of it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Approval {
+    /// The pending entry's seq.
+    pub pending: i64,
+    pub time_ms: i64,
+    pub payload: Value,
+    pub decision: Option<Value>,
+}
+
+impl Approval {
+    /// Tool and arguments, for display (escaped).
+    pub fn action(&self) -> String {
+        visible(&format!(
+            "{} {}",
+            self.payload
+                .pointer("/action/tool")
+                .and_then(Value::as_str)
+                .unwrap_or("?"),
+            self.payload
+                .pointer("/action/args")
+                .map(|a| a.to_string())
+                .unwrap_or_default()
+        ))
+    }
+    /// `approve by X`, `deny by X: REASON`, `edit by X: ARGS`, or
+    /// `pending` (escaped).
+    pub fn verdict(&self) -> String {
+        let Some(d) = &self.decision else {
+            return "pending".into();
+        };
+        let f = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or("?").to_string();
+        visible(&match f("verdict").as_str() {
+            "deny" => format!("deny by {}: {}", f("decided_by"), f("deny_reason")),
+            "edit" => format!(
+                "edit by {}: {}",
+                f("decided_by"),
+                d.get("edited_arguments")
+                    .map(|a| a.to_string())
+                    .unwrap_or_default()
+            ),
+            v => format!("{v} by {}", f("decided_by")),
+        })
+    }
+}
+
+/// A grant as recorded.
+#[derive(Debug, Clone, Serialize)]
+pub struct GrantSeen {
+    pub seq: i64,
+    pub keys: Vec<String>,
+    pub revoked: bool,
 }
 
 impl Session {
@@ -128,7 +190,13 @@ pub fn sessions(rows: &[Row]) -> Vec<Session> {
     let mut index = std::collections::HashMap::new();
     for r in rows {
         let k = Kind::parse(&r.kind);
-        let turn = r.kind == b"turn";
+        // A turn: an assistant message (older ledgers: a `turn` entry).
+        let turn = r.kind == b"turn"
+            || (k == Some(Kind::Message)
+                && r.payload_json()
+                    .pointer("/message/role")
+                    .and_then(Value::as_str)
+                    == Some("assistant"));
         let sid = r.session_str();
         if k == Some(Kind::SessionOpened) {
             index.insert(sid.clone(), out.len());
@@ -141,6 +209,10 @@ pub fn sessions(rows: &[Row]) -> Vec<Session> {
                 actions: Vec::new(),
                 refusals: Vec::new(),
                 turns: 0,
+                approvals: Vec::new(),
+                grants: Vec::new(),
+                suspended: 0,
+                resumed: 0,
             });
             continue;
         }
@@ -182,6 +254,35 @@ pub fn sessions(rows: &[Row]) -> Vec<Session> {
                 }
             }
             Kind::Refusal => s.refusals.push(p),
+            Kind::Pending => s.approvals.push(Approval {
+                pending: r.seq,
+                time_ms: r.time_ms,
+                payload: p,
+                decision: None,
+            }),
+            Kind::Decision => {
+                let target = p.get("pending").and_then(Value::as_i64);
+                if let Some(a) = s.approvals.iter_mut().find(|a| Some(a.pending) == target) {
+                    a.decision = Some(p);
+                }
+            }
+            Kind::Grant => s.grants.push(GrantSeen {
+                seq: r.seq,
+                keys: p
+                    .get("keys")
+                    .and_then(Value::as_array)
+                    .map(|a| a.iter().filter_map(|k| k.as_str().map(visible)).collect())
+                    .unwrap_or_default(),
+                revoked: false,
+            }),
+            Kind::Revoke => {
+                let target = p.get("grant").and_then(Value::as_i64);
+                if let Some(g) = s.grants.iter_mut().find(|g| Some(g.seq) == target) {
+                    g.revoked = true;
+                }
+            }
+            Kind::Suspended => s.suspended += 1,
+            Kind::Resumed => s.resumed += 1,
             Kind::SessionClosed => s.closed_ms = Some(r.time_ms),
             _ => {}
         }

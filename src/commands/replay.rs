@@ -114,6 +114,8 @@ pub fn run(a: ReplayArgs) -> i32 {
                 "opened": s.opened,
                 "actions": actions,
                 "refusals": s.refusals,
+                "approvals": s.approvals,
+                "grants": s.grants,
                 "totals": t,
             })
         );
@@ -220,6 +222,54 @@ pub fn run(a: ReplayArgs) -> i32 {
             } else {
                 println!("  {line}");
             }
+        }
+    }
+    if !s.approvals.is_empty() || !s.grants.is_empty() {
+        if md {
+            println!("\n### Asked a person\n");
+        } else {
+            println!("ASKED A PERSON:");
+        }
+        for a in &s.approvals {
+            let line = format!(
+                "[{}] {}  {}  digest {}: {}",
+                a.pending,
+                time(a.time_ms),
+                a.action(),
+                crate::ui::visible(
+                    a.payload
+                        .get("digest")
+                        .and_then(Value::as_str)
+                        .unwrap_or("?")
+                ),
+                a.verdict()
+            );
+            if md {
+                println!("- {}", line.replace('|', "\\|"));
+            } else {
+                println!("  {line}");
+            }
+        }
+        for g in &s.grants {
+            let line = format!(
+                "grant [{}] always: {}{}",
+                g.seq,
+                g.keys.join(", "),
+                if g.revoked { " (revoked)" } else { "" }
+            );
+            if md {
+                println!("- {}", line.replace('|', "\\|"));
+            } else {
+                println!("  {line}");
+            }
+        }
+        if s.suspended > 0 {
+            println!(
+                "{}suspended {} time(s), resumed {} time(s)",
+                if md { "- " } else { "  " },
+                s.suspended,
+                s.resumed
+            );
         }
     }
     let line = format!(

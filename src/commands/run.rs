@@ -171,6 +171,18 @@ pub fn run(args: RunArgs) -> i32 {
 
 /// The exit code of a session report (printed first).
 pub fn finish(r: &Report, json_out: bool) -> i32 {
+    // The pending action, on stderr in both modes: what a person decides.
+    if let Some(p) = &r.pending {
+        eprintln!(
+            "retie: pending approval {} in session {}:\n  tool: {}\n  arguments: {}\n  digest: {}\n  why it asks: {}",
+            p.pending,
+            crate::ui::visible(&r.session),
+            crate::ui::visible(&p.tool),
+            crate::ui::visible(&p.arguments.to_string()),
+            p.digest,
+            crate::ui::visible(&p.reason)
+        );
+    }
     if json_out {
         println!(
             "{}",
@@ -181,17 +193,7 @@ pub fn finish(r: &Report, json_out: bool) -> i32 {
         if !r.answer.is_empty() {
             println!();
         }
-        if let Some(p) = &r.pending {
-            eprintln!(
-                "retie: pending approval {} in session {}:\n  tool: {}\n  arguments: {}\n  digest: {}\n  why it asks: {}",
-                p.pending,
-                crate::ui::visible(&r.session),
-                crate::ui::visible(&p.tool),
-                crate::ui::visible(&p.arguments.to_string()),
-                p.digest,
-                crate::ui::visible(&p.reason)
-            );
-        }
+
         eprintln!(
             "retie: {} (session {}, {} turns, {} tokens in / {} out, {} tool calls)",
             r.message,

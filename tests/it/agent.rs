@@ -338,7 +338,7 @@ fn the_demo_runs_offline_and_exits_0() {
 /// fragments, a usage-only final chunk, `data: [DONE]`), answering each
 /// request with the next scripted turn. Returns its address and the
 /// request bodies it received.
-fn openai_server(
+pub(crate) fn openai_server(
     turns: Vec<Vec<String>>,
 ) -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
     let bodies = turns
@@ -400,7 +400,7 @@ fn wire_server(
     (format!("http://{addr}"), seen)
 }
 
-fn tool_call_turn(id: &str, name: &str, args: &str) -> Vec<String> {
+pub(crate) fn tool_call_turn(id: &str, name: &str, args: &str) -> Vec<String> {
     let (a, b) = args.split_at(args.len() / 2);
     vec![
         serde_json::json!({"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"id":id,"type":"function","function":{"name":name,"arguments":""}}]}}]}).to_string(),

@@ -19,5 +19,6 @@ mod library;
 mod lifecycle;
 mod overlay;
 mod policy;
+mod resume;
 mod toolchain;
 mod tty;

@@ -92,6 +92,8 @@ pub(crate) struct BashExec<'u> {
     cap: u64,
     timeout: Duration,
     cancel: Option<&'static AtomicBool>,
+    /// The session's token: cancelled too when the sandbox was killed.
+    session_cancel: retie_dispatch::Cancel,
 }
 
 impl<'u> BashExec<'u> {
@@ -148,6 +150,7 @@ impl<'u> BashExec<'u> {
             cap: t.bash.output_cap,
             timeout,
             cancel: t.bash.cancel_on_interrupt,
+            session_cancel: t.cancel.clone(),
         })
     }
 }
@@ -166,6 +169,7 @@ impl Executor for BashExec<'_> {
             if let Some(flag) = self.cancel {
                 flag.store(true, Ordering::SeqCst);
             }
+            self.session_cancel.cancel();
             text.push_str(
                 "cancelled by the person (Ctrl-C): the sandbox was killed; its changes were not applied\n",
             );

@@ -165,6 +165,9 @@ pub struct Tools {
     pub recall: Recall,
     /// The hosts the person allowed the fetch tool to reach.
     pub fetch: FetchSettings,
+    /// The session's cancel token (set by `Session`): a running sandbox
+    /// may watch it to stop early.
+    pub cancel: retie_dispatch::Cancel,
     ws: Workspace,
     /// A file tool wrote since the last sandbox started: the next one
     /// waits for the coarse clock to tick first, or the write would look
@@ -228,6 +231,7 @@ impl Tools {
             bash,
             recall: Recall::default(),
             fetch: FetchSettings::default(),
+            cancel: retie_dispatch::Cancel::new(),
             ws,
             wrote: false,
         })

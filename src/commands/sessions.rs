@@ -1,0 +1,107 @@
+//! `retie sessions`: every session with its state (running, suspended,
+//! finished, crashed), workspace, model, turns and tokens.
+//!
+//! Running means a process holds the session's lock
+//! (`LEDGER.sessions/SESSION.lock`, an exclusive flock the kernel drops
+//! when the process dies); a session neither running, suspended nor
+//! closed is crashed, and `retie run --resume` takes it up again.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use retie_dispatch::record::{SessionLock, SessionState};
+use retie_ledger::{Kind, Ledger};
+use serde_json::{json, Value};
+
+use crate::error::CliError;
+use crate::ui::visible;
+
+#[derive(Args)]
+pub struct SessionsArgs {
+    #[arg(long, value_name = "PATH")]
+    pub ledger: Option<PathBuf>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(a: SessionsArgs) -> Result<i32, CliError> {
+    let path = crate::ledger::resolve_path(a.ledger.as_deref())?;
+    let rows = Ledger::open(&path, false, None)?.rows()?;
+    let mut out = Vec::new();
+    for (sid, rows) in super::pending::by_session(rows) {
+        let Some(opened) = rows
+            .iter()
+            .find(|r| r.kind == Kind::SessionOpened.as_bytes())
+            .map(|r| (r.time_ms, r.payload_json()))
+        else {
+            continue;
+        };
+        let st = SessionState::of(&rows);
+        let state = if SessionLock::held(&path, &sid) {
+            "running"
+        } else if st.closed {
+            "finished"
+        } else if st.suspended {
+            "suspended"
+        } else {
+            "crashed"
+        };
+        let (mut turns, mut tin, mut tout) = (0u64, 0u64, 0u64);
+        for r in rows.iter().filter(|r| r.kind == Kind::Message.as_bytes()) {
+            let p = r.payload_json();
+            if p.pointer("/message/role").and_then(Value::as_str) == Some("assistant") {
+                turns += 1;
+                tin += p
+                    .pointer("/usage/input_tokens")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0);
+                tout += p
+                    .pointer("/usage/output_tokens")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0);
+            }
+        }
+        let o = &opened.1;
+        out.push(json!({
+            "session": sid,
+            "state": state,
+            "opened_ms": opened.0,
+            "origin": o.get("origin"),
+            "workspace": o.pointer("/delegation/workspace"),
+            "provider": o.get("provider"),
+            "model": o.get("model"),
+            "turns": turns,
+            "tokens_in": tin,
+            "tokens_out": tout,
+            "pending": st.open_pending.as_ref().map(|p| p.seq),
+            "grants": st.grants.iter().map(|g| json!({"grant": g.seq, "keys": g.keys, "by": g.by})).collect::<Vec<_>>(),
+        }));
+    }
+    if a.json {
+        println!("{}", json!({ "sessions": out }));
+        return Ok(0);
+    }
+    if out.is_empty() {
+        println!("no sessions in the ledger");
+    }
+    for s in &out {
+        let f = |k: &str| visible(s[k].as_str().unwrap_or("-"));
+        println!(
+            "{}  {:<9}  {}  {}  model {}  {} turns  {} tokens in / {} out{}  {}",
+            f("session"),
+            f("state"),
+            super::replay::time(s["opened_ms"].as_i64().unwrap_or(0)),
+            f("origin"),
+            f("model"),
+            s["turns"],
+            s["tokens_in"],
+            s["tokens_out"],
+            s["pending"]
+                .as_i64()
+                .map(|p| format!("  pending {p}"))
+                .unwrap_or_default(),
+            f("workspace"),
+        );
+    }
+    Ok(0)
+}
