@@ -8,7 +8,7 @@
 //! nobody could answer: `retie approve`/`deny`, then `--resume`); 130
 //! interrupted; 125 a usage error or a failure of retie itself.
 
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -17,11 +17,11 @@ use clap::{Args, ValueEnum};
 use retie_agent::provider::script::ScriptProvider;
 use retie_agent::provider::AnyProvider;
 use retie_agent::session::{
-    self, CallRecord, NoOne, NoOneRefuses, Render, Report, Session, SessionConfig, Status, YesFlag,
+    self, NoOne, NoOneRefuses, Report, Session, SessionConfig, Status, YesFlag,
 };
 use retie_agent::tools::{BashRunner, BashSettings, FetchSettings, Tools};
-use retie_agent::{Provider, StreamEvent};
-use retie_dispatch::{Approval, ApprovalRequest, Approver, Recorder};
+use retie_agent::Provider;
+use retie_dispatch::{Approver, Recorder};
 use retie_policy::{Policy, Tier};
 use serde::Deserialize;
 use serde_json::json;
@@ -505,7 +505,7 @@ pub fn run_inner(
     } else if args.yes {
         Box::new(YesFlag)
     } else if std::io::stdin().is_terminal() {
-        Box::new(TerminalApprover)
+        Box::new(super::chat::terminal_approver(&INTERRUPTED)?)
     } else if args.on_ask == Some(OnAskArg::Refuse) {
         Box::new(NoOneRefuses)
     } else {
@@ -514,7 +514,7 @@ pub fn run_inner(
     // SAFETY: installing a handler that only stores to an atomic, before
     // any thread exists; it replaces the default disposition of SIGINT.
     unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
-    let mut ui = Terminal { json: args.json };
+    let mut ui = super::chat::PlainRender::new(args.json);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -547,7 +547,7 @@ async fn drive<P: Provider>(
     p: P,
     job: Job,
     approver: &mut dyn Approver,
-    ui: &mut Terminal,
+    ui: &mut super::chat::PlainRender,
 ) -> Result<Report, CliError> {
     let mut s = match &job.rows {
         None => Session::open(p, job.tools, job.rec, job.cfg),
@@ -624,119 +624,6 @@ fn defaults_from_session(args: &mut RunArgs, id: &str) -> Result<(), CliError> {
             .map(PathBuf::from);
     }
     Ok(())
-}
-
-/// Streamed text on stdout (stderr with --json), reasoning dimmed, one
-/// line per tool call on stderr.
-struct Terminal {
-    json: bool,
-}
-
-impl Render for Terminal {
-    fn event(&mut self, ev: &StreamEvent) {
-        match ev {
-            StreamEvent::Text(t) if self.json => {
-                eprint!("{}", retie_policy::escape_for_terminal(t))
-            }
-            StreamEvent::Text(t) => {
-                print!("{}", retie_policy::escape_for_terminal(t));
-                let _ = std::io::stdout().flush();
-            }
-            StreamEvent::Reasoning(t) => {
-                eprint!("\x1b[2m{}\x1b[0m", retie_policy::escape_for_terminal(t))
-            }
-            StreamEvent::ToolCall(_) => {}
-        }
-    }
-    fn call(&mut self, c: &CallRecord) {
-        let id = c.action.map(|a| format!("#{a} ")).unwrap_or_default();
-        eprintln!(
-            "\n  → {id}{}: {} — {}",
-            crate::ui::visible(&c.summary),
-            c.status,
-            crate::ui::visible(
-                &c.said
-                    .lines()
-                    .next()
-                    .unwrap_or("")
-                    .chars()
-                    .take(160)
-                    .collect::<String>()
-            )
-        );
-    }
-}
-
-/// Asks on the terminal: yes / no with a reason / always (this session,
-/// this exact prefix: a grant in the ledger) / edit. A plain prompt; the
-/// interactive front draws its own.
-struct TerminalApprover;
-
-impl Approver for TerminalApprover {
-    fn approve(&mut self, req: &ApprovalRequest<'_>) -> Approval {
-        let ev = req.evaluation;
-        eprintln!("\n┌ retie asks: {}", req.action.tool());
-        eprintln!(
-            "│ arguments: {}",
-            retie_policy::escape_for_terminal(&req.action.args().to_json().to_string())
-        );
-        if let Some(s) = &ev.shell {
-            for p in &s.parts {
-                eprintln!("│   runs: {}", retie_policy::escape_for_terminal(p));
-            }
-        }
-        eprintln!(
-            "│ class: {}   undo: {}",
-            ev.class.kind().name(),
-            req.plan.detail
-        );
-        for r in &ev.decision.reasons {
-            eprintln!("│ why it asks: {r}");
-        }
-        eprintln!("│ digest: {}", ev.digest.to_hex());
-        eprint!(
-            "└ approve? [y]es / [n]o REASON / [a]lways this session / [e]dit NEW-COMMAND-OR-JSON: "
-        );
-        let _ = std::io::stderr().flush();
-        let mut line = String::new();
-        let read = std::fs::File::open("/dev/tty")
-            .map(std::io::BufReader::new)
-            .and_then(|mut r| r.read_line(&mut line));
-        if read.is_err() {
-            return Approval::Suspend;
-        }
-        let line = line.trim();
-        let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
-        match word {
-            "y" | "yes" => Approval::Approved {
-                by: "person (terminal)".into(),
-                digest: req.action.digest(),
-            },
-            "a" | "always" => Approval::Always {
-                by: "person (terminal, always this session)".into(),
-                digest: req.action.digest(),
-            },
-            "e" | "edit" => match edited_arguments(req.action, rest) {
-                Ok(arguments) => Approval::Edit {
-                    by: "person (terminal)".into(),
-                    digest: req.action.digest(),
-                    arguments,
-                },
-                Err(why) => Approval::Denied {
-                    by: "person (terminal)".into(),
-                    reason: format!("the person's edit could not be read ({why}); not run"),
-                },
-            },
-            _ => Approval::Denied {
-                by: "person (terminal)".into(),
-                reason: if rest.trim().is_empty() {
-                    "the person said no".into()
-                } else {
-                    format!("the person said no: {}", rest.trim())
-                },
-            },
-        }
-    }
 }
 
 /// An edit as the person wrote it: a JSON object replaces the arguments;

@@ -29,6 +29,22 @@ use super::run::{self, RunArgs, EXIT_USAGE};
 use crate::error::CliError;
 use crate::ui::{visible, Style};
 
+pub use render::PlainRender;
+
+/// The approval prompt for `retie run -p` on a terminal: the same as the
+/// interactive session's (answers are never put in the history). Ctrl-C
+/// at the prompt refuses and raises `cancel`.
+pub fn terminal_approver(
+    cancel: &'static AtomicBool,
+) -> Result<approve::TerminalApprover, CliError> {
+    Ok(approve::TerminalApprover {
+        editor: Rc::new(RefCell::new(editor::LineEditor::open()?)),
+        spin: render::Spinner::shared(),
+        style: Style::stderr(),
+        cancel,
+    })
+}
+
 /// Raised by SIGINT (or by the bash tool when the supervisor consumed
 /// one and killed the sandbox): the turn stops at the next step.
 static CANCEL: AtomicBool = AtomicBool::new(false);

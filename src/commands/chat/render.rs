@@ -167,3 +167,51 @@ impl Render for ChatRender {
         start(&self.spin, "thinking");
     }
 }
+
+/// The render of `retie run -p`: streamed text on stdout (on stderr with
+/// `--json`, so stdout holds the JSON alone), reasoning dimmed, one line
+/// per tool call on stderr.
+pub struct PlainRender {
+    json: bool,
+    err: Style,
+}
+
+impl PlainRender {
+    pub fn new(json: bool) -> PlainRender {
+        PlainRender {
+            json,
+            err: Style::stderr(),
+        }
+    }
+}
+
+impl Render for PlainRender {
+    fn event(&mut self, ev: &StreamEvent) {
+        match ev {
+            StreamEvent::Text(t) if self.json => eprint!("{}", prose(t)),
+            StreamEvent::Text(t) => {
+                print!("{}", prose(t));
+                let _ = std::io::stdout().flush();
+            }
+            StreamEvent::Reasoning(t) => eprint!("{}", self.err.dim(&prose(t))),
+            StreamEvent::ToolCall(_) => {}
+        }
+    }
+    fn call(&mut self, c: &CallRecord) {
+        let id = c.action.map(|a| format!("#{a} ")).unwrap_or_default();
+        let said: String = c
+            .said
+            .lines()
+            .next()
+            .unwrap_or("")
+            .chars()
+            .take(160)
+            .collect();
+        eprintln!(
+            "\n  → {id}{}: {} — {}",
+            visible(&c.summary),
+            c.status,
+            visible(&said)
+        );
+    }
+}
