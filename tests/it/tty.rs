@@ -168,6 +168,23 @@ fn a_task_streams_its_answer_and_the_approvals_decide_what_runs() {
         t.expect("undone");
         assert_eq!(read(&s, "g.txt"), "a\na\n");
 
+        t.expect("retie> ");
+        t.line("/diff");
+        t.expect("one.txt");
+        t.expect("(undone)");
+        t.expect("retie> ");
+        t.line("/cost");
+        t.expect("tokens in");
+        t.expect("retie> ");
+        t.line("/autonomy auto");
+        t.expect("autonomy auto from the next task on");
+        t.expect("retie> ");
+        t.line("/model other-model");
+        t.expect("model other-model from the next task on");
+        t.expect("retie> ");
+        t.line("/help");
+        t.expect("/undo-all");
+
         end_with_ctrl_d(&s, &mut t);
         let e = entries(&s);
         assert!(
@@ -325,12 +342,23 @@ fn the_history_is_kept_in_the_state_directory_readable_by_its_owner_only() {
         let sc = script(&s, serde_json::json!([{"text": "Hello."}]));
         let mut t = session(&s, &sc, &[]);
         t.expect("retie> ");
-        t.line("remember this line");
+        // A trailing backslash continues the input on the next line.
+        t.line("remember this line \\");
+        t.line("and this one");
         t.expect("Hello.");
+        // Ctrl-C twice at the prompt ends the session.
         t.expect("retie> ");
-        t.type_("\x04");
+        t.type_("\x03");
+        t.expect("Ctrl-C again");
+        t.type_("\x03");
         t.expect("closed");
-        t.wait();
+        assert!(t.wait().success());
+        verify(&s);
+        let all: String = entries(&s).iter().map(|(_, p)| p.to_string()).collect();
+        assert!(
+            all.contains("remember this line \\nand this one"),
+            "the two lines are one message to the model"
+        );
         let h = s.home.join(".local/state/retie/history");
         let text = std::fs::read_to_string(&h).expect("the history file");
         assert!(text.contains("remember this line"), "{text}");
