@@ -8,7 +8,7 @@ use std::io::{IsTerminal, Write};
 use std::sync::{Arc, Mutex};
 
 use retie_agent::session::{CallRecord, Render};
-use retie_agent::StreamEvent;
+use retie_agent::{StreamEvent, ToolCall};
 
 use crate::ui::{prose, visible, Style};
 
@@ -143,6 +143,13 @@ impl Render for ChatRender {
             }
             _ => {}
         }
+    }
+
+    fn call_started(&mut self, call: &ToolCall) {
+        stop(&self.spin);
+        self.end_text();
+        let name: String = call.name.chars().take(40).collect();
+        start(&self.spin, &format!("running {}", visible(&name)));
     }
 
     fn call(&mut self, c: &CallRecord) {
