@@ -602,6 +602,18 @@ impl<P: Provider> Session<P> {
                 tools: tools::specs(),
                 max_tokens: self.cfg.max_output_tokens,
             };
+            // What the model is about to read is durable before it is
+            // asked: a crash while it answers (seconds to minutes) loses
+            // only that answer, never the last results or outcomes. One
+            // transaction, and only when something is queued.
+            if let Err(e) = self.flush() {
+                return self.report(
+                    Status::Failed,
+                    format!("the ledger failed: {e}"),
+                    String::new(),
+                    actions,
+                );
+            }
             turns_here += 1;
             self.turns += 1;
             let mut on_event = |e: StreamEvent| ui.event(&e);

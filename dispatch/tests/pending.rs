@@ -98,6 +98,7 @@ fn kinds(l: &std::path::Path, session: &str) -> Vec<String> {
 fn pending_approvals_at_the_chokepoint() {
     let dir = tempfile::tempdir().expect("tempdir");
     std::env::set_var("XDG_CONFIG_HOME", dir.path().join("config"));
+    std::env::set_var("XDG_STATE_HOME", dir.path().join("state"));
     let ws = dir.path().join("ws");
     std::fs::create_dir_all(&ws).expect("ws");
     let ledger = dir.path().join("ledger.db");
@@ -168,7 +169,7 @@ fn pending_approvals_at_the_chokepoint() {
         ),
         "a second decision was written"
     );
-    let (mut rec, _) = Recorder::resume(&ledger, &sid, json!({"tool": "test"})).expect("resume");
+    let (mut rec, _) = Recorder::resume(&ledger, &sid, spec(&ws).intent_base).expect("resume");
     let mut never = Scripted {
         answer: Approval::Denied {
             by: "x".into(),
@@ -269,4 +270,40 @@ fn pending_approvals_at_the_chokepoint() {
     assert!(matches!(r, Err(Error::Policy(_))), "{r:?}");
     assert_eq!(exec.ran, 0);
     assert_eq!(wrong.asked, 1);
+    let sid4 = rec.session_id().to_string();
+    rec.finish().expect("finish");
+
+    // 5. The verifier reads the same bindings: everything so far checks
+    // out; a decision (validly signed) that approves another digest than
+    // its pending approval showed, or a second decision, does not.
+    let report = retie_ledger::verify::verify(&ledger).expect("verify");
+    assert!(report.intact, "{:?}", report.problems);
+    let open = retie_dispatch::record::SessionState::of(
+        &Ledger::open(&ledger, false, None)
+            .expect("open")
+            .session_rows(&sid4)
+            .expect("rows"),
+    )
+    .open_pending
+    .expect("the wrong-digest approval left its pending approval open");
+    let user = keys::user_key().expect("user key");
+    let mut l = Ledger::open(&ledger, false, Some(&user)).expect("open");
+    for _ in 0..2 {
+        l.append(
+            &sid4,
+            Actor::Person,
+            Kind::Decision,
+            &json!({"pending": open.seq, "verdict": "approve", "approved_digest": bash("echo other").digest().to_hex()}),
+            &user,
+        )
+        .expect("append");
+    }
+    let report = retie_ledger::verify::verify(&ledger).expect("verify");
+    let all: Vec<String> = report.problems.iter().map(|p| p.what.clone()).collect();
+    assert!(!report.intact, "a decision for another digest verified");
+    assert!(
+        all.iter().any(|w| w.contains("but pending approval"))
+            && all.iter().any(|w| w.contains("a second decision")),
+        "{all:?}"
+    );
 }

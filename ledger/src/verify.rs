@@ -274,6 +274,7 @@ pub fn verify(path: &Path) -> Result<Report> {
         }
         to_check.push((i, signer_key));
     }
+    problems.extend(check_approvals(&rows));
     for p in check_signatures(&rows, &to_check) {
         problems.push(p);
     }
@@ -367,6 +368,83 @@ pub fn verify(path: &Path) -> Result<Report> {
         head: rows.last().map(|r| hex(&r.hash)),
         verify_ms: t0.elapsed().as_secs_f64() * 1000.0,
     })
+}
+
+/// Pending approvals and their decisions (ADR 0502): a decision names a
+/// pending entry of its own session, earlier; one decision per pending
+/// entry; an approval binds the pending entry's digest, and an intent
+/// that names a pending entry ran exactly that digest.
+fn check_approvals(rows: &[Row]) -> Vec<Problem> {
+    let mut out = Vec::new();
+    // pending seq -> (session, digest, decided)
+    let mut pending: HashMap<i64, (Vec<u8>, String, bool)> = HashMap::new();
+    for r in rows {
+        let k = Kind::parse(&r.kind);
+        if !matches!(
+            k,
+            Some(Kind::Pending) | Some(Kind::Decision) | Some(Kind::Intent)
+        ) {
+            continue;
+        }
+        let p = r.payload_json();
+        let bad = |what: String| Problem {
+            seq: Some(r.seq),
+            what,
+        };
+        if k == Some(Kind::Pending) {
+            let digest = p
+                .get("digest")
+                .and_then(|d| d.as_str())
+                .unwrap_or("")
+                .to_string();
+            pending.insert(r.seq, (r.session.clone(), digest, false));
+            continue;
+        }
+        let Some(target) = p.get("pending").and_then(|v| v.as_i64()) else {
+            continue;
+        };
+        let Some(entry) = pending.get_mut(&target) else {
+            out.push(bad(format!(
+                "it names pending approval {target}, which is not an earlier pending entry"
+            )));
+            continue;
+        };
+        if entry.0 != r.session {
+            out.push(bad(format!(
+                "it names pending approval {target} of another session"
+            )));
+            continue;
+        }
+        if k == Some(Kind::Decision) {
+            if entry.2 {
+                out.push(bad(format!(
+                    "a second decision for pending approval {target}"
+                )));
+            }
+            entry.2 = true;
+            if let Some(d) = p.get("approved_digest").and_then(|d| d.as_str()) {
+                if d != entry.1 {
+                    out.push(bad(format!(
+                        "it approves digest {d}, but pending approval {target} showed {}",
+                        entry.1
+                    )));
+                }
+            }
+        } else if let Some(d) = p.get("digest").and_then(|d| d.as_str()) {
+            if !entry.2 {
+                out.push(bad(format!(
+                    "it runs pending approval {target}, which no decision answered"
+                )));
+            }
+            if d != entry.1 {
+                out.push(bad(format!(
+                    "it runs digest {d}, but pending approval {target} was for {}",
+                    entry.1
+                )));
+            }
+        }
+    }
+    out
 }
 
 fn open_ro(path: &Path) -> rusqlite::Result<Connection> {

@@ -427,6 +427,7 @@ pub(super) fn provider(
     r: &Resolved,
     provider_name: &str,
     script: Option<String>,
+    resuming: bool,
 ) -> Result<AnyProvider, CliError> {
     if r.provider == ProviderArg::Script {
         let text = match script {
@@ -439,9 +440,8 @@ pub(super) fn provider(
                     .map_err(|e| CliError::io(format!("reading {}", f.display()), e))?
             }
         };
-        return ScriptProvider::from_json(&text)
-            .map(AnyProvider::Script)
-            .map_err(|e| CliError::Usage(e.to_string()));
+        let p = ScriptProvider::from_json(&text).map_err(|e| CliError::Usage(e.to_string()))?;
+        return Ok(AnyProvider::Script(if resuming { p.resuming() } else { p }));
     }
     retie_agent::provider::from_config(
         provider_name,
@@ -527,7 +527,8 @@ pub fn run_inner(
         cfg: r.cfg.clone(),
         prompt: args.prompt.clone(),
     };
-    let p = provider(&args, &r, provider_name, script)?;
+    let resuming = job.rows.is_some();
+    let p = provider(&args, &r, provider_name, script, resuming)?;
     let report = rt.block_on(drive(p, job, approver.as_mut(), &mut ui))?;
     Ok(report)
 }

@@ -76,11 +76,18 @@ enum ScriptFile {
 pub struct ScriptProvider {
     turns: Vec<ScriptTurn>,
     next: usize,
+    /// A resumed session: continue at the turn the request's history has
+    /// reached (one assistant message per turn taken).
+    resumed: bool,
 }
 
 impl ScriptProvider {
     pub fn new(turns: Vec<ScriptTurn>) -> ScriptProvider {
-        ScriptProvider { turns, next: 0 }
+        ScriptProvider {
+            turns,
+            next: 0,
+            resumed: false,
+        }
     }
 
     pub fn from_json(text: &str) -> Result<ScriptProvider, ProviderError> {
@@ -127,6 +134,14 @@ impl ScriptProvider {
         })
     }
 
+    /// For a resumed session: each turn continues at the script's turn
+    /// matching the history in the request (its assistant messages), so a
+    /// session resumed from the ledger picks up where it stopped.
+    pub fn resuming(mut self) -> ScriptProvider {
+        self.resumed = true;
+        self
+    }
+
     /// Turns not yet replayed.
     pub fn remaining(&self) -> usize {
         self.turns.len().saturating_sub(self.next)
@@ -145,11 +160,14 @@ impl Provider for ScriptProvider {
     ) -> Result<Turn, ProviderError> {
         // Resumable: continue at the turn matching the history (one
         // assistant message per turn already taken).
-        self.next = req
-            .messages
-            .iter()
-            .filter(|m| m.role == crate::model::Role::Assistant)
-            .count();
+        if self.resumed {
+            let taken = req
+                .messages
+                .iter()
+                .filter(|m| m.role == crate::model::Role::Assistant)
+                .count();
+            self.next = self.next.max(taken);
+        }
         let number = self.next + 1;
         let Some(st) = self.turns.get(self.next).cloned() else {
             on_event(StreamEvent::Text(SCRIPT_ENDED.to_string()));
@@ -265,5 +283,34 @@ fn estimate(req: &TurnRequest, output: &str) -> Usage {
     Usage {
         input_tokens: (input as u64).div_ceil(4),
         output_tokens: (output.len() as u64).div_ceil(4),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Message;
+
+    /// A script read anew (a resumed session) continues at the turn the
+    /// history has reached, not at its first.
+    #[tokio::test]
+    async fn a_new_script_provider_continues_at_the_history_s_turn() {
+        let mut p = ScriptProvider::from_json(r#"[{"text": "one"}, {"text": "two"}]"#)
+            .expect("script")
+            .resuming();
+        let req = TurnRequest {
+            model: "m".into(),
+            messages: vec![
+                Message::system("s"),
+                Message::user("u"),
+                Message::assistant("one", Vec::new()),
+                Message::user("again"),
+            ],
+            tools: Vec::new(),
+            max_tokens: None,
+        };
+        let mut sink = |_: StreamEvent| {};
+        let t = p.turn(&req, &mut sink).await.expect("turn");
+        assert_eq!(t.text, "two");
     }
 }

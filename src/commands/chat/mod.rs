@@ -75,7 +75,7 @@ pub fn run(args: RunArgs) -> i32 {
 
 fn chat(args: RunArgs) -> Result<i32, CliError> {
     let s = run::setup(&args, "interactive session", Some(&CANCEL))?;
-    let provider = run::provider(&args, &s.r, s.provider_name, None)?;
+    let provider = run::provider(&args, &s.r, s.provider_name, None, false)?;
     let editor = Rc::new(RefCell::new(editor::LineEditor::open()?));
     let spin = render::Spinner::shared();
     let err = Style::stderr();
