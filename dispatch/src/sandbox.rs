@@ -244,15 +244,21 @@ impl<'u> SandboxJob<'u> {
             "exit_code": outcome.exit_code,
             "signal": outcome.signal,
             "timed_out": outcome.timed_out,
+            "interrupted": outcome.interrupted,
         });
         let changes = match (run, self.mode) {
             (None, _) | (_, JobMode::Direct) => None,
-            (Some(mut r), _) if outcome.timed_out => {
-                // A timed-out command's half-done changes are not applied,
-                // and not thrown away either.
-                r.keep_because("timed out");
+            (Some(mut r), _) if outcome.timed_out || outcome.interrupted => {
+                // A timed-out or interrupted command's half-done changes
+                // are not applied, and not thrown away either.
+                let why = if outcome.timed_out {
+                    "timed out"
+                } else {
+                    "interrupted"
+                };
+                r.keep_because(why);
                 self.ui.say(&format!(
-                    "the command timed out; its changes were not applied and are kept as run {} (`retie changes show {}`, `apply`, `discard`)",
+                    "the command was {why}; its changes were not applied and are kept as run {} (`retie changes show {}`, `apply`, `discard`)",
                     r.id, r.id
                 ));
                 set(&mut result, "status", json!("not applied"));
@@ -260,7 +266,7 @@ impl<'u> SandboxJob<'u> {
                 Some(Handled {
                     json: json!({
                         "applied": false,
-                        "kept": {"run": r.id, "upper": r.upper.display().to_string(), "why": "timed out"},
+                        "kept": {"run": r.id, "upper": r.upper.display().to_string(), "why": why},
                     }),
                     failure: None,
                 })

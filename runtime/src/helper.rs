@@ -312,6 +312,7 @@ mod tests {
             .profile(profile)
             .limits(limits)
             .timeout(Duration::from_millis(12_345))
+            .interrupt(crate::spec::Interrupt::Kill)
             .env("FOO", "bar baz")
             .ro_bind("/usr/share", "/opt/share")
             .mask(ws.join(".retie"))
@@ -341,6 +342,7 @@ mod tests {
             profile,
             limits,
             timeout,
+            interrupt,
             ro_binds,
             masks,
             scratch,
@@ -362,6 +364,7 @@ mod tests {
         assert_ne!(profile, &bare.profile);
         assert_ne!(limits, &bare.limits);
         assert_ne!(timeout, &bare.timeout);
+        assert_ne!(interrupt, &bare.interrupt);
         assert_ne!(ro_binds, &bare.ro_binds);
         assert_ne!(masks, &bare.masks);
         assert_ne!(scratch, &bare.scratch);

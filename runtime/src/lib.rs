@@ -43,7 +43,7 @@ pub use setup::net_lab::LAB_ADDRESS;
 /// try every rule (`retie selftest`).
 pub use setup::seccomp::{deny_table, ArgCheck, ArgOp, DeniedCall, DENY_ERRNO};
 pub use spec::{
-    Hide, HideKind, Identity, LabNet, NetMode, RoBind, Sandbox, SandboxBuilder, SandboxSpec,
-    SpecWire, Stdio, WorkspaceMode,
+    Hide, HideKind, Identity, Interrupt, LabNet, NetMode, RoBind, Sandbox, SandboxBuilder,
+    SandboxSpec, SpecWire, Stdio, WorkspaceMode,
 };
 pub use supervisor::{run, start, Started};

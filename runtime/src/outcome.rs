@@ -22,6 +22,9 @@ pub struct Outcome {
     pub signal: Option<i32>,
     /// True when the time limit ended the sandbox.
     pub timed_out: bool,
+    /// True when a SIGINT killed the sandbox ([`crate::Interrupt::Kill`]).
+    #[serde(default)]
+    pub interrupted: bool,
     /// Wall time from the first clone to the last reap.
     pub duration_ms: f64,
     /// The Landlock ABI enforced inside.

@@ -56,6 +56,21 @@ impl NetMode {
     }
 }
 
+/// What a SIGINT sent to the supervisor does to the sandbox.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Interrupt {
+    /// Passed on to the command, like every other forwarded signal (the
+    /// command may catch or ignore it): `retie sandbox exec`.
+    #[default]
+    Forward,
+    /// The whole sandbox is killed (SIGKILL to its init, so the kernel
+    /// kills everything in its pid namespace) and the run ends at once
+    /// with [`crate::Outcome::interrupted`] set: a person's Ctrl-C
+    /// cancelling an agent's command, which nothing inside can ignore.
+    Kill,
+}
+
 /// How the workspace is presented inside the sandbox. The mount step
 /// dispatches on this; nothing else in the set-up depends on it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -146,6 +161,7 @@ pub struct SandboxSpec {
     pub(crate) profile: Profile,
     pub(crate) limits: Limits,
     pub(crate) timeout: Option<Duration>,
+    pub(crate) interrupt: Interrupt,
     pub(crate) ro_binds: Vec<RoBind>,
     pub(crate) masks: Vec<PathBuf>,
     pub(crate) scratch: Vec<PathBuf>,
@@ -205,6 +221,10 @@ impl SandboxSpec {
     /// The time limit, if any.
     pub fn timeout(&self) -> Option<Duration> {
         self.timeout
+    }
+    /// What a SIGINT to the supervisor does.
+    pub fn interrupt(&self) -> Interrupt {
+        self.interrupt
     }
     /// How the workspace is presented.
     pub fn workspace_mode(&self) -> &WorkspaceMode {
@@ -337,6 +357,8 @@ pub struct SpecWire {
     pub profile: Profile,
     pub limits: Limits,
     pub timeout: Option<Duration>,
+    #[serde(default)]
+    pub interrupt: Interrupt,
     pub ro_binds: Vec<RoBind>,
     pub masks: Vec<PathBuf>,
     pub scratch: Vec<PathBuf>,
@@ -358,6 +380,7 @@ impl From<&SandboxSpec> for SpecWire {
             profile,
             limits,
             timeout,
+            interrupt,
             ro_binds,
             masks,
             scratch,
@@ -375,6 +398,7 @@ impl From<&SandboxSpec> for SpecWire {
             profile: profile.clone(),
             limits: limits.clone(),
             timeout: *timeout,
+            interrupt: *interrupt,
             ro_binds: ro_binds.clone(),
             masks: masks.clone(),
             scratch: scratch.clone(),
@@ -398,6 +422,7 @@ impl SpecWire {
             profile,
             limits,
             timeout,
+            interrupt,
             ro_binds,
             masks,
             scratch,
@@ -429,6 +454,7 @@ impl SpecWire {
             profile,
             limits,
             timeout,
+            interrupt,
             ro_binds,
             masks,
             scratch,
@@ -463,6 +489,7 @@ pub struct SandboxBuilder {
     profile: Option<Profile>,
     limits: Option<Limits>,
     timeout: Option<Duration>,
+    interrupt: Interrupt,
     env_set: BTreeMap<String, OsString>,
     env_pass: Vec<String>,
     ro_binds: Vec<RoBind>,
@@ -493,6 +520,7 @@ impl Sandbox {
             profile: None,
             limits: None,
             timeout: None,
+            interrupt: Interrupt::Forward,
             env_set: BTreeMap::new(),
             env_pass: Vec::new(),
             ro_binds: Vec::new(),
@@ -537,6 +565,11 @@ impl SandboxBuilder {
     /// Kill the whole sandbox after this long.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
+        self
+    }
+    /// What a SIGINT to the supervisor does (default: forwarded).
+    pub fn interrupt(mut self, interrupt: Interrupt) -> Self {
+        self.interrupt = interrupt;
         self
     }
     /// Set one environment variable inside.
@@ -677,6 +710,7 @@ impl SandboxBuilder {
             profile,
             limits,
             timeout: self.timeout,
+            interrupt: self.interrupt,
             ro_binds: self.ro_binds,
             masks: self.masks,
             scratch: self.scratch,

@@ -19,7 +19,7 @@ use crate::outcome::{
 use crate::protocol::Report;
 use crate::setup::exec::StdioFds;
 use crate::setup::{net_lab, userns, workspace};
-use crate::spec::{SandboxSpec, Stdio};
+use crate::spec::{Interrupt, SandboxSpec, Stdio};
 use crate::sys::{self, Forked};
 
 const NAMESPACES: libc::c_int = libc::CLONE_NEWUSER
@@ -53,6 +53,7 @@ pub struct Started {
     status_r: Option<OwnedFd>,
     signals: Option<SignalGuard>,
     timeout: Option<std::time::Duration>,
+    interrupt: Interrupt,
 }
 
 impl Drop for Started {
@@ -161,6 +162,7 @@ pub fn start(spec: &SandboxSpec, stdio: Stdio) -> Result<Started> {
         status_r: Some(status_r),
         signals: Some(signals),
         timeout: spec.timeout,
+        interrupt: spec.interrupt,
     };
     if let Some(go) = &started.go_w {
         // Set-up may begin; the command waits for a second byte.
@@ -188,7 +190,15 @@ impl Started {
         let (Some(status_r), Some(signals)) = (self.status_r.take(), self.signals.take()) else {
             return Err(RuntimeError::Helper("a sandbox runs once".into()));
         };
-        finish(pid, pidfd, go_w, status_r, signals, self.timeout, started)
+        finish(
+            pid,
+            pidfd,
+            go_w,
+            status_r,
+            signals,
+            (self.timeout, self.interrupt),
+            started,
+        )
     }
 }
 
@@ -198,7 +208,7 @@ fn finish(
     go_w: OwnedFd,
     status_r: OwnedFd,
     signals: SignalGuard,
-    timeout: Option<std::time::Duration>,
+    (timeout, interrupt): (Option<std::time::Duration>, Interrupt),
     started: Instant,
 ) -> Result<Outcome> {
     // Watch: the child's exit, its reports, forwarded signals, the
@@ -208,6 +218,7 @@ fn finish(
     // the namespaces' teardown, happens off our path and is reaped later.
     let deadline = timeout.and_then(|t| started.checked_add(t));
     let mut timed_out = false;
+    let mut interrupted = false;
     let mut buf = Vec::new();
     let mut reported_end = false;
     let mut status_eof = false;
@@ -245,6 +256,13 @@ fn finish(
         );
         if signalled {
             if let Some(sig) = signals.read().and_then(sys::signal) {
+                if sig == Signal::INT && interrupt == Interrupt::Kill {
+                    // init's death makes the kernel kill everything in its
+                    // pid namespace; reaping init (below) waits for that.
+                    interrupted = true;
+                    let _ = sys::pidfd_send_signal(pidfd, Signal::KILL);
+                    break;
+                }
                 let _ = sys::pidfd_send_signal(pidfd, sig);
             }
         }
@@ -324,7 +342,7 @@ fn finish(
     }
     let (landlock_abi, landlock_enforced, seccomp) = match ready {
         Some(r) => r,
-        None if timed_out => (0, false, false),
+        None if timed_out || interrupted => (0, false, false),
         None => {
             return Err(RuntimeError::Helper(format!(
                 "the sandbox ended before finishing its set-up (init status {:#x})",
@@ -334,6 +352,8 @@ fn finish(
     };
     let (exit_code, signal) = if timed_out {
         (EXIT_TIMEOUT, Some(libc::SIGKILL))
+    } else if interrupted {
+        (128 + libc::SIGKILL, Some(libc::SIGKILL))
     } else {
         match ended {
             Some((_, Some(s))) => (128 + s, Some(s)),
@@ -351,6 +371,7 @@ fn finish(
         exit_code,
         signal,
         timed_out,
+        interrupted,
         duration_ms,
         landlock_abi,
         landlock_enforced,

@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod changes;
+pub mod chat;
 pub mod demo;
 pub mod gc;
 pub mod helper;

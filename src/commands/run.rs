@@ -8,19 +8,20 @@
 //! nobody could answer: `retie approve`/`deny`, then `--resume`); 130
 //! interrupted; 125 a usage error or a failure of retie itself.
 
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use retie_agent::provider::script::ScriptProvider;
+use retie_agent::provider::AnyProvider;
 use retie_agent::session::{
-    self, CallRecord, NoOne, NoOneRefuses, Render, Report, Session, SessionConfig, Status, YesFlag,
+    self, NoOne, NoOneRefuses, Report, Session, SessionConfig, Status, YesFlag,
 };
 use retie_agent::tools::{BashRunner, BashSettings, FetchSettings, Tools};
-use retie_agent::{Provider, StreamEvent};
-use retie_dispatch::{Approval, ApprovalRequest, Approver, Recorder};
+use retie_agent::Provider;
+use retie_dispatch::{Approver, Recorder};
 use retie_policy::{Policy, Tier};
 use serde::Deserialize;
 use serde_json::json;
@@ -126,12 +127,23 @@ pub enum AutonomyArg {
 pub struct AgentConfig {
     provider: Option<ProviderArg>,
     model: Option<String>,
-    base_url: Option<String>,
+    pub base_url: Option<String>,
     api_key_env: Option<String>,
     autonomy: Option<AutonomyArg>,
     max_turns: Option<u32>,
     max_tokens: Option<u64>,
     timeout: Option<u64>,
+    /// Dollars per million tokens, per model: `[agent.prices."MODEL"]`.
+    #[serde(default)]
+    prices: std::collections::BTreeMap<String, Price>,
+}
+
+/// A model's price, for `/cost`.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    pub input_per_mtok: f64,
+    pub output_per_mtok: f64,
 }
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -141,6 +153,9 @@ extern "C" fn on_sigint(_: libc::c_int) {
 }
 
 pub fn run(args: RunArgs) -> i32 {
+    if args.prompt.is_none() && args.resume.is_none() {
+        return super::chat::run(args);
+    }
     let json_out = args.json;
     match run_inner(args, None, None) {
         Ok(r) => finish(&r, json_out),
@@ -204,17 +219,19 @@ pub fn exit_code(s: Status) -> i32 {
 }
 
 /// The settings after config file, environment and flags.
-struct Resolved {
-    provider: ProviderArg,
-    model: String,
-    tier: Tier,
-    cfg: SessionConfig,
+pub(super) struct Resolved {
+    pub provider: ProviderArg,
+    pub model: String,
+    pub tier: Tier,
+    pub cfg: SessionConfig,
     base_url: Option<String>,
     /// The API key, read from the named variable (never from a flag, so
     /// it is not in the process list or the shell history).
-    api_key: Option<String>,
+    pub api_key: Option<String>,
     /// The fetch tool's allowance.
-    fetch: FetchSettings,
+    pub fetch: FetchSettings,
+    /// Per-model prices from config.
+    pub prices: std::collections::BTreeMap<String, Price>,
 }
 
 fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
@@ -294,6 +311,7 @@ fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
     let fetch = FetchSettings::parse(&args.fetch_allow).map_err(CliError::Usage)?;
     cfg.fetch_allow = fetch.allow.iter().map(|a| a.describe()).collect();
     Ok(Resolved {
+        prices: file.prices,
         fetch,
         provider,
         model,
@@ -304,21 +322,28 @@ fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
     })
 }
 
-/// Run a session; `script` overrides the script file (the demo's).
-/// `approver` overrides who answers the gate (the demo's scripted person).
-pub fn run_inner(
-    mut args: RunArgs,
-    script: Option<String>,
-    approver: Option<Box<dyn Approver>>,
-) -> Result<Report, CliError> {
-    if let Some(id) = args.resume.clone() {
-        defaults_from_session(&mut args, &id)?;
-    } else if args.prompt.is_none() {
-        return Err(CliError::Usage(
-            "no task: pass -p PROMPT (or --resume SESSION)".into(),
-        ));
-    }
-    let r = resolve(&args)?;
+/// What a session needs, from the flags: the settings, the workspace,
+/// the tools and the ledger session (new and locked, or resumed).
+pub(super) struct Setup {
+    pub r: Resolved,
+    pub ws: PathBuf,
+    pub ledger_path: PathBuf,
+    pub tools: Tools,
+    pub rec: Recorder,
+    /// The session's rows, when resuming.
+    pub rows: Option<Vec<retie_ledger::Row>>,
+    pub provider_name: &'static str,
+}
+
+/// Check the workspace, open the tools and the ledger session for
+/// `objective`. `cancel`: a SIGINT kills a running sandbox (instead of
+/// being forwarded to it) and raises this flag.
+pub(super) fn setup(
+    args: &RunArgs,
+    objective: &str,
+    cancel: Option<&'static AtomicBool>,
+) -> Result<Setup, CliError> {
+    let mut r = resolve(args)?;
     let ws = match &args.dir {
         Some(d) => d.clone(),
         None => {
@@ -354,6 +379,10 @@ pub fn run_inner(
                 .map_err(|e| CliError::io("locating the retie binary", e))?,
         };
     }
+    bash.cancel_on_interrupt = cancel;
+    if let Some(flag) = cancel {
+        r.cfg.interrupt = Some(flag);
+    }
     let mut tools = Tools::open(ws.clone(), state, protect, owner, policy.clone(), bash)?;
     tools.fetch = r.fetch.clone();
     let provider_name = match r.provider {
@@ -366,7 +395,7 @@ pub fn run_inner(
         &ws,
         provider_name,
         &r.cfg,
-        args.prompt.as_deref().unwrap_or(""),
+        objective,
         &policy.digest().to_hex(),
         args.yes,
     );
@@ -381,34 +410,54 @@ pub fn run_inner(
             (rec, Some(rows))
         }
     };
-    if args.yes {
-        eprintln!(
-            "retie: warning: --yes approves every action the gate asks about (never one the policy denies); the ledger records each such approval as coming from the flag"
-        );
+    Ok(Setup {
+        r,
+        ws,
+        ledger_path,
+        tools,
+        rec,
+        rows,
+        provider_name,
+    })
+}
+
+/// The provider the settings name; `script` overrides the script file.
+pub(super) fn provider(
+    args: &RunArgs,
+    r: &Resolved,
+    provider_name: &str,
+    script: Option<String>,
+    resuming: bool,
+) -> Result<AnyProvider, CliError> {
+    if r.provider == ProviderArg::Script {
+        let text = match script {
+            Some(t) => t,
+            None => {
+                let f = args.script.as_ref().ok_or_else(|| {
+                    CliError::Usage("--provider script needs --script FILE".into())
+                })?;
+                std::fs::read_to_string(f)
+                    .map_err(|e| CliError::io(format!("reading {}", f.display()), e))?
+            }
+        };
+        let p = ScriptProvider::from_json(&text).map_err(|e| CliError::Usage(e.to_string()))?;
+        return Ok(AnyProvider::Script(if resuming { p.resuming() } else { p }));
     }
-    let mut approver: Box<dyn Approver> = if let Some(a) = approver {
-        a
-    } else if args.yes {
-        Box::new(YesFlag)
-    } else if std::io::stdin().is_terminal() {
-        Box::new(TerminalApprover)
-    } else if args.on_ask == Some(OnAskArg::Refuse) {
-        Box::new(NoOneRefuses)
-    } else {
-        Box::new(NoOne)
-    };
-    // SAFETY: installing a handler that only stores to an atomic, before
-    // any thread exists; it replaces the default disposition of SIGINT.
-    unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
-    let mut ui = Terminal { json: args.json };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| CliError::io("starting the async runtime", e))?;
+    retie_agent::provider::from_config(
+        provider_name,
+        &r.model,
+        r.base_url.as_deref(),
+        r.api_key.clone(),
+    )
+    .map_err(|e| CliError::Usage(e.to_string()))
+}
+
+/// The settings, printed once at start.
+pub(super) fn print_start(provider_name: &str, r: &Resolved, ws: &std::path::Path) {
     eprintln!(
         "retie: {} · {} · autonomy {} · workspace {}",
         provider_name,
-        r.model,
+        crate::ui::visible(&r.model),
         r.tier,
         crate::ui::visible(&ws.display().to_string())
     );
@@ -421,6 +470,56 @@ pub fn run_inner(
             retie_policy::escape_for_terminal(a)
         );
     }
+}
+
+/// Run a session; `script` overrides the script file (the demo's).
+/// `approver` overrides who answers the gate (the demo's scripted person).
+pub fn run_inner(
+    mut args: RunArgs,
+    script: Option<String>,
+    approver: Option<Box<dyn Approver>>,
+) -> Result<Report, CliError> {
+    if let Some(id) = args.resume.clone() {
+        defaults_from_session(&mut args, &id)?;
+    } else if args.prompt.is_none() {
+        return Err(CliError::Usage(
+            "no task: pass -p PROMPT (or --resume SESSION)".into(),
+        ));
+    }
+    let Setup {
+        r,
+        ws,
+        tools,
+        rec,
+        rows,
+        provider_name,
+        ..
+    } = setup(&args, args.prompt.as_deref().unwrap_or(""), None)?;
+    if args.yes {
+        eprintln!(
+            "retie: warning: --yes approves every action the gate asks about (never one the policy denies); the ledger records each such approval as coming from the flag"
+        );
+    }
+    let mut approver: Box<dyn Approver> = if let Some(a) = approver {
+        a
+    } else if args.yes {
+        Box::new(YesFlag)
+    } else if std::io::stdin().is_terminal() {
+        Box::new(super::chat::terminal_approver(&INTERRUPTED)?)
+    } else if args.on_ask == Some(OnAskArg::Refuse) {
+        Box::new(NoOneRefuses)
+    } else {
+        Box::new(NoOne)
+    };
+    // SAFETY: installing a handler that only stores to an atomic, before
+    // any thread exists; it replaces the default disposition of SIGINT.
+    unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
+    let mut ui = super::chat::PlainRender::new(args.json);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::io("starting the async runtime", e))?;
+    print_start(provider_name, &r, &ws);
     let job = Job {
         tools,
         rec,
@@ -428,36 +527,9 @@ pub fn run_inner(
         cfg: r.cfg.clone(),
         prompt: args.prompt.clone(),
     };
-    let report = match r.provider {
-        ProviderArg::Script => {
-            let text = match script {
-                Some(t) => t,
-                None => {
-                    let f = args.script.as_ref().ok_or_else(|| {
-                        CliError::Usage("--provider script needs --script FILE".into())
-                    })?;
-                    std::fs::read_to_string(f)
-                        .map_err(|e| CliError::io(format!("reading {}", f.display()), e))?
-                }
-            };
-            let mut p =
-                ScriptProvider::from_json(&text).map_err(|e| CliError::Usage(e.to_string()))?;
-            if job.rows.is_some() {
-                p = p.resuming();
-            }
-            rt.block_on(drive(p, job, approver.as_mut(), &mut ui))?
-        }
-        _ => {
-            let p = retie_agent::provider::from_config(
-                provider_name,
-                &r.model,
-                r.base_url.as_deref(),
-                r.api_key.clone(),
-            )
-            .map_err(|e| CliError::Usage(e.to_string()))?;
-            rt.block_on(drive(p, job, approver.as_mut(), &mut ui))?
-        }
-    };
+    let resuming = job.rows.is_some();
+    let p = provider(&args, &r, provider_name, script, resuming)?;
+    let report = rt.block_on(drive(p, job, approver.as_mut(), &mut ui))?;
     Ok(report)
 }
 
@@ -476,7 +548,7 @@ async fn drive<P: Provider>(
     p: P,
     job: Job,
     approver: &mut dyn Approver,
-    ui: &mut Terminal,
+    ui: &mut super::chat::PlainRender,
 ) -> Result<Report, CliError> {
     let mut s = match &job.rows {
         None => Session::open(p, job.tools, job.rec, job.cfg),
@@ -553,119 +625,6 @@ fn defaults_from_session(args: &mut RunArgs, id: &str) -> Result<(), CliError> {
             .map(PathBuf::from);
     }
     Ok(())
-}
-
-/// Streamed text on stdout (stderr with --json), reasoning dimmed, one
-/// line per tool call on stderr.
-struct Terminal {
-    json: bool,
-}
-
-impl Render for Terminal {
-    fn event(&mut self, ev: &StreamEvent) {
-        match ev {
-            StreamEvent::Text(t) if self.json => {
-                eprint!("{}", retie_policy::escape_for_terminal(t))
-            }
-            StreamEvent::Text(t) => {
-                print!("{}", retie_policy::escape_for_terminal(t));
-                let _ = std::io::stdout().flush();
-            }
-            StreamEvent::Reasoning(t) => {
-                eprint!("\x1b[2m{}\x1b[0m", retie_policy::escape_for_terminal(t))
-            }
-            StreamEvent::ToolCall(_) => {}
-        }
-    }
-    fn call(&mut self, c: &CallRecord) {
-        let id = c.action.map(|a| format!("#{a} ")).unwrap_or_default();
-        eprintln!(
-            "\n  → {id}{}: {} — {}",
-            crate::ui::visible(&c.summary),
-            c.status,
-            crate::ui::visible(
-                &c.said
-                    .lines()
-                    .next()
-                    .unwrap_or("")
-                    .chars()
-                    .take(160)
-                    .collect::<String>()
-            )
-        );
-    }
-}
-
-/// Asks on the terminal: yes / no with a reason / always (this session,
-/// this exact prefix: a grant in the ledger) / edit. A plain prompt; the
-/// interactive front draws its own.
-struct TerminalApprover;
-
-impl Approver for TerminalApprover {
-    fn approve(&mut self, req: &ApprovalRequest<'_>) -> Approval {
-        let ev = req.evaluation;
-        eprintln!("\n┌ retie asks: {}", req.action.tool());
-        eprintln!(
-            "│ arguments: {}",
-            retie_policy::escape_for_terminal(&req.action.args().to_json().to_string())
-        );
-        if let Some(s) = &ev.shell {
-            for p in &s.parts {
-                eprintln!("│   runs: {}", retie_policy::escape_for_terminal(p));
-            }
-        }
-        eprintln!(
-            "│ class: {}   undo: {}",
-            ev.class.kind().name(),
-            req.plan.detail
-        );
-        for r in &ev.decision.reasons {
-            eprintln!("│ why it asks: {r}");
-        }
-        eprintln!("│ digest: {}", ev.digest.to_hex());
-        eprint!(
-            "└ approve? [y]es / [n]o REASON / [a]lways this session / [e]dit NEW-COMMAND-OR-JSON: "
-        );
-        let _ = std::io::stderr().flush();
-        let mut line = String::new();
-        let read = std::fs::File::open("/dev/tty")
-            .map(std::io::BufReader::new)
-            .and_then(|mut r| r.read_line(&mut line));
-        if read.is_err() {
-            return Approval::Suspend;
-        }
-        let line = line.trim();
-        let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
-        match word {
-            "y" | "yes" => Approval::Approved {
-                by: "person (terminal)".into(),
-                digest: req.action.digest(),
-            },
-            "a" | "always" => Approval::Always {
-                by: "person (terminal, always this session)".into(),
-                digest: req.action.digest(),
-            },
-            "e" | "edit" => match edited_arguments(req.action, rest) {
-                Ok(arguments) => Approval::Edit {
-                    by: "person (terminal)".into(),
-                    digest: req.action.digest(),
-                    arguments,
-                },
-                Err(why) => Approval::Denied {
-                    by: "person (terminal)".into(),
-                    reason: format!("the person's edit could not be read ({why}); not run"),
-                },
-            },
-            _ => Approval::Denied {
-                by: "person (terminal)".into(),
-                reason: if rest.trim().is_empty() {
-                    "the person said no".into()
-                } else {
-                    format!("the person said no: {}", rest.trim())
-                },
-            },
-        }
-    }
 }
 
 /// An edit as the person wrote it: a JSON object replaces the arguments;

@@ -32,3 +32,61 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     }
     out
 }
+
+/// True when `NO_COLOR` is set to anything but the empty string
+/// (<https://no-color.org>).
+pub fn no_color() -> bool {
+    std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty())
+}
+
+/// Colours for one stream: on only when it is a terminal and `NO_COLOR`
+/// is not set. Off, every method returns its text unchanged.
+#[derive(Debug, Clone, Copy)]
+pub struct Style {
+    pub color: bool,
+}
+
+impl Style {
+    /// For stderr (prompts, tool lines, reasoning).
+    pub fn stderr() -> Style {
+        use std::io::IsTerminal;
+        Style {
+            color: std::io::stderr().is_terminal() && !no_color(),
+        }
+    }
+    fn paint(self, sgr: &str, s: &str) -> String {
+        if self.color {
+            format!("\x1b[{sgr}m{s}\x1b[0m")
+        } else {
+            s.to_string()
+        }
+    }
+    pub fn dim(self, s: &str) -> String {
+        self.paint("2", s)
+    }
+    pub fn bold(self, s: &str) -> String {
+        self.paint("1", s)
+    }
+    pub fn red(self, s: &str) -> String {
+        self.paint("31", s)
+    }
+    pub fn green(self, s: &str) -> String {
+        self.paint("32", s)
+    }
+    pub fn yellow(self, s: &str) -> String {
+        self.paint("33", s)
+    }
+    pub fn cyan(self, s: &str) -> String {
+        self.paint("36", s)
+    }
+}
+
+/// Text a model or a file controls, for a terminal: every line escaped
+/// like [`visible_line`] (controls, bidi and invisible characters shown as
+/// escapes, tabs kept), the line breaks kept as line breaks.
+pub fn prose(s: &str) -> String {
+    s.split('\n')
+        .map(visible_line)
+        .collect::<Vec<_>>()
+        .join("\n")
+}

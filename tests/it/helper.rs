@@ -441,3 +441,68 @@ fn threaded_client_entry() {
         Some("new\n")
     );
 }
+
+/// The interactive agent's Ctrl-C through the helper (the path a process
+/// that talks HTTP takes): with `Interrupt::Kill`, a SIGINT to the helper
+/// kills the whole sandbox, even a command that ignores SIGINT, and the
+/// outcome says so. Forwarded instead (the default), the command would
+/// ignore it and run on.
+#[test]
+fn a_sigint_to_the_helper_kills_the_sandbox_when_asked_to() {
+    let _threads = Threads::start(2);
+    let s = Scratch::new(Leg::Invoker);
+    let m = marker();
+    let spec = Sandbox::builder(["sh", "-c", &format!("trap '' INT; sleep {m} & sleep {m}")])
+        .workspace(&s.ws)
+        .timeout(Duration::from_secs(300))
+        .interrupt(retie_runtime::Interrupt::Kill)
+        .build()
+        .expect("spec");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let exe = bin(Leg::Invoker);
+    std::thread::spawn(move || {
+        let _ = tx.send(helper::run_via_helper(&exe, &spec));
+    });
+    assert!(
+        wait_until(60.0, || pids_with(&m).len() >= 2),
+        "the sandboxed sleeps never started"
+    );
+    // sleep -> (sh, the command) -> init -> the helper, as host pids.
+    // (A SIGINT to init would only be passed on to the command.)
+    let ppid = |pid: i32| -> i32 {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|st| {
+                st.lines()
+                    .find_map(|l| l.strip_prefix("PPid:"))
+                    .and_then(|v| v.trim().parse().ok())
+            })
+            .unwrap_or(0)
+    };
+    let is_helper = |pid: i32| {
+        String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default())
+            .contains("__sandbox-helper")
+    };
+    // The sandbox's init is a clone of the helper (same command line):
+    // the helper is the topmost of the two.
+    let mut helper_pid = pids_with(&m)[0];
+    for _ in 0..6 {
+        if is_helper(helper_pid) && !is_helper(ppid(helper_pid)) {
+            break;
+        }
+        helper_pid = ppid(helper_pid);
+    }
+    assert!(is_helper(helper_pid), "no helper above the sandbox");
+    // SAFETY: kill takes two integers; the pid is the helper we checked.
+    unsafe { libc::kill(helper_pid, libc::SIGINT) };
+    let outcome = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the helper did not end after the SIGINT")
+        .expect("an outcome");
+    assert!(outcome.interrupted, "{outcome:?}");
+    assert_eq!(outcome.signal, Some(libc::SIGKILL));
+    assert!(
+        pids_with(&m).is_empty(),
+        "processes of the sandbox are left"
+    );
+}

@@ -6,6 +6,7 @@
 //! cannot run a leg says so on stderr; none passes silently.
 
 mod harness;
+mod pty;
 
 mod agent;
 mod escapes;
@@ -20,3 +21,4 @@ mod overlay;
 mod policy;
 mod resume;
 mod toolchain;
+mod tty;

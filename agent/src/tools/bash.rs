@@ -8,13 +8,14 @@
 use std::io::{Read, Seek};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use retie_dispatch::overlay::{ChangesMode, Snapshots};
 use retie_dispatch::sandbox::{JobMode, JobUi, Runner, SandboxJob};
 use retie_dispatch::{Error, Executor, Step, UndoPlan};
 use retie_policy::Action;
-use retie_runtime::{Profile, Sandbox, Stdio};
+use retie_runtime::{Interrupt, Profile, Sandbox, Stdio};
 use retie_snapshot::Changeset;
 use serde_json::{Map, Value};
 
@@ -43,6 +44,11 @@ pub struct BashSettings {
     /// Bytes of output captured (beyond them: cut, said so).
     pub output_cap: u64,
     pub runner: BashRunner,
+    /// Set: a SIGINT kills the running sandbox (everything in it) instead
+    /// of being passed on to the command, and this flag is raised when
+    /// that happened, so the session stops the turn (a person's Ctrl-C in
+    /// the interactive terminal). None: SIGINT is forwarded.
+    pub cancel_on_interrupt: Option<&'static AtomicBool>,
 }
 
 impl BashSettings {
@@ -54,6 +60,7 @@ impl BashSettings {
             default_timeout: Duration::from_secs(60),
             output_cap: 1 << 20,
             runner: BashRunner::InProcess,
+            cancel_on_interrupt: None,
         })
     }
 
@@ -84,6 +91,9 @@ pub(crate) struct BashExec<'u> {
     out: std::fs::File,
     cap: u64,
     timeout: Duration,
+    cancel: Option<&'static AtomicBool>,
+    /// The session's token: cancelled too when the sandbox was killed.
+    session_cancel: retie_dispatch::Cancel,
 }
 
 impl<'u> BashExec<'u> {
@@ -100,7 +110,12 @@ impl<'u> BashExec<'u> {
         let builder = Sandbox::builder(["sh", "-c", line])
             .profile(t.bash.profile.clone())
             .workspace(&t.workspace)
-            .timeout(timeout);
+            .timeout(timeout)
+            .interrupt(if t.bash.cancel_on_interrupt.is_some() {
+                Interrupt::Kill
+            } else {
+                Interrupt::Forward
+            });
         let out = tempfile::tempfile().map_err(|e| Error::io("creating the output file", e))?;
         let fd = |f: &std::fs::File| -> Result<OwnedFd, Error> {
             f.try_clone()
@@ -134,6 +149,8 @@ impl<'u> BashExec<'u> {
             out,
             cap: t.bash.output_cap,
             timeout,
+            cancel: t.bash.cancel_on_interrupt,
+            session_cancel: t.cancel.clone(),
         })
     }
 }
@@ -147,7 +164,16 @@ impl Executor for BashExec<'_> {
         let ran = self.job.execute(action, step)?;
         let mut text = String::new();
         let o = &ran.outcome;
-        if o.timed_out {
+        if o.interrupted {
+            // The supervisor consumed the SIGINT: tell the session.
+            if let Some(flag) = self.cancel {
+                flag.store(true, Ordering::SeqCst);
+            }
+            self.session_cancel.cancel();
+            text.push_str(
+                "cancelled by the person (Ctrl-C): the sandbox was killed; its changes were not applied\n",
+            );
+        } else if o.timed_out {
             text.push_str(&format!(
                 "timed out after {} s (the ceiling is the person's)\n",
                 self.timeout.as_secs()
@@ -177,7 +203,7 @@ impl Executor for BashExec<'_> {
                 self.cap
             ));
         }
-        Ok(if o.exit_code == 0 && !o.timed_out {
+        Ok(if o.exit_code == 0 && !o.timed_out && !o.interrupted {
             Ok(text)
         } else {
             Err(text)
@@ -197,6 +223,7 @@ mod tests {
             default_timeout: Duration::from_secs(10),
             output_cap: 10,
             runner: BashRunner::InProcess,
+            cancel_on_interrupt: None,
         };
         assert_eq!(s.timeout_for(None), Duration::from_secs(10));
         assert_eq!(s.timeout_for(Some(5)), Duration::from_secs(5));

@@ -1,0 +1,224 @@
+//! What the person sees during a turn: the model's text streamed as it
+//! comes (stdout), its reasoning dimmed (stderr), a spinner while it
+//! thinks (stderr, only on a terminal), and each tool call as one line
+//! with its outcome (stderr). Everything the model or a file controls is
+//! escaped first (`ui::prose`, `ui::visible`).
+
+use std::io::{IsTerminal, Write};
+use std::sync::{Arc, Mutex};
+
+use retie_agent::session::{CallRecord, Render};
+use retie_agent::{StreamEvent, ToolCall};
+
+use crate::ui::{prose, visible, Style};
+
+const FRAMES: &[&str] = &["|", "/", "-", "\\"];
+
+/// The spinner: shown on stderr while the model thinks, only when stderr
+/// is a terminal. Plain characters and carriage returns, no escape
+/// sequences (so `NO_COLOR` output stays free of them).
+#[derive(Debug)]
+pub struct Spinner {
+    enabled: bool,
+    active: bool,
+    shown: bool,
+    frame: usize,
+    label: String,
+}
+
+pub type SharedSpinner = Arc<Mutex<Spinner>>;
+
+impl Spinner {
+    pub fn shared() -> SharedSpinner {
+        Arc::new(Mutex::new(Spinner {
+            enabled: std::io::stderr().is_terminal(),
+            active: false,
+            shown: false,
+            frame: 0,
+            label: String::new(),
+        }))
+    }
+
+    pub fn start(&mut self, label: &str) {
+        self.active = self.enabled;
+        self.label = label.to_string();
+        self.draw();
+    }
+
+    /// Hide it (before anything else is printed).
+    pub fn stop(&mut self) {
+        self.active = false;
+        if self.shown {
+            let width = self.label.chars().count() + 3;
+            eprint!("\r{}\r", " ".repeat(width));
+            let _ = std::io::stderr().flush();
+            self.shown = false;
+        }
+    }
+
+    /// The next frame (the ticker calls this).
+    pub fn tick(&mut self) {
+        if self.active {
+            self.frame = (self.frame + 1) % FRAMES.len();
+            self.draw();
+        }
+    }
+
+    fn draw(&mut self) {
+        if !self.active {
+            return;
+        }
+        eprint!("\r{} {}", FRAMES[self.frame], self.label);
+        let _ = std::io::stderr().flush();
+        self.shown = true;
+    }
+}
+
+/// Stop a shared spinner (a poisoned lock still stops it).
+pub fn stop(s: &SharedSpinner) {
+    match s.lock() {
+        Ok(mut g) => g.stop(),
+        Err(p) => p.into_inner().stop(),
+    }
+}
+
+/// Start a shared spinner.
+pub fn start(s: &SharedSpinner, label: &str) {
+    match s.lock() {
+        Ok(mut g) => g.start(label),
+        Err(p) => p.into_inner().start(label),
+    }
+}
+
+/// The [`Render`] of the interactive terminal.
+pub struct ChatRender {
+    pub err: Style,
+    pub spin: SharedSpinner,
+    /// The last thing printed on stdout ended a line (or nothing was).
+    at_line_start: bool,
+    in_reasoning: bool,
+}
+
+impl ChatRender {
+    pub fn new(spin: SharedSpinner) -> ChatRender {
+        ChatRender {
+            err: Style::stderr(),
+            spin,
+            at_line_start: true,
+            in_reasoning: false,
+        }
+    }
+
+    /// End the model's text with a line break if it did not.
+    pub fn end_text(&mut self) {
+        if !self.at_line_start {
+            println!();
+            self.at_line_start = true;
+        }
+        if self.in_reasoning {
+            eprintln!();
+            self.in_reasoning = false;
+        }
+    }
+}
+
+impl Render for ChatRender {
+    fn event(&mut self, ev: &StreamEvent) {
+        match ev {
+            StreamEvent::Text(t) if !t.is_empty() => {
+                stop(&self.spin);
+                if self.in_reasoning {
+                    eprintln!();
+                    self.in_reasoning = false;
+                }
+                print!("{}", prose(t));
+                let _ = std::io::stdout().flush();
+                self.at_line_start = t.ends_with('\n');
+            }
+            StreamEvent::Reasoning(t) if !t.is_empty() => {
+                stop(&self.spin);
+                eprint!("{}", self.err.dim(&prose(t)));
+                let _ = std::io::stderr().flush();
+                self.in_reasoning = !t.ends_with('\n');
+            }
+            _ => {}
+        }
+    }
+
+    fn call_started(&mut self, call: &ToolCall) {
+        stop(&self.spin);
+        self.end_text();
+        let name: String = call.name.chars().take(40).collect();
+        start(&self.spin, &format!("running {}", visible(&name)));
+    }
+
+    fn call(&mut self, c: &CallRecord) {
+        stop(&self.spin);
+        self.end_text();
+        let mark = match c.status {
+            "ok" => self.err.green("✓"),
+            "refused" | "invalid" => self.err.yellow("✗"),
+            _ => self.err.red("✗"),
+        };
+        let id = c.action.map(|a| format!("#{a} ")).unwrap_or_default();
+        let said = c.said.lines().next().unwrap_or("");
+        let said: String = said.chars().take(120).collect();
+        eprintln!(
+            "  {mark} {}{} {} {}",
+            self.err.dim(&id),
+            visible(&c.summary),
+            self.err.dim(c.status),
+            self.err.dim(&format!("— {}", visible(&said)))
+        );
+        // The model thinks again after a call.
+        start(&self.spin, "thinking");
+    }
+}
+
+/// The render of `retie run -p`: streamed text on stdout (on stderr with
+/// `--json`, so stdout holds the JSON alone), reasoning dimmed, one line
+/// per tool call on stderr.
+pub struct PlainRender {
+    json: bool,
+    err: Style,
+}
+
+impl PlainRender {
+    pub fn new(json: bool) -> PlainRender {
+        PlainRender {
+            json,
+            err: Style::stderr(),
+        }
+    }
+}
+
+impl Render for PlainRender {
+    fn event(&mut self, ev: &StreamEvent) {
+        match ev {
+            StreamEvent::Text(t) if self.json => eprint!("{}", prose(t)),
+            StreamEvent::Text(t) => {
+                print!("{}", prose(t));
+                let _ = std::io::stdout().flush();
+            }
+            StreamEvent::Reasoning(t) => eprint!("{}", self.err.dim(&prose(t))),
+            StreamEvent::ToolCall(_) => {}
+        }
+    }
+    fn call(&mut self, c: &CallRecord) {
+        let id = c.action.map(|a| format!("#{a} ")).unwrap_or_default();
+        let said: String = c
+            .said
+            .lines()
+            .next()
+            .unwrap_or("")
+            .chars()
+            .take(160)
+            .collect();
+        eprintln!(
+            "\n  → {id}{}: {} — {}",
+            visible(&c.summary),
+            c.status,
+            visible(&said)
+        );
+    }
+}
