@@ -185,6 +185,9 @@ pub fn session_spec(
 pub struct YesFlag;
 
 impl Approver for YesFlag {
+    fn answers_at_once(&self) -> bool {
+        true
+    }
     fn approve(&mut self, req: &ApprovalRequest<'_>) -> Approval {
         Approval::Approved {
             by: "person (--yes flag)".into(),
@@ -209,6 +212,9 @@ impl Approver for NoOne {
 pub struct NoOneRefuses;
 
 impl Approver for NoOneRefuses {
+    fn answers_at_once(&self) -> bool {
+        true
+    }
     fn approve(&mut self, _: &ApprovalRequest<'_>) -> Approval {
         Approval::Denied {
             by: "retie (no terminal)".into(),

@@ -179,6 +179,15 @@ pub fn grant_keys(action: &Action, ev: &Evaluation) -> Vec<String> {
 /// Answers the gate's questions.
 pub trait Approver {
     fn approve(&mut self, req: &ApprovalRequest<'_>) -> Approval;
+
+    /// True for an approver that answers without asking anyone (the
+    /// command line, `--yes`, "no one to approve"): nothing waits on a
+    /// person, so no pending entry is written first and the decision
+    /// rides in the intent's transaction (one durable point, not two).
+    /// Such an approver may only approve or deny.
+    fn answers_at_once(&self) -> bool {
+        false
+    }
 }
 
 /// The person who typed the command line has approved exactly what they
@@ -187,6 +196,9 @@ pub trait Approver {
 pub struct CommandLine;
 
 impl Approver for CommandLine {
+    fn answers_at_once(&self) -> bool {
+        true
+    }
     fn approve(&mut self, req: &ApprovalRequest<'_>) -> Approval {
         Approval::Approved {
             by: "person (command line)".into(),
@@ -317,6 +329,28 @@ pub fn dispatch<E: Executor>(
     let (by, refusal) = match ev.decision.verdict {
         Verdict::Run => ("policy".to_string(), None),
         Verdict::Deny => ("policy".to_string(), Some(ev.decision.reason().to_string())),
+        Verdict::Ask if approver.answers_at_once() && rec.resumed_pending().is_none() => {
+            let keys = grant_keys(&action, &ev);
+            match approver.approve(&ApprovalRequest {
+                action: &action,
+                evaluation: &ev,
+                plan: &plan,
+                pending: None,
+                grant_keys: &keys,
+            }) {
+                Approval::Approved { by, digest } => {
+                    // What runs is exactly what was approved.
+                    retie_policy::ensure_approved(&digest, &action)?;
+                    (by, None)
+                }
+                Approval::Denied { by, reason } => (by, Some(reason)),
+                _ => {
+                    return Err(Error::Invalid(
+                        "an approver that answers at once may only approve or deny".into(),
+                    ))
+                }
+            }
+        }
         Verdict::Ask => {
             let keys = grant_keys(&action, &ev);
             if let Some(g) = rec.granted(&keys) {

@@ -945,9 +945,17 @@ fn merge(into: &mut Value, from: Value) {
 /// so a test can kill it there. Release builds have no such hook.
 #[cfg(debug_assertions)]
 fn stall(stage: &str) {
-    if std::env::var("RETIE_LEDGER_STALL").as_deref() == Ok(stage) {
+    // `STAGE` sleeps 60 s (to be killed there); `STAGE:SECS` sleeps SECS.
+    let Ok(v) = std::env::var("RETIE_LEDGER_STALL") else {
+        return;
+    };
+    let (at, secs) = match v.split_once(':') {
+        Some((at, secs)) => (at, secs.parse().unwrap_or(60)),
+        None => (v.as_str(), 60),
+    };
+    if at == stage {
         eprintln!("retie: ledger stall at {stage}");
-        std::thread::sleep(std::time::Duration::from_secs(60));
+        std::thread::sleep(std::time::Duration::from_secs(secs));
     }
 }
 

@@ -68,6 +68,11 @@ pub enum RuntimeError {
     /// The helper process misbehaved (bad status, protocol error).
     #[error("sandbox helper: {0}")]
     Helper(String),
+
+    /// A signal to stop (SIGINT, SIGTERM, ...) arrived while the sandbox
+    /// was being built, before its command started: the command never ran.
+    #[error("cancelled by signal {signal} before the command started; it did not run")]
+    Cancelled { signal: i32 },
 }
 
 impl RuntimeError {
@@ -77,6 +82,7 @@ impl RuntimeError {
     pub fn exit_code(&self) -> i32 {
         match self {
             RuntimeError::Exec { exit_code, .. } => *exit_code,
+            RuntimeError::Cancelled { signal } => 128 + signal,
             _ => crate::outcome::EXIT_SANDBOX_FAILED,
         }
     }
@@ -148,6 +154,9 @@ enum Wire {
     Helper {
         message: String,
     },
+    Cancelled {
+        signal: i32,
+    },
 }
 
 impl RuntimeError {
@@ -196,6 +205,7 @@ impl RuntimeError {
             RuntimeError::Channel { why } => Wire::Channel { why: why.clone() },
             RuntimeError::Toolchain(m) => Wire::Toolchain { message: m.clone() },
             RuntimeError::Helper(m) => Wire::Helper { message: m.clone() },
+            RuntimeError::Cancelled { signal } => Wire::Cancelled { signal: *signal },
         }
     }
 }
@@ -236,6 +246,7 @@ impl From<Wire> for RuntimeError {
             Wire::Channel { why } => RuntimeError::Channel { why },
             Wire::Toolchain { message } => RuntimeError::Toolchain(message),
             Wire::Helper { message } => RuntimeError::Helper(message),
+            Wire::Cancelled { signal } => RuntimeError::Cancelled { signal },
         }
     }
 }

@@ -465,6 +465,7 @@ mod tests {
             RuntimeError::Channel { why: "junk".into() },
             RuntimeError::Toolchain("t".into()),
             RuntimeError::Helper("h".into()),
+            RuntimeError::Cancelled { signal: 2 },
         ];
         for e in errors {
             let text = serde_json::to_string(&e).expect("encode");

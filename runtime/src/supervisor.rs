@@ -180,6 +180,14 @@ impl Started {
             Some(g) => (self.pid, g),
             None => return Err(RuntimeError::Helper("a sandbox runs once".into())),
         };
+        // A signal to stop that arrived while the sandbox was built (its
+        // caller was recording the intent; the signals were blocked) calls
+        // the run off: the command never starts.
+        if let Some(sig) = self.signals.as_ref().and_then(SignalGuard::read) {
+            let _ = sys::pidfd_send_signal(&self.pidfd, Signal::KILL);
+            wait(pid);
+            return Err(RuntimeError::Cancelled { signal: sig });
+        }
         let started = Instant::now();
         if let Err(e) = sys::write_all(go_w.as_fd(), b"X") {
             let _ = sys::pidfd_send_signal(&self.pidfd, Signal::KILL);

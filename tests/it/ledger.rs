@@ -793,6 +793,59 @@ fn the_command_waits_for_its_intent_to_be_durable() {
     }
 }
 
+/// Ctrl-C while the sandbox is being built and the intent recorded (the
+/// signal waits, blocked) calls the run off: the command never starts,
+/// even one that ignores SIGINT, retie exits 130 and the ledger verifies.
+#[test]
+#[cfg_attr(
+    not(debug_assertions),
+    ignore = "the RETIE_LEDGER_STALL hook exists in debug builds only"
+)]
+fn a_sigint_before_the_command_starts_calls_the_run_off() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let mut c = s.retie();
+        c.args(["sandbox", "exec", "--workspace-mode", "direct", "-w"])
+            .arg(&s.ws)
+            .args(["--", "sh", "-c", "trap '' INT; touch ran.txt"])
+            .env("RETIE_LEDGER_STALL", "before-intent:2")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = c.spawn().expect("spawn");
+        let err = child.stderr.take().expect("stderr");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let said = std::thread::spawn(move || {
+            let mut all = String::new();
+            for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+                if line.contains("ledger stall at") {
+                    let _ = tx.send(());
+                }
+                all.push_str(&line);
+                all.push('\n');
+            }
+            all
+        });
+        assert!(
+            rx.recv_timeout(std::time::Duration::from_secs(60)).is_ok(),
+            "{leg:?}: never reached the stall point"
+        );
+        let pid = i32::try_from(child.id()).expect("pid");
+        // SAFETY: a plain kill(2) of our own child, which has not been waited for.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+        let status = child.wait().expect("wait");
+        let said = said.join().expect("stderr");
+        assert_eq!(status.code(), Some(130), "{leg:?}: {said}");
+        assert!(said.contains("did not run"), "{leg:?}: {said}");
+        assert!(
+            !s.ws.join("ran.txt").exists(),
+            "{leg:?}: the command started after a SIGINT that came before it"
+        );
+        let (code, v) = verify_json(&s, &default_ledger(&s));
+        assert_eq!(code, 0, "{leg:?}: {v}");
+    }
+}
+
 /// The chokepoint: a command the policy denies is recorded as proposed,
 /// decided and refused, and never runs.
 #[test]
