@@ -11,7 +11,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::process::{DumpableBehavior, Signal, WaitOptions};
 
 use crate::outcome::EXIT_SANDBOX_FAILED;
-use crate::protocol::Report;
+use crate::protocol::{Message, Report};
 use crate::setup::{self, exec::StdioFds, SetupError, StepResult};
 use crate::spec::SandboxSpec;
 

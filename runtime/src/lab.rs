@@ -12,12 +12,12 @@
 //! with the process that spawned it (PR_SET_PDEATHSIG), which takes the
 //! namespaces, and every veth in them, with it.
 
-use std::io::Read;
 use std::os::fd::AsFd;
 
 use rustix::process::{DumpableBehavior, Gid, Signal, Uid};
 
 use crate::error::{Result, RuntimeError};
+use crate::protocol::{read_channel, KeeperReport, Message};
 use crate::setup::net_lab::{ipv6_off, LAB_ADDRESS};
 use crate::setup::netlink::Netlink;
 
@@ -50,12 +50,12 @@ pub fn spawn_keeper(uid: u32, gid: u32) -> Result<Keeper> {
         Ok(Some(pid)) => pid,
         Ok(None) => {
             drop(rd);
-            let msg = match keeper_setup(uid, gid, parent) {
-                Ok(()) => "R\n".to_string(),
-                Err(e) => format!("E{e}\n"),
+            let report = match keeper_setup(uid, gid, parent) {
+                Ok(()) => KeeperReport::Ready,
+                Err(message) => KeeperReport::Failed { message },
             };
-            let _ = crate::sys::write_all(wr.as_fd(), msg.as_bytes());
-            if !msg.starts_with('R') {
+            let _ = crate::sys::write_all(wr.as_fd(), &report.to_line());
+            if report != KeeperReport::Ready {
                 crate::sys::exit_now(1);
             }
             drop(wr);
@@ -66,19 +66,34 @@ pub fn spawn_keeper(uid: u32, gid: u32) -> Result<Keeper> {
         }
     };
     drop(wr);
-    let mut text = String::new();
-    let _ = std::fs::File::from(rd).read_to_string(&mut text);
-    if text.starts_with('R') {
-        return Ok(Keeper { pid });
-    }
-    Keeper { pid }.stop();
+    // The keeper closes its end once it has reported (or dies): EOF.
+    let read = read_channel(rd);
+    let keeper = Keeper { pid };
+    let buf = match read {
+        Ok(buf) => buf,
+        Err(e) => {
+            keeper.stop();
+            return Err(RuntimeError::host("reading the lab keeper's report", e));
+        }
+    };
+    // Strictly: a message the keeper did not write (it runs as the lab's
+    // host identity) is never shown as retie's own error.
+    let reports = match KeeperReport::parse_strict(&buf) {
+        Ok(r) => r,
+        Err(why) => {
+            keeper.stop();
+            return Err(RuntimeError::Channel { why });
+        }
+    };
+    let message = match reports.as_slice() {
+        [KeeperReport::Ready] => return Ok(keeper),
+        [KeeperReport::Failed { message }] => message.clone(),
+        _ => "the lab keeper died during set-up".to_string(),
+    };
+    keeper.stop();
     Err(RuntimeError::Setup {
         step: "lab".into(),
-        message: text
-            .trim_end()
-            .strip_prefix('E')
-            .unwrap_or("the lab keeper died during set-up")
-            .to_string(),
+        message,
         hint: Some(
             "the lab needs unprivileged user namespaces; run `retie selftest` for the fix".into(),
         ),

@@ -4,7 +4,6 @@
 //! watch, report. It must be called from a single-threaded process (the
 //! CLI is one; a multi-threaded program uses [`crate::helper`]).
 
-use std::io::Read;
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::time::Instant;
 
@@ -16,7 +15,7 @@ use crate::init::{self, InitArgs, FORWARDED};
 use crate::outcome::{
     Outcome, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_SANDBOX_FAILED, EXIT_TIMEOUT,
 };
-use crate::protocol::Report;
+use crate::protocol::{read_channel, Message, Report, MAX_CHANNEL};
 use crate::setup::exec::StdioFds;
 use crate::setup::{net_lab, userns, workspace};
 use crate::spec::{SandboxSpec, Stdio};
@@ -174,6 +173,12 @@ pub fn run(spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
                 Ok(n) => buf.extend_from_slice(&chunk[..n]),
                 Err(_) => {}
             }
+            if buf.len() > MAX_CHANNEL {
+                // A flood init never writes: stop reading, end the
+                // sandbox; the strict parse below refuses the channel.
+                let _ = sys::pidfd_send_signal(&pidfd, Signal::KILL);
+                break;
+            }
             if ends_the_run(&buf) {
                 reported_end = true;
                 break;
@@ -189,7 +194,10 @@ pub fn run(spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
     } else {
         let st = wait(pid);
         // init is gone: the rest of the channel is in the pipe.
-        let _ = std::fs::File::from(status_r).read_to_end(&mut buf);
+        if buf.len() <= MAX_CHANNEL {
+            let rest = read_channel(status_r).unwrap_or_default();
+            buf.extend_from_slice(&rest);
+        }
         st
     };
     let duration_ms = started.elapsed().as_secs_f64() * 1000.0;

@@ -8,7 +8,7 @@ use std::ffi::{CStr, CString};
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 
-use crate::protocol::Report;
+use crate::protocol::{Message, Report};
 
 /// Stdio fds for the command (`None` = keep what is inherited).
 #[derive(Default)]
