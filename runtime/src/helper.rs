@@ -10,7 +10,7 @@
 //! - the command's stdin, stdout and stderr are the helper's fds 0, 1
 //!   and 2, which the caller chooses ([`run_via_helper_with`]; a
 //!   [`Stdio::Fds`] entry of `None` is /dev/null, as in process);
-//! - the helper is single-threaded, runs [`crate::supervisor::run`], and
+//! - the helper is single-threaded, runs [`crate::host::supervisor::run`], and
 //!   writes one [`Reply`] as JSON on fd 3 (`--reply-fd`): the [`Outcome`],
 //!   or the [`RuntimeError`] itself (typed, with its exit code, step and
 //!   hint), so the caller gets exactly what an in-process run returns.
@@ -256,7 +256,7 @@ pub fn serve(reply_fd: i32, request_fd: i32) -> i32 {
                 .map_err(|e| RuntimeError::Helper(format!("bad request: {e}")))
         })
         .and_then(SpecWire::into_spec)
-        .and_then(|spec| crate::supervisor::run(&spec, Stdio::Inherit));
+        .and_then(|spec| crate::host::supervisor::run(&spec, Stdio::Inherit));
     let (code, reply) = match reply {
         Ok(outcome) => (outcome.exit_code, Reply::Ok { outcome }),
         Err(error) => (error.exit_code(), Reply::Err { error }),

@@ -18,32 +18,34 @@
 
 #![warn(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 
+mod command;
 pub mod error;
 pub mod helper;
+mod host;
 mod init;
-pub mod lab;
 pub mod outcome;
 pub mod preflight;
 pub mod profile;
 mod protocol;
-mod setup;
 pub mod spec;
-mod supervisor;
 mod sys;
 pub mod toolchain;
 
 pub use error::{Result, RuntimeError};
+/// The lab's stable address (`lab` inside lab-mode sandboxes).
+pub use host::net_stage::LAB_ADDRESS;
+pub use host::supervisor::run;
+/// The seccomp deny table in force per network mode, for probes that must
+/// try every rule (`retie selftest`).
+pub use init::seccomp::{deny_table, ArgCheck, ArgOp, DeniedCall, DENY_ERRNO};
 pub use outcome::{
     Outcome, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_SANDBOX_FAILED, EXIT_TIMEOUT,
 };
 pub use profile::Profile;
-/// The lab's stable address (`lab` inside lab-mode sandboxes).
-pub use setup::net_lab::LAB_ADDRESS;
-/// The seccomp deny table in force per network mode, for probes that must
-/// try every rule (`retie selftest`).
-pub use setup::seccomp::{deny_table, ArgCheck, ArgOp, DeniedCall, DENY_ERRNO};
 pub use spec::{
     Hide, HideKind, Identity, LabNet, NetMode, RoBind, Sandbox, SandboxBuilder, SandboxSpec,
     SpecWire, Stdio, WorkspaceMode,
 };
-pub use supervisor::run;
+
+/// A lab's network namespace and the keeper process that holds it.
+pub use host::keeper as lab;

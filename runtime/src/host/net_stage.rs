@@ -367,10 +367,10 @@ mod tests {
 
     #[test]
     fn the_lab_seccomp_table_compiles_and_only_filters_socket() {
-        let lab = crate::setup::seccomp::compile_all(&lab());
-        let none = crate::setup::seccomp::compile_all(&NetMode::None);
+        let lab = crate::init::seccomp::compile_all(&lab());
+        let none = crate::init::seccomp::compile_all(&NetMode::None);
         assert!(lab.is_ok() && none.is_ok());
-        assert!(crate::setup::seccomp::DENY_LAB_NETWORK
+        assert!(crate::init::seccomp::DENY_LAB_NETWORK
             .iter()
             .all(|d| d.name == "socket"));
     }

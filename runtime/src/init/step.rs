@@ -6,24 +6,6 @@
 //! order is the recipe in [`crate::init`]; each step says why it sits where
 //! it does.
 
-pub mod caps;
-pub mod dev;
-pub mod exec;
-pub mod fds;
-pub mod identity;
-pub mod landlock;
-pub mod layered;
-pub mod net_lab;
-pub mod netlink;
-pub mod procfs;
-pub mod rlimits;
-pub mod rootfs;
-pub mod seccomp;
-pub mod session;
-pub mod system;
-pub mod userns;
-pub mod workspace;
-
 use std::ffi::CString;
 use std::fmt::Display;
 use std::io;

@@ -2,7 +2,7 @@
 //! held open by a **keeper** process that does nothing but wait.
 //!
 //! The lab namespace has `lo` (with the lab's address,
-//! [`LAB_ADDRESS`](crate::setup::net_lab::LAB_ADDRESS)), IPv6 off, and
+//! [`LAB_ADDRESS`](crate::host::net_stage::LAB_ADDRESS)), IPv6 off, and
 //! later one veth end per lab-mode sandbox. It has no uplink of any kind:
 //! nothing in it was ever connected to the host's network.
 //!
@@ -16,10 +16,10 @@ use std::os::fd::AsFd;
 
 use rustix::process::{DumpableBehavior, Gid, Signal, Uid};
 
+use super::net_stage::{ipv6_off, LAB_ADDRESS};
+use super::netlink::Netlink;
 use crate::error::{Result, RuntimeError};
 use crate::protocol::{read_channel, KeeperReport, Message};
-use crate::setup::net_lab::{ipv6_off, LAB_ADDRESS};
-use crate::setup::netlink::Netlink;
 
 /// A running keeper (the caller's child).
 #[derive(Debug)]

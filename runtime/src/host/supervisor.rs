@@ -10,14 +10,15 @@ use std::time::Instant;
 use rustix::event::{PollFd, PollFlags};
 use rustix::process::{Signal, WaitOptions, WaitStatus};
 
+use super::{net_stage, userns};
+use crate::command::StdioFds;
 use crate::error::{Result, RuntimeError};
+use crate::init::workspace;
 use crate::init::{self, InitArgs, FORWARDED};
 use crate::outcome::{
     Outcome, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_SANDBOX_FAILED, EXIT_TIMEOUT,
 };
 use crate::protocol::{read_channel, Message, Report, MAX_CHANNEL};
-use crate::setup::exec::StdioFds;
-use crate::setup::{net_lab, userns, workspace};
 use crate::spec::{SandboxSpec, Stdio};
 use crate::sys::{self, Forked};
 
@@ -56,7 +57,7 @@ pub fn run(spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
 
     // Lab modes: the lab's namespaces, opened while we are still ourselves.
     let lab_ns = match spec.net.lab() {
-        Some(lab) => Some(net_lab::LabNs::open(lab.keeper_pid)?),
+        Some(lab) => Some(net_stage::LabNs::open(lab.keeper_pid)?),
         None => None,
     };
 
@@ -69,7 +70,7 @@ pub fn run(spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
         // (without CLONE_NEWNET: init inherits the wired namespace) and
         // writes its id maps itself.
         Some(ns) => unsafe {
-            net_lab::clone_into_lab(
+            net_stage::clone_into_lab(
                 ns,
                 &spec.net,
                 &spec.identity,
@@ -296,7 +297,7 @@ fn open_trees(spec: &SandboxSpec, binds: &[crate::spec::RoBind]) -> Result<Vec<O
     binds
         .iter()
         .map(|b| {
-            sys::open_tree_clone(&crate::setup::cpath(&b.host))
+            sys::open_tree_clone(&crate::init::cpath(&b.host))
                 .map_err(|e| RuntimeError::host(format!("open_tree {}", b.host.display()), e))
         })
         .collect()
