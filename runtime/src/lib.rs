@@ -9,9 +9,12 @@
 //! run by [`run`] (from a single-threaded process, such as the `retie` CLI)
 //! or [`helper::run_via_helper`] (from anywhere, via a helper process).
 //!
-//! The set-up itself lives in the private modules `init` (the recipe, step
-//! by step), `setup` (one module per step) and `sys` (the few raw system
-//! calls no crate wraps); the public surface is the builder, the spec,
+//! The private modules are named for the process that runs their code:
+//! `host` (the supervisor, the lab net stage, the lab keeper), `init` (the
+//! sandbox's PID 1: the recipe, then one module per set-up step) and
+//! `command` (the command's own process, up to its exec); `protocol` holds
+//! the messages between them and `sys` the few raw system calls no crate
+//! wraps. The public surface is the builder, the spec,
 //! [`run`], the [`helper`], the [`preflight`], the [`lab`] keeper, the
 //! [`deny_table`] and the [`toolchain`] detection. This crate knows
 //! nothing of agents, ledgers or policies.

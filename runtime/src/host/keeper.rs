@@ -8,7 +8,7 @@
 //!
 //! The keeper runs as the sandbox's host identity (65534 when retie is
 //! invoked as root), so the lab's user namespace belongs to the same uid
-//! that every sandbox's net stage takes (see `setup::net_lab`). It dies
+//! that every sandbox's net stage takes (see `host::net_stage`). It dies
 //! with the process that spawned it (PR_SET_PDEATHSIG), which takes the
 //! namespaces, and every veth in them, with it.
 

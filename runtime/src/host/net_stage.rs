@@ -1,7 +1,8 @@
-//! Step 0 (host side, lab modes only): put the sandbox on the lab network.
+//! The lab net stage (host side, lab modes only): put the sandbox on the
+//! lab network before its init exists.
 //!
 //! A lab's network namespace is owned by a user namespace of its own (the
-//! lab's, held by its keeper process, see [`crate::lab`]). To wire a
+//! lab's, held by its keeper process, see [`crate::lab`], `host::keeper`). To wire a
 //! sandbox to it, a short-lived **net stage** process forked by the
 //! supervisor:
 //!

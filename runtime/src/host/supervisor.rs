@@ -10,10 +10,9 @@ use std::time::Instant;
 use rustix::event::{PollFd, PollFlags};
 use rustix::process::{Signal, WaitOptions, WaitStatus};
 
-use super::{net_stage, userns};
+use super::{idmap, net_stage, userns};
 use crate::command::StdioFds;
 use crate::error::{Result, RuntimeError};
-use crate::init::workspace;
 use crate::init::{self, InitArgs, FORWARDED};
 use crate::outcome::{
     Outcome, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_SANDBOX_FAILED, EXIT_TIMEOUT,
@@ -40,7 +39,7 @@ pub fn run(spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
     reap_earlier_runs();
 
     // Everything the child needs exists before the clone.
-    let idmapped = workspace::prepare_idmap(spec)?;
+    let idmapped = idmap::prepare(spec)?;
     let ro_trees = open_trees(spec, &spec.ro_binds)?;
     let layered_trees = open_trees(spec, &spec.layered_binds)?;
     let (go_r, go_w) = sys::pipe_cloexec().map_err(|e| RuntimeError::host("pipe", e))?;
@@ -106,7 +105,7 @@ pub fn run(spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
         userns::write_maps(pid, &spec.identity)
     };
     let prepared = maps.and_then(|()| match &idmapped {
-        Some(trees) => workspace::apply_idmap(trees, pid),
+        Some(trees) => idmap::apply(trees, pid),
         None => Ok(()),
     });
     drop(idmapped);

@@ -1,10 +1,11 @@
 //! The sandbox's init: PID 1 of the new pid namespace.
 //!
 //! [`main`] is the whole set-up as one recipe, top to bottom in the order
-//! the steps run. Then init forks the command, forwards signals to it,
-//! reaps everything, and exits with the command's status. When init exits
-//! the kernel kills whatever is left in the namespace: nothing outlives the
-//! command.
+//! the steps run, one submodule per step (everything in this module and
+//! below runs in init). Then init forks the command (`crate::command`),
+//! forwards signals to it, reaps everything, and exits with the command's
+//! status. When init exits the kernel kills whatever is left in the
+//! namespace: nothing outlives the command.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
@@ -52,7 +53,7 @@ pub struct InitArgs<'a> {
     pub go: OwnedFd,
     pub status: OwnedFd,
     pub stdio: StdioFds,
-    pub idmapped: Option<workspace::IdmapTrees>,
+    pub idmapped: Option<crate::host::idmap::IdmapTrees>,
     /// Detached trees for the extra read-only binds, opened by a root
     /// supervisor (the sandbox user may not be able to walk to them).
     pub ro_trees: Vec<OwnedFd>,
@@ -166,7 +167,7 @@ fn setup_and_wait(args: &InitArgs<'_>) -> StepResult<landlock::Enforced> {
     session::detach(&spec.hostname)?;
     // Network: with NetMode::None the namespace's `lo` stays down, since
     // seccomp refuses every non-unix socket anyway. In the lab modes the
-    // network was wired before this process existed (setup::net_lab, run
+    // network was wired before this process existed (host::net_stage, run
     // by the supervisor's net stage); init has no capability over it.
     rlimits::apply(&spec.limits)?;
     // Compile the filter while allocation and failure are still cheap.
