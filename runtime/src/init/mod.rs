@@ -87,29 +87,33 @@ pub fn main(args: InitArgs<'_>) -> ! {
     drop(args.ro_trees);
     drop(args.layered_trees);
     drop(args.go);
-    // SAFETY: init is single-threaded; the child only execs or _exits
-    // (exec_command never returns).
-    let pid = match unsafe { crate::sys::fork() } {
-        Ok(Some(pid)) => pid,
-        Ok(None) => {
-            crate::command::exec_command(&args.spec.argv, &args.spec.env, &args.stdio, status)
+    // Everything the command's child needs, built before it exists: it
+    // shares our memory until it execs and must not allocate.
+    let mut spawn = crate::command::Spawn::prepare(&args.spec.argv, &args.spec.env, &args.stdio);
+    // SAFETY: init is single-threaded. We sleep until the child has exec'd
+    // or exited (CLONE_VFORK); it has made itself a group leader by then.
+    let pid = match unsafe { spawn.spawn() } {
+        Ok((pid, None)) => pid,
+        Ok((pid, Some(errno))) => {
+            let report = Report::ExecFailed {
+                program: spawn.program.clone(),
+                errno,
+            };
+            let _ = crate::sys::write_all(status, &report.to_line());
+            pid
         }
         Err(e) => {
             let report = Report::SetupFailed {
                 step: "spawn".into(),
-                message: format!("fork: {e}"),
+                message: format!("clone of the command: {e}"),
                 hint: None,
             };
             let _ = crate::sys::write_all(status, &report.to_line());
             exit(EXIT_SANDBOX_FAILED);
         }
     };
+    drop(spawn);
     drop(args.stdio);
-    // The child makes itself a group leader too; doing it here as well
-    // closes the race where a forwarded signal arrives before the child
-    // got that far (a signal to a group that does not exist yet is lost).
-    let cmd = crate::sys::pid(pid);
-    let _ = rustix::process::setpgid(cmd, cmd);
     reap(pid, status)
 }
 
