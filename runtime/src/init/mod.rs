@@ -103,10 +103,11 @@ pub fn main(args: InitArgs<'_>) -> ! {
             pid
         }
         Err(e) => {
-            let report = Report::SetupFailed {
-                step: "spawn".into(),
-                message: format!("clone of the command: {e}"),
-                hint: None,
+            // After Ready the channel's one legal failure is ExecFailed (a
+            // SetupFailed here would read as a forged report).
+            let report = Report::ExecFailed {
+                program: spawn.program.clone(),
+                errno: e.raw_os_error().unwrap_or(libc::EAGAIN),
             };
             let _ = crate::sys::write_all(status, &report.to_line());
             exit(EXIT_SANDBOX_FAILED);
