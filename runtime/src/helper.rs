@@ -45,6 +45,22 @@ pub enum Reply {
     Err { error: RuntimeError },
 }
 
+/// The helper to spawn for a caller whose own binary is `exe` (retie): the
+/// small `retie-sandbox-helper` built beside it when there is one (a start
+/// of that image costs less, see ADR 0006), else `exe` itself. Both take
+/// the same arguments.
+pub fn beside(exe: &Path) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let small = exe.with_file_name(SMALL_HELPER);
+    match std::fs::metadata(&small) {
+        Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => small,
+        _ => exe.to_path_buf(),
+    }
+}
+
+/// The file name of the helper alone (`runtime/src/bin`).
+pub const SMALL_HELPER: &str = "retie-sandbox-helper";
+
 /// Run `spec` through a helper process (`helper_exe __sandbox-helper`),
 /// the command's stdio inherited from the caller. Safe to call from any
 /// thread of any process.

@@ -5,6 +5,9 @@ Rows:
 - `retie-runtime`: the runtime alone, through `retie __sandbox-helper`
   (the entry the agent uses; the caller records in the ledger around it).
   This is the figure comparable to bubblewrap, which records nothing.
+- `retie-runtime-small`: the same through `retie-sandbox-helper`, the
+  helper alone (`cargo build --release --workspace` builds it beside
+  retie), when it is there.
 - `cli-direct`: `retie sandbox exec --workspace-mode direct`: the same
   sandbox through the chokepoint (policy evaluated, session, proposal,
   decision and intent durably recorded before, outcome and close after).
@@ -139,6 +142,12 @@ def main():
             "true": [true],
         }
         reqs = {"retie-runtime": request}
+        # The helper alone (runtime/src/bin), built beside retie: what
+        # `retie_runtime::helper::beside` hands a caller that spawns helpers.
+        small = os.path.join(os.path.dirname(retie), "retie-sandbox-helper")
+        if os.access(small, os.X_OK):
+            cmds["retie-runtime-small"] = [small, "__sandbox-helper", "--reply-fd", "3"]
+            reqs["retie-runtime-small"] = request
         if args.runtime_only:
             for k in ("cli-direct", "cli-overlay-unchanged", "cli-overlay-write"):
                 del cmds[k]
@@ -195,6 +204,7 @@ def main():
         "median_ms": {k: round(v, 3) for k, v in med.items()},
         "p90_ms": {k: round(pct(v, 0.9), 3) for k, v in times.items()},
         "ratio_retie_over_bwrap": round(med["retie-runtime"] / med["bwrap"], 3),
+        "ratio_small_helper_over_bwrap": round(med["retie-runtime-small"] / med["bwrap"], 3) if "retie-runtime-small" in med else None,
         "ratios_over_bwrap": {k: round(med[k] / med["bwrap"], 3) for k in med if k not in ("bwrap", "true")},
         "ledger_cost_ms": round(med["cli-direct"] - med["retie-runtime"], 3) if "cli-direct" in med else None,
         "helper_peak_rss_kib": max(rss),
@@ -207,6 +217,8 @@ def main():
     for k in cmds:
         print(f"{k:24}{med[k]:>12.3f}{pct(times[k], 0.9):>10.3f}{med[k] / med['bwrap']:>10.2f}")
     print(f"ratio retie-runtime/bwrap (median): {summary['ratio_retie_over_bwrap']:.3f}  (target <= 0.8)")
+    if summary["ratio_small_helper_over_bwrap"] is not None:
+        print(f"ratio retie-runtime-small/bwrap (median): {summary['ratio_small_helper_over_bwrap']:.3f}  (target <= 0.8)")
     if summary["ledger_cost_ms"] is not None:
         print(f"targets: cli-overlay-unchanged <= 1.3x bwrap, cli-overlay-write <= 2.0x bwrap")
         print(f"the chokepoint and ledger add {summary['ledger_cost_ms']:.2f} ms to the runtime (cli-direct, median)")
