@@ -56,9 +56,10 @@ pub enum RuntimeError {
         exit_code: i32,
     },
 
-    /// The status channel from the sandbox's init carried something init
-    /// did not write. Nothing it said is reported as retie's own.
-    #[error("the sandbox's status channel was tampered with ({why}); nothing it reported is trusted, and the run counts as failed")]
+    /// A channel between retie's own processes (the sandbox's init, the
+    /// lab net stage, a lab keeper) carried something its sender did not
+    /// write. Nothing it said is reported as retie's own.
+    #[error("a channel between retie's processes was tampered with ({why}); nothing it reported is trusted, and the run counts as failed")]
     Channel { why: String },
 
     /// A toolchain selection or plan is unusable.

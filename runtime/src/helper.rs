@@ -10,7 +10,7 @@
 //! - the command's stdin, stdout and stderr are the helper's fds 0, 1
 //!   and 2, which the caller chooses ([`run_via_helper_with`]; a
 //!   [`Stdio::Fds`] entry of `None` is /dev/null, as in process);
-//! - the helper is single-threaded, runs [`crate::supervisor::run`], and
+//! - the helper is single-threaded, runs [`crate::host::supervisor::run`], and
 //!   writes one [`Reply`] as JSON on fd 3 (`--reply-fd`): the [`Outcome`],
 //!   or the [`RuntimeError`] itself (typed, with its exit code, step and
 //!   hint), so the caller gets exactly what an in-process run returns.
@@ -44,6 +44,22 @@ pub enum Reply {
     /// The sandbox failed, or the command could not be executed.
     Err { error: RuntimeError },
 }
+
+/// The helper to spawn for a caller whose own binary is `exe` (retie): the
+/// small `retie-sandbox-helper` built beside it when there is one (a start
+/// of that image costs less, see ADR 0006), else `exe` itself. Both take
+/// the same arguments.
+pub fn beside(exe: &Path) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let small = exe.with_file_name(SMALL_HELPER);
+    match std::fs::metadata(&small) {
+        Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => small,
+        _ => exe.to_path_buf(),
+    }
+}
+
+/// The file name of the helper alone (`runtime/src/bin`).
+pub const SMALL_HELPER: &str = "retie-sandbox-helper";
 
 /// Run `spec` through a helper process (`helper_exe __sandbox-helper`),
 /// the command's stdio inherited from the caller. Safe to call from any
@@ -256,7 +272,7 @@ pub fn serve(reply_fd: i32, request_fd: i32) -> i32 {
                 .map_err(|e| RuntimeError::Helper(format!("bad request: {e}")))
         })
         .and_then(SpecWire::into_spec)
-        .and_then(|spec| crate::supervisor::run(&spec, Stdio::Inherit));
+        .and_then(|spec| crate::host::supervisor::run(&spec, Stdio::Inherit));
     let (code, reply) = match reply {
         Ok(outcome) => (outcome.exit_code, Reply::Ok { outcome }),
         Err(error) => (error.exit_code(), Reply::Err { error }),

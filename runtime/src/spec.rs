@@ -28,7 +28,7 @@ pub enum NetMode {
     /// A fresh network namespace on a veth into a lab: a /30 of the lab
     /// pool, one host route to the lab, no default route, IPv6 off.
     /// seccomp allows AF_INET (stream and datagram) only; Landlock allows
-    /// TCP connect to the lab's `ports` only. See `setup::net_lab`.
+    /// TCP connect to the lab's `ports` only. See `host::net_stage`.
     Lab(LabNet),
     /// The lab target itself: joins the lab's network namespace (no uplink
     /// of any kind); Landlock refuses every TCP connect.

@@ -374,9 +374,13 @@ pub(super) fn setup(
     if r.provider != ProviderArg::Script {
         // Talking HTTP makes this process multi-threaded (the resolver):
         // sandboxes then start from the single-threaded helper.
+        // The runtime-only helper binary beside retie when it is there
+        // (a smaller image starts faster), else retie itself.
         bash.runner = BashRunner::Helper {
-            exe: std::env::current_exe()
-                .map_err(|e| CliError::io("locating the retie binary", e))?,
+            exe: retie_runtime::helper::beside(
+                &std::env::current_exe()
+                    .map_err(|e| CliError::io("locating the retie binary", e))?,
+            ),
         };
     }
     bash.cancel_on_interrupt = cancel;

@@ -5,6 +5,9 @@ Rows:
 - `retie-runtime`: the runtime alone, through `retie __sandbox-helper`
   (the entry the agent uses; the caller records in the ledger around it).
   This is the figure comparable to bubblewrap, which records nothing.
+- `retie-runtime-small`: the same through `retie-sandbox-helper`, the
+  helper alone (`cargo build --release --workspace` builds it beside
+  retie), when it is there.
 - `cli-direct`: `retie sandbox exec --workspace-mode direct`: the same
   sandbox through the chokepoint (policy evaluated, session, proposal,
   decision and intent durably recorded before, outcome and close after).
@@ -20,7 +23,17 @@ machine noise hits them alike. Prints medians, p90s and the ratio, plus the
 peak RSS of retie's supervising helper process. Nothing here asserts a time:
 machines are noisy; the figures are for README and humans.
 
+A/B rows for the runtime's own work (ADR 0006):
+- `--compare PATH` (repeatable): the runtime alone through another retie
+  binary (same request), in the same loop: `retie-runtime@NAME`;
+- `--without ITEM` (repeatable): the runtime alone with ITEM (a path of the
+  profile's ro/ro_optional/tmpfs lists or a name of its etc list) left out
+  of the request: `retie-runtime-without-ITEM`, what that part of the
+  system view costs;
+- `--runtime-only`: leave out the CLI rows (a shorter loop for A/B).
+
 usage: tests/bench/startup.py [--retie PATH] [--runs N] [--json]
+         [--compare PATH]... [--without ITEM]... [--runtime-only]
 """
 import argparse
 import json
@@ -87,6 +100,9 @@ def main():
     ap.add_argument("--retie", default=os.path.join(os.path.dirname(__file__), "../../target/x86_64-unknown-linux-gnu/release/retie"))
     ap.add_argument("--runs", type=int, default=300)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--compare", action="append", default=[], metavar="PATH")
+    ap.add_argument("--without", action="append", default=[], metavar="ITEM")
+    ap.add_argument("--runtime-only", action="store_true")
     args = ap.parse_args()
 
     retie = os.path.abspath(args.retie)
@@ -126,6 +142,27 @@ def main():
             "true": [true],
         }
         reqs = {"retie-runtime": request}
+        # The helper alone (runtime/src/bin), built beside retie: what
+        # `retie_runtime::helper::beside` hands a caller that spawns helpers.
+        small = os.path.join(os.path.dirname(retie), "retie-sandbox-helper")
+        if os.access(small, os.X_OK):
+            cmds["retie-runtime-small"] = [small, "__sandbox-helper", "--reply-fd", "3"]
+            reqs["retie-runtime-small"] = request
+        if args.runtime_only:
+            for k in ("cli-direct", "cli-overlay-unchanged", "cli-overlay-write"):
+                del cmds[k]
+        for other in args.compare:
+            name = f"retie-runtime@{os.path.basename(other)}"
+            cmds[name] = [os.path.abspath(other), "__sandbox-helper", "--reply-fd", "3"]
+            reqs[name] = request
+        for item in args.without:
+            spec = json.loads(request)
+            fs = spec["profile"]["filesystem"]
+            for key in ("ro", "ro_optional", "etc", "tmpfs"):
+                fs[key] = [e for e in fs.get(key, []) if e != item]
+            name = f"retie-runtime-without-{item}"
+            cmds[name] = cmds["retie-runtime"]
+            reqs[name] = json.dumps(spec).encode()
         for name, argv in cmds.items():  # warm up, and fail early
             for _ in range(5):
                 spawn_time(argv, None, envs.get(name), reqs.get(name))
@@ -167,8 +204,9 @@ def main():
         "median_ms": {k: round(v, 3) for k, v in med.items()},
         "p90_ms": {k: round(pct(v, 0.9), 3) for k, v in times.items()},
         "ratio_retie_over_bwrap": round(med["retie-runtime"] / med["bwrap"], 3),
+        "ratio_small_helper_over_bwrap": round(med["retie-runtime-small"] / med["bwrap"], 3) if "retie-runtime-small" in med else None,
         "ratios_over_bwrap": {k: round(med[k] / med["bwrap"], 3) for k in med if k not in ("bwrap", "true")},
-        "ledger_cost_ms": round(med["cli-direct"] - med["retie-runtime"], 3),
+        "ledger_cost_ms": round(med["cli-direct"] - med["retie-runtime"], 3) if "cli-direct" in med else None,
         "helper_peak_rss_kib": max(rss),
     }
     if args.json:
@@ -179,8 +217,11 @@ def main():
     for k in cmds:
         print(f"{k:24}{med[k]:>12.3f}{pct(times[k], 0.9):>10.3f}{med[k] / med['bwrap']:>10.2f}")
     print(f"ratio retie-runtime/bwrap (median): {summary['ratio_retie_over_bwrap']:.3f}  (target <= 0.8)")
-    print(f"targets: cli-overlay-unchanged <= 1.3x bwrap, cli-overlay-write <= 2.0x bwrap")
-    print(f"the chokepoint and ledger add {summary['ledger_cost_ms']:.2f} ms to the runtime (cli-direct, median)")
+    if summary["ratio_small_helper_over_bwrap"] is not None:
+        print(f"ratio retie-runtime-small/bwrap (median): {summary['ratio_small_helper_over_bwrap']:.3f}  (target <= 0.8)")
+    if summary["ledger_cost_ms"] is not None:
+        print(f"targets: cli-overlay-unchanged <= 1.3x bwrap, cli-overlay-write <= 2.0x bwrap")
+        print(f"the chokepoint and ledger add {summary['ledger_cost_ms']:.2f} ms to the runtime (cli-direct, median)")
     print(f"retie helper peak RSS: {max(rss)} KiB ({max(rss) / 1024:.1f} MiB; target < 8 MiB)")
 
 

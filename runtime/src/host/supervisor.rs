@@ -4,21 +4,20 @@
 //! watch, report. It must be called from a single-threaded process (the
 //! CLI is one; a multi-threaded program uses [`crate::helper`]).
 
-use std::io::Read;
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::time::Instant;
 
 use rustix::event::{PollFd, PollFlags};
 use rustix::process::{Signal, WaitOptions, WaitStatus};
 
+use super::{idmap, net_stage, userns};
+use crate::command::StdioFds;
 use crate::error::{Result, RuntimeError};
 use crate::init::{self, InitArgs, FORWARDED};
 use crate::outcome::{
     Outcome, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_SANDBOX_FAILED, EXIT_TIMEOUT,
 };
-use crate::protocol::Report;
-use crate::setup::exec::StdioFds;
-use crate::setup::{net_lab, userns, workspace};
+use crate::protocol::{read_channel, Message, Report, MAX_CHANNEL};
 use crate::spec::{Interrupt, SandboxSpec, Stdio};
 use crate::sys::{self, Forked};
 
@@ -79,7 +78,7 @@ pub fn start(spec: &SandboxSpec, stdio: Stdio) -> Result<Started> {
     reap_earlier_runs();
 
     // Everything the child needs exists before the clone.
-    let idmapped = workspace::prepare_idmap(spec)?;
+    let idmapped = idmap::prepare(spec)?;
     let ro_trees = open_trees(spec, &spec.ro_binds)?;
     let layered_trees = open_trees(spec, &spec.layered_binds)?;
     let (go_r, go_w) = sys::pipe_cloexec().map_err(|e| RuntimeError::host("pipe", e))?;
@@ -96,7 +95,7 @@ pub fn start(spec: &SandboxSpec, stdio: Stdio) -> Result<Started> {
 
     // Lab modes: the lab's namespaces, opened while we are still ourselves.
     let lab_ns = match spec.net.lab() {
-        Some(lab) => Some(net_lab::LabNs::open(lab.keeper_pid)?),
+        Some(lab) => Some(net_stage::LabNs::open(lab.keeper_pid)?),
         None => None,
     };
 
@@ -108,7 +107,7 @@ pub fn start(spec: &SandboxSpec, stdio: Stdio) -> Result<Started> {
         // (without CLONE_NEWNET: init inherits the wired namespace) and
         // writes its id maps itself.
         Some(ns) => unsafe {
-            net_lab::clone_into_lab(
+            net_stage::clone_into_lab(
                 ns,
                 &spec.net,
                 &spec.identity,
@@ -144,7 +143,7 @@ pub fn start(spec: &SandboxSpec, stdio: Stdio) -> Result<Started> {
         userns::write_maps(pid, &spec.identity)
     };
     let prepared = maps.and_then(|()| match &idmapped {
-        Some(trees) => workspace::apply_idmap(trees, pid),
+        Some(trees) => idmap::apply(trees, pid),
         None => Ok(()),
     });
     drop(idmapped);
@@ -281,6 +280,12 @@ fn finish(
                 Ok(n) => buf.extend_from_slice(&chunk[..n]),
                 Err(_) => {}
             }
+            if buf.len() > MAX_CHANNEL {
+                // A flood init never writes: stop reading, end the
+                // sandbox; the strict parse below refuses the channel.
+                let _ = sys::pidfd_send_signal(pidfd, Signal::KILL);
+                break;
+            }
             if ends_the_run(&buf) {
                 reported_end = true;
                 break;
@@ -296,7 +301,10 @@ fn finish(
     } else {
         let st = wait(pid);
         // init is gone: the rest of the channel is in the pipe.
-        let _ = std::fs::File::from(status_r).read_to_end(&mut buf);
+        if buf.len() <= MAX_CHANNEL {
+            let rest = read_channel(status_r).unwrap_or_default();
+            buf.extend_from_slice(&rest);
+        }
         st
     };
     let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
@@ -398,7 +406,7 @@ fn open_trees(spec: &SandboxSpec, binds: &[crate::spec::RoBind]) -> Result<Vec<O
     binds
         .iter()
         .map(|b| {
-            sys::open_tree_clone(&crate::setup::cpath(&b.host))
+            sys::open_tree_clone(&crate::init::cpath(&b.host))
                 .map_err(|e| RuntimeError::host(format!("open_tree {}", b.host.display()), e))
         })
         .collect()

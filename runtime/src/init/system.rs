@@ -115,7 +115,7 @@ fn hosts(spec: &SandboxSpec) -> String {
     if let Some(lab) = spec.net.lab() {
         h.push_str(&format!(
             "{}\tlab {}\n",
-            super::net_lab::LAB_ADDRESS,
+            crate::host::net_stage::LAB_ADDRESS,
             lab.name
         ));
     }

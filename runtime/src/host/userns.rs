@@ -1,4 +1,5 @@
-//! Step 1 (host side): give the new user namespace its id maps.
+//! The id maps of the sandbox's user namespace, written from outside by
+//! the supervisor (or, in the lab modes, by the net stage).
 //!
 //! The supervisor writes them from outside, in the parent namespace: an
 //! ordinary user may map only its own uid/gid (after `setgroups deny`),

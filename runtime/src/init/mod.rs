@@ -1,18 +1,38 @@
 //! The sandbox's init: PID 1 of the new pid namespace.
 //!
 //! [`main`] is the whole set-up as one recipe, top to bottom in the order
-//! the steps run. Then init forks the command, forwards signals to it,
-//! reaps everything, and exits with the command's status. When init exits
-//! the kernel kills whatever is left in the namespace: nothing outlives the
-//! command.
+//! the steps run, one submodule per step (everything in this module and
+//! below runs in init). Then init forks the command (`crate::command`),
+//! forwards signals to it, reaps everything, and exits with the command's
+//! status. When init exits the kernel kills whatever is left in the
+//! namespace: nothing outlives the command.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use rustix::process::{DumpableBehavior, Signal, WaitOptions};
 
 use crate::outcome::EXIT_SANDBOX_FAILED;
-use crate::protocol::Report;
-use crate::setup::{self, exec::StdioFds, SetupError, StepResult};
+use crate::protocol::{Message, Report};
+pub mod caps;
+pub mod dev;
+pub mod fds;
+pub mod identity;
+pub mod landlock;
+pub mod layered;
+pub mod procfs;
+pub mod rlimits;
+pub mod rootfs;
+pub mod seccomp;
+pub mod session;
+mod step;
+pub mod system;
+pub mod workspace;
+
+pub(crate) use step::{
+    bind, cpath, make_readonly, mount, mountpoint, MountFlags, SetupError, StepResult,
+};
+
+use crate::command::StdioFds;
 use crate::spec::SandboxSpec;
 
 /// Signals the supervisor forwards and init passes on to the command.
@@ -33,7 +53,7 @@ pub struct InitArgs<'a> {
     pub go: OwnedFd,
     pub status: OwnedFd,
     pub stdio: StdioFds,
-    pub idmapped: Option<setup::workspace::IdmapTrees>,
+    pub idmapped: Option<crate::host::idmap::IdmapTrees>,
     /// Detached trees for the extra read-only binds, opened by a root
     /// supervisor (the sandbox user may not be able to walk to them).
     pub ro_trees: Vec<OwnedFd>,
@@ -73,32 +93,39 @@ pub fn main(args: InitArgs<'_>) -> ! {
     drop(args.ro_trees);
     drop(args.layered_trees);
     drop(args.go);
-    // SAFETY: init is single-threaded; the child only execs or _exits
-    // (exec_command never returns).
-    let pid = match unsafe { crate::sys::fork() } {
-        Ok(Some(pid)) => pid,
-        Ok(None) => setup::exec::exec_command(&args.spec.argv, &args.spec.env, &args.stdio, status),
+    // Everything the command's child needs, built before it exists: it
+    // shares our memory until it execs and must not allocate.
+    let mut spawn = crate::command::Spawn::prepare(&args.spec.argv, &args.spec.env, &args.stdio);
+    // SAFETY: init is single-threaded. We sleep until the child has exec'd
+    // or exited (CLONE_VFORK); it has made itself a group leader by then.
+    let pid = match unsafe { spawn.spawn() } {
+        Ok((pid, None)) => pid,
+        Ok((pid, Some(errno))) => {
+            let report = Report::ExecFailed {
+                program: spawn.program.clone(),
+                errno,
+            };
+            let _ = crate::sys::write_all(status, &report.to_line());
+            pid
+        }
         Err(e) => {
-            let report = Report::SetupFailed {
-                step: "spawn".into(),
-                message: format!("fork: {e}"),
-                hint: None,
+            // After Ready the channel's one legal failure is ExecFailed (a
+            // SetupFailed here would read as a forged report).
+            let report = Report::ExecFailed {
+                program: spawn.program.clone(),
+                errno: e.raw_os_error().unwrap_or(libc::EAGAIN),
             };
             let _ = crate::sys::write_all(status, &report.to_line());
             exit(EXIT_SANDBOX_FAILED);
         }
     };
+    drop(spawn);
     drop(args.stdio);
-    // The child makes itself a group leader too; doing it here as well
-    // closes the race where a forwarded signal arrives before the child
-    // got that far (a signal to a group that does not exist yet is lost).
-    let cmd = crate::sys::pid(pid);
-    let _ = rustix::process::setpgid(cmd, cmd);
     reap(pid, status)
 }
 
 /// The set-up recipe. Each line is one step, in the order it must run.
-fn setup_and_wait(args: &InitArgs<'_>) -> StepResult<setup::landlock::Enforced> {
+fn setup_and_wait(args: &InitArgs<'_>) -> StepResult<landlock::Enforced> {
     let spec = args.spec;
     // A dying supervisor takes the sandbox with it.
     arm_parent_death()?;
@@ -119,48 +146,48 @@ fn setup_and_wait(args: &InitArgs<'_>) -> StepResult<setup::landlock::Enforced> 
     // (securebits) until the drop below. The uid change clears the
     // parent-death signal, so arm it again and make sure the supervisor did
     // not die in between.
-    setup::identity::become_user(&spec.identity)?;
+    identity::become_user(&spec.identity)?;
     // A credential change resets dumpability to fs.suid_dumpable.
     make_undumpable()?;
     arm_parent_death()?;
     check_parent_alive(args.go.as_fd())?;
 
     // Filesystem: private tree, tmpfs root, host reachable at /oldroot.
-    setup::rootfs::pivot_into_tmpfs()?;
+    rootfs::pivot_into_tmpfs()?;
     // Read-only system view and the synthesized /etc files.
-    setup::system::bind_system(spec, &args.ro_trees)?;
-    setup::system::synthesize_etc(spec)?;
+    system::bind_system(spec, &args.ro_trees)?;
+    system::synthesize_etc(spec)?;
     // /proc needs the host's proc still attached (see procfs).
-    setup::procfs::mount_proc()?;
-    setup::dev::populate()?;
+    procfs::mount_proc()?;
+    dev::populate()?;
     // Scratch tmpfs (home, /tmp) before the workspace, which may live
     // under one of them.
-    setup::workspace::mount_scratch(spec)?;
+    workspace::mount_scratch(spec)?;
     // Toolchain binds and their hides: under the scratch (they may live in
     // a home or /tmp), under the workspace (which may live inside one).
-    setup::layered::mount_layered(spec, &args.layered_trees)?;
-    setup::workspace::mount_workspace(spec, args.idmapped.as_ref())?;
+    layered::mount_layered(spec, &args.layered_trees)?;
+    workspace::mount_workspace(spec, args.idmapped.as_ref())?;
     // retie's own ledger or state, if they live in the workspace.
-    setup::workspace::mask_dirs(spec)?;
+    workspace::mask_dirs(spec)?;
     // From here on the host's tree is unreachable.
-    setup::rootfs::detach_old_root()?;
-    setup::rootfs::seal_root()?;
+    rootfs::detach_old_root()?;
+    rootfs::seal_root()?;
     std::env::set_current_dir(&spec.workspace)
         .map_err(|e| SetupError::io("workspace", "chdir into the workspace", e))?;
 
-    setup::session::detach(&spec.hostname)?;
+    session::detach(&spec.hostname)?;
     // Network: with NetMode::None the namespace's `lo` stays down, since
     // seccomp refuses every non-unix socket anyway. In the lab modes the
-    // network was wired before this process existed (setup::net_lab, run
+    // network was wired before this process existed (host::net_stage, run
     // by the supervisor's net stage); init has no capability over it.
-    setup::rlimits::apply(&spec.limits)?;
+    rlimits::apply(&spec.limits)?;
     // Compile the filter while allocation and failure are still cheap.
-    let filters = setup::seccomp::compile_all(&spec.net)?;
-    setup::caps::drop_all()?;
-    let enforced = setup::landlock::restrict(spec, args.kernel_abi)?;
-    setup::fds::cloexec_all()?;
+    let filters = seccomp::compile_all(&spec.net)?;
+    caps::drop_all()?;
+    let enforced = landlock::restrict(spec, args.kernel_abi)?;
+    fds::cloexec_all()?;
     // Last: the seccomp filter (it also sets NO_NEW_PRIVS).
-    setup::seccomp::install(&filters)?;
+    seccomp::install(&filters)?;
     // Checked, not assumed: the command is forked from us next.
     make_undumpable()?;
     Ok(enforced)
