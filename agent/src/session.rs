@@ -502,12 +502,7 @@ impl<P: Provider> Session<P> {
     }
 
     fn interrupted(&self) -> bool {
-        self.cancel.is_cancelled()
-            || self
-                .cfg
-                .interrupt
-                .as_ref()
-                .is_some_and(|f| f.load(Ordering::SeqCst))
+        interrupt_raised(&self.cancel, self.cfg.interrupt)
     }
 
     fn report(
@@ -623,25 +618,42 @@ impl<P: Provider> Session<P> {
             turns_here += 1;
             self.turns += 1;
             let mut on_event = |e: StreamEvent| ui.event(&e);
-            let turn =
-                match tokio::time::timeout(left, self.provider.turn(&req, &mut on_event)).await {
-                    Err(_) => {
-                        let m = format!(
-                            "stopped: the time budget ({} s) ran out while the model answered",
-                            self.cfg.timeout.as_secs()
-                        );
-                        return self.report(Status::TimeBudget, m, String::new(), actions);
-                    }
-                    Ok(Err(e)) => {
-                        return self.report(
-                            Status::ProviderFailed,
-                            format!("the provider failed: {e}"),
-                            String::new(),
-                            actions,
-                        )
-                    }
-                    Ok(Ok(t)) => t,
-                };
+            // A person's Ctrl-C (the session's cancel token, or the
+            // process's interrupt flag) ends the wait for the model at
+            // once: the request is dropped, the turn ends interrupted.
+            let (cancel, flag) = (self.cancel.clone(), self.cfg.interrupt);
+            let asked = async {
+                tokio::select! {
+                    t = tokio::time::timeout(left, self.provider.turn(&req, &mut on_event)) => Some(t),
+                    () = cancelled(cancel, flag) => None,
+                }
+            };
+            let Some(answer) = asked.await else {
+                return self.report(
+                    Status::Interrupted,
+                    "interrupted while the model answered; the request was dropped".into(),
+                    String::new(),
+                    actions,
+                );
+            };
+            let turn = match answer {
+                Err(_) => {
+                    let m = format!(
+                        "stopped: the time budget ({} s) ran out while the model answered",
+                        self.cfg.timeout.as_secs()
+                    );
+                    return self.report(Status::TimeBudget, m, String::new(), actions);
+                }
+                Ok(Err(e)) => {
+                    return self.report(
+                        Status::ProviderFailed,
+                        format!("the provider failed: {e}"),
+                        String::new(),
+                        actions,
+                    )
+                }
+                Ok(Ok(t)) => t,
+            };
             self.usage.input_tokens += turn.usage.input_tokens;
             self.usage.output_tokens += turn.usage.output_tokens;
             self.push(
@@ -970,4 +982,16 @@ fn refuse_call(
         }),
         json!({"reason": why, "by": by}),
     )
+}
+
+fn interrupt_raised(cancel: &Cancel, flag: Option<&'static AtomicBool>) -> bool {
+    cancel.is_cancelled() || flag.is_some_and(|f| f.load(Ordering::SeqCst))
+}
+
+/// Resolves once the turn is cancelled (checked every 20 ms: a signal
+/// handler can only raise a flag).
+async fn cancelled(cancel: Cancel, flag: Option<&'static AtomicBool>) {
+    while !interrupt_raised(&cancel, flag) {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }

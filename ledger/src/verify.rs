@@ -80,6 +80,15 @@ pub fn verify(path: &Path) -> Result<Report> {
     let mut problems: Vec<Problem> = Vec::new();
     let rows = match open_ro(path).and_then(|c| read_rows(&c)) {
         Ok(r) => r,
+        // The machine, not the ledger: a full disk, an I/O error, no
+        // permission, a lock held too long. Nothing was read, so nothing
+        // is judged: an error that names the cause, never "tampered".
+        Err(e) if cannot_read(&e) => {
+            return Err(Error::Sqlite {
+                path: path.to_path_buf(),
+                source: e,
+            })
+        }
         Err(e) => {
             problems.push(Problem {
                 seq: None,
@@ -447,6 +456,25 @@ fn check_approvals(rows: &[Row]) -> Vec<Problem> {
     out
 }
 
+/// An SQLite error that says the ledger could not be read here and now,
+/// as opposed to one that says what was read is not a ledger.
+fn cannot_read(e: &rusqlite::Error) -> bool {
+    use rusqlite::ErrorCode as C;
+    matches!(
+        e.sqlite_error_code(),
+        Some(
+            C::SystemIoFailure
+                | C::DiskFull
+                | C::CannotOpen
+                | C::PermissionDenied
+                | C::ReadOnly
+                | C::DatabaseBusy
+                | C::DatabaseLocked
+                | C::OutOfMemory
+        )
+    )
+}
+
 fn open_ro(path: &Path) -> rusqlite::Result<Connection> {
     let c = Connection::open_with_flags(
         path,
@@ -698,5 +726,34 @@ fn write_seen(ledger: &Path, count: u64, head: &str) {
     let body = serde_json::json!({"count": count, "head": head}).to_string();
     if std::fs::write(&tmp, body).is_ok() && std::fs::rename(&tmp, &p).is_err() {
         let _ = std::fs::remove_file(&tmp);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cannot_read;
+    use rusqlite::ffi;
+
+    fn err(code: std::os::raw::c_int) -> rusqlite::Error {
+        rusqlite::Error::SqliteFailure(ffi::Error::new(code), None)
+    }
+
+    /// What the machine could not do (a full disk, an I/O error, no
+    /// permission, a lock) is an error with its cause; what was read and
+    /// is not a ledger is judged (tampered).
+    #[test]
+    fn the_machine_failing_is_told_apart_from_a_damaged_ledger() {
+        for code in [
+            ffi::SQLITE_IOERR,
+            ffi::SQLITE_FULL,
+            ffi::SQLITE_CANTOPEN,
+            ffi::SQLITE_PERM,
+            ffi::SQLITE_BUSY,
+        ] {
+            assert!(cannot_read(&err(code)), "{code}");
+        }
+        for code in [ffi::SQLITE_CORRUPT, ffi::SQLITE_NOTADB, ffi::SQLITE_ERROR] {
+            assert!(!cannot_read(&err(code)), "{code}");
+        }
     }
 }

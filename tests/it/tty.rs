@@ -251,6 +251,35 @@ fn ctrl_c_kills_the_running_sandbox_and_the_conversation_goes_on() {
     }
 }
 
+/// Ctrl-C while the model answers (a slow provider) ends the wait at
+/// once: the turn is cancelled and the conversation goes on.
+#[test]
+fn ctrl_c_while_the_model_answers_cancels_the_turn() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let sc = script(
+            &s,
+            serde_json::json!([
+                {"delay_ms": 600_000, "text": "far too late"},
+                {"text": "Back again."},
+            ]),
+        );
+        let mut t = session(&s, &sc, &[]);
+        t.expect("retie> ");
+        t.line("think hard");
+        // The request is out (the session wrote what the model reads
+        // before asking it); give the wait a moment to begin.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        t.type_("\x03");
+        t.expect("cancelled");
+        t.expect("retie> ");
+        t.line("still there?");
+        t.expect("Back again.");
+        assert!(!t.output().contains("far too late"), "{}", t.output());
+        end_with_ctrl_d(&s, &mut t);
+    }
+}
+
 #[test]
 fn no_color_means_no_escape_sequences_and_model_text_is_escaped() {
     for leg in legs() {

@@ -51,6 +51,10 @@ pub struct ScriptTurn {
     /// `unavailable:MSG`, anything else a malformed answer.
     #[serde(default)]
     pub error: Option<String>,
+    /// Answer only after this long (a slow model, for the tests of a
+    /// person cancelling while the model answers).
+    #[serde(default)]
+    pub delay_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -182,6 +186,9 @@ impl Provider for ScriptProvider {
             });
         };
         self.next += 1;
+        if let Some(ms) = st.delay_ms {
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+        }
         if let Some(e) = &st.error {
             return Err(match e.split_once(':') {
                 Some(("permanent", m)) => ProviderError::Permanent(plain(m)),
