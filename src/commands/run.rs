@@ -153,7 +153,11 @@ extern "C" fn on_sigint(_: libc::c_int) {
 }
 
 pub fn run(args: RunArgs) -> i32 {
-    if args.prompt.is_none() && args.resume.is_none() {
+    // No task on a terminal: the interactive session (a resumed one too:
+    // it carries out what was pending, then the conversation goes on).
+    if args.prompt.is_none()
+        && (args.resume.is_none() || (std::io::stdin().is_terminal() && !args.json))
+    {
         return super::chat::run(args);
     }
     let json_out = args.json;
@@ -597,7 +601,7 @@ async fn drive<P: Provider>(
 
 /// `--resume SESSION`: the session's provider, model, autonomy and
 /// workspace, unless given.
-fn defaults_from_session(args: &mut RunArgs, id: &str) -> Result<(), CliError> {
+pub(super) fn defaults_from_session(args: &mut RunArgs, id: &str) -> Result<(), CliError> {
     let path = crate::ledger::resolve_path(args.ledger.as_deref())?;
     let ledger = retie_ledger::Ledger::open(&path, false, None)?;
     let rows = ledger.session_rows(id)?;

@@ -280,6 +280,52 @@ fn ctrl_c_while_the_model_answers_cancels_the_turn() {
     }
 }
 
+/// A session suspended without a terminal (`-p`, exit 5) resumes on a
+/// terminal into the interactive loop: the same pending action is asked
+/// about (same digest), runs once approved, and the conversation goes on.
+#[test]
+fn a_suspended_session_resumes_into_the_interactive_loop() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let sc = script(
+            &s,
+            serde_json::json!([
+                {"tool_calls": [{"name": "bash", "arguments": {"command": "echo once >> log.txt"}}]},
+                {"expect": ["exit code 0"], "text": "Appended."},
+                {"text": "Still with you."},
+            ]),
+        );
+        let o = s
+            .retie()
+            .args(["run", "--provider", "script", "--script"])
+            .arg(&sc)
+            .args(["--json", "--autonomy", "manual", "-p", "append a line"])
+            .env_remove("RETIE_PROVIDER")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run");
+        assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
+        let r: serde_json::Value = serde_json::from_slice(&o.stdout).expect("report");
+        let sid = r["session"].as_str().expect("session").to_string();
+        let digest = r["pending"]["digest"].as_str().expect("digest").to_string();
+        let mut c = s.retie();
+        c.args(["run", "--resume", &sid, "--script"])
+            .arg(&sc)
+            .env_remove("RETIE_PROVIDER")
+            .env("NO_COLOR", "1");
+        let mut t = Pty::spawn(c);
+        t.expect(&digest);
+        t.expect("approve?");
+        t.line("y");
+        t.expect("Appended.");
+        t.expect("retie> ");
+        t.line("anything else?");
+        t.expect("Still with you.");
+        end_with_ctrl_d(&s, &mut t);
+        assert_eq!(read(&s, "log.txt"), "once\n", "{leg:?}: ran exactly once");
+    }
+}
+
 #[test]
 fn no_color_means_no_escape_sequences_and_model_text_is_escaped() {
     for leg in legs() {

@@ -73,9 +73,13 @@ pub fn run(args: RunArgs) -> i32 {
     }
 }
 
-fn chat(args: RunArgs) -> Result<i32, CliError> {
+fn chat(mut args: RunArgs) -> Result<i32, CliError> {
+    if let Some(id) = args.resume.clone() {
+        run::defaults_from_session(&mut args, &id)?;
+    }
     let s = run::setup(&args, "interactive session", Some(&CANCEL))?;
-    let provider = run::provider(&args, &s.r, s.provider_name, None, false)?;
+    let resuming = s.rows.is_some();
+    let provider = run::provider(&args, &s.r, s.provider_name, None, resuming)?;
     let editor = Rc::new(RefCell::new(editor::LineEditor::open()?));
     let spin = render::Spinner::shared();
     let err = Style::stderr();
@@ -114,13 +118,42 @@ fn chat(args: RunArgs) -> Result<i32, CliError> {
     run::print_start(s.provider_name, &s.r, &s.ws);
     let prices = s.r.prices.clone();
     let ledger_path = s.ledger_path.clone();
-    let mut session: Session<AnyProvider> = Session::open(provider, s.tools, s.rec, s.r.cfg);
+    let mut session: Session<AnyProvider> = match &s.rows {
+        None => Session::open(provider, s.tools, s.rec, s.r.cfg),
+        Some(rows) => Session::resume(provider, s.tools, s.rec, s.r.cfg, rows)
+            .map_err(|e| CliError::Usage(e.to_string()))?,
+    };
     eprintln!(
         "retie: interactive session {} · /help for commands · Ctrl-C cancels a turn · Ctrl-D ends",
         visible(session.id())
     );
     let mut ui = render::ChatRender::new(spin.clone());
     let mut tasks = 0u64;
+    if resuming {
+        if let Some(p) = session.resumed_pending() {
+            eprintln!(
+                "retie: resumed at pending approval {}: {} {}\n  digest: {}",
+                p.pending,
+                visible(&p.tool),
+                visible(&p.arguments.to_string()),
+                p.digest
+            );
+        } else {
+            eprintln!("retie: resumed ({} turns so far)", session.turns());
+        }
+        // What was under way (a pending approval, results the model has
+        // not read) is carried on before the next task is asked for.
+        if !session.waiting_for_input() {
+            render::start(&spin, "thinking");
+            let approver: &mut dyn Approver = if args.yes { &mut yes } else { &mut terminal };
+            let report = rt.block_on(session.send(None, approver, &mut ui));
+            render::stop(&spin);
+            ui.end_text();
+            if report.status != Status::Finished {
+                eprintln!("{}", err.yellow(&visible(&report.message)));
+            }
+        }
+    }
     let mut ctrl_c = false;
     loop {
         let line = match editor.borrow_mut().read("retie> ", true) {
