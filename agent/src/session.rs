@@ -477,6 +477,24 @@ impl<P: Provider> Session<P> {
     }
 
     /// Take back grant `seq` (a `revoke` entry, durable at once).
+    /// Change the autonomy tier from the next task on, recorded first.
+    pub fn set_tier(&mut self, tier: Tier) -> Result<(), SessionError> {
+        if let Some(r) = self.rec.as_mut() {
+            r.setting("autonomy", json!(tier.name()), "person")?;
+        }
+        self.cfg.tier = tier;
+        Ok(())
+    }
+
+    /// Change the model asked from the next task on, recorded first.
+    pub fn set_model(&mut self, model: &str) -> Result<(), SessionError> {
+        if let Some(r) = self.rec.as_mut() {
+            r.setting("model", json!(model), "person")?;
+        }
+        self.cfg.model = model.to_string();
+        Ok(())
+    }
+
     pub fn revoke(&mut self, seq: i64) -> Result<(), SessionError> {
         match self.rec.as_mut() {
             Some(r) => Ok(r.revoke(seq, "person")?),

@@ -300,6 +300,20 @@ impl Recorder {
         Ok(())
     }
 
+    /// A person changed a setting of the session (autonomy, model) for
+    /// what comes next: a note by the person, durable at once, so the
+    /// record says under which settings each later action was decided.
+    pub fn setting(&mut self, name: &str, value: Value, by: &str) -> Result<(), Error> {
+        let mut entries = self.opening();
+        entries.push(self.entry(
+            Actor::Person,
+            Kind::Note,
+            json!({ "setting": name, "value": value, "by": by }),
+        ));
+        self.ledger.append_batch(|_| entries)?;
+        Ok(())
+    }
+
     /// Queue a conversation message: it rides on the next durable
     /// transaction (no fsync of its own).
     pub fn message(&mut self, person: bool, payload: Value) {

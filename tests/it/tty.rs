@@ -187,6 +187,13 @@ fn a_task_streams_its_answer_and_the_approvals_decide_what_runs() {
 
         end_with_ctrl_d(&s, &mut t);
         let e = entries(&s);
+        for (name, value) in [("autonomy", "auto"), ("model", "other-model")] {
+            assert!(
+                e.iter()
+                    .any(|(k, p)| k == "note" && p["setting"] == name && p["value"] == value),
+                "{leg:?}: the {name} change is recorded"
+            );
+        }
         assert!(
             e.iter()
                 .any(|(_, p)| p.to_string().contains("the person said no: not that file")),

@@ -104,16 +104,16 @@ pub fn run(line: &str, cx: Ctx<'_>) {
             }
         }
         ("/autonomy", [level]) => match level.parse::<Tier>() {
-            Ok(t) => {
-                cx.session.config().tier = t;
-                println!("autonomy {t} from the next task on");
-            }
+            Ok(t) => match cx.session.set_tier(t) {
+                Ok(()) => println!("autonomy {t} from the next task on (recorded)"),
+                Err(e) => println!("autonomy unchanged: the ledger could not record it: {e}"),
+            },
             Err(_) => println!("autonomy is manual, gated or auto"),
         },
-        ("/model", [m]) => {
-            cx.session.config().model = m.to_string();
-            println!("model {} from the next task on", visible(m));
-        }
+        ("/model", [m]) => match cx.session.set_model(m) {
+            Ok(()) => println!("model {} from the next task on (recorded)", visible(m)),
+            Err(e) => println!("model unchanged: the ledger could not record it: {e}"),
+        },
         ("/cost", []) => {
             let u = cx.session.usage();
             print!(
