@@ -364,29 +364,64 @@ fn keys_delegations_and_checkpoints_are_checked() {
     assert_tampered(&s, &p, None, "forged checkpoint");
 }
 
-/// Spawn `retie sandbox exec` with a stall point; kill -9 it there.
-fn kill_at(s: &Scratch, stage: &str, script: &str) {
+/// `retie sandbox exec [extra] -- argv` with a stall point, running, and
+/// a reader of its stderr: `reached` yields once the writer says it
+/// stalls; `said` returns everything it wrote.
+struct Stalled {
+    child: std::process::Child,
+    reached: std::sync::mpsc::Receiver<()>,
+    said: std::thread::JoinHandle<String>,
+}
+
+fn spawn_stalled(s: &Scratch, extra: &[&str], argv: &[&str], stage: &str) -> Stalled {
     let mut c = s.retie();
     c.args(["sandbox", "exec", "-w"])
         .arg(&s.ws)
-        .args(["--", "sh", "-c", script])
+        .args(extra)
+        .arg("--")
+        .args(argv)
         .env("RETIE_LEDGER_STALL", stage)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     let mut child = c.spawn().expect("spawn");
     let err = child.stderr.take().expect("stderr");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
+    let (tx, reached) = std::sync::mpsc::channel();
+    let said = std::thread::spawn(move || {
+        let mut all = String::new();
         for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
             if line.contains("ledger stall at") {
                 let _ = tx.send(());
             }
+            all.push_str(&line);
+            all.push('\n');
         }
+        all
     });
-    let reached = rx.recv_timeout(std::time::Duration::from_secs(60)).is_ok();
-    let _ = child.kill(); // SIGKILL
-    let _ = child.wait();
+    Stalled {
+        child,
+        reached,
+        said,
+    }
+}
+
+impl Stalled {
+    fn reached(&self) -> bool {
+        self.reached
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .is_ok()
+    }
+    fn kill(mut self) {
+        let _ = self.child.kill(); // SIGKILL
+        let _ = self.child.wait();
+    }
+}
+
+/// Spawn `retie sandbox exec` with a stall point; kill -9 it there.
+fn kill_at(s: &Scratch, stage: &str, script: &str) {
+    let run = spawn_stalled(s, &[], &["sh", "-c", script], stage);
+    let reached = run.reached();
+    run.kill();
     assert!(reached, "the writer never reached the stall point {stage}");
 }
 
@@ -756,29 +791,16 @@ fn a_workspace_inside_retie_state_is_refused() {
 fn the_command_waits_for_its_intent_to_be_durable() {
     for leg in legs() {
         let s = Scratch::new(leg);
-        let mut c = s.retie();
-        c.args(["sandbox", "exec", "--workspace-mode", "direct", "-w"])
-            .arg(&s.ws)
-            .args(["--", "touch", "ran.txt"])
-            .env("RETIE_LEDGER_STALL", "before-intent")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        let mut child = c.spawn().expect("spawn");
-        let err = child.stderr.take().expect("stderr");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
-                if line.contains("ledger stall at") {
-                    let _ = tx.send(());
-                }
-            }
-        });
-        let reached = rx.recv_timeout(std::time::Duration::from_secs(60)).is_ok();
+        let run = spawn_stalled(
+            &s,
+            &["--workspace-mode", "direct"],
+            &["touch", "ran.txt"],
+            "before-intent",
+        );
+        let reached = run.reached();
         // Give a command that was not held every chance to run.
         let ran = wait_until(2.0, || s.ws.join("ran.txt").exists());
-        let _ = child.kill(); // SIGKILL
-        let _ = child.wait();
+        run.kill();
         assert!(reached, "{leg:?}: never reached the stall point");
         assert!(
             !ran,
@@ -804,37 +826,18 @@ fn the_command_waits_for_its_intent_to_be_durable() {
 fn a_sigint_before_the_command_starts_calls_the_run_off() {
     for leg in legs() {
         let s = Scratch::new(leg);
-        let mut c = s.retie();
-        c.args(["sandbox", "exec", "--workspace-mode", "direct", "-w"])
-            .arg(&s.ws)
-            .args(["--", "sh", "-c", "trap '' INT; touch ran.txt"])
-            .env("RETIE_LEDGER_STALL", "before-intent:2")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        let mut child = c.spawn().expect("spawn");
-        let err = child.stderr.take().expect("stderr");
-        let (tx, rx) = std::sync::mpsc::channel();
-        let said = std::thread::spawn(move || {
-            let mut all = String::new();
-            for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
-                if line.contains("ledger stall at") {
-                    let _ = tx.send(());
-                }
-                all.push_str(&line);
-                all.push('\n');
-            }
-            all
-        });
-        assert!(
-            rx.recv_timeout(std::time::Duration::from_secs(60)).is_ok(),
-            "{leg:?}: never reached the stall point"
+        let mut run = spawn_stalled(
+            &s,
+            &["--workspace-mode", "direct"],
+            &["sh", "-c", "trap '' INT; touch ran.txt"],
+            "before-intent:2",
         );
-        let pid = i32::try_from(child.id()).expect("pid");
+        assert!(run.reached(), "{leg:?}: never reached the stall point");
+        let pid = i32::try_from(run.child.id()).expect("pid");
         // SAFETY: a plain kill(2) of our own child, which has not been waited for.
         assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
-        let status = child.wait().expect("wait");
-        let said = said.join().expect("stderr");
+        let status = run.child.wait().expect("wait");
+        let said = run.said.join().expect("stderr");
         assert_eq!(status.code(), Some(130), "{leg:?}: {said}");
         assert!(said.contains("did not run"), "{leg:?}: {said}");
         assert!(
