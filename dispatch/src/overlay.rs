@@ -86,16 +86,32 @@ impl OverlayRun {
     /// (which sees the owner's files as its own) can write them.
     pub fn create(state: &Path, owner: Option<(u32, u32)>) -> Result<OverlayRun, Error> {
         let id = retie_snapshot::new_id();
-        let dir = state.join("runs").join(&id);
+        let runs = state.join("runs");
+        let dir = runs.join(&id);
         let upper = dir.join("upper");
         let work = dir.join("work");
-        for d in [&upper, &work, &dir] {
+        let mkdir = |d: &Path| {
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(d)
+                .map_err(|e| Error::io(format!("creating {}", d.display()), e))
+        };
+        // Three mkdirs: `runs` exists after the first run (the recursive
+        // builder tried every ancestor first, seven calls more).
+        if let Err(e) = mkdir(&dir) {
+            if runs.is_dir() {
+                return Err(e);
+            }
             std::fs::DirBuilder::new()
                 .recursive(true)
                 .mode(0o700)
-                .create(d)
-                .map_err(|e| Error::io(format!("creating {}", d.display()), e))?;
-            if let Some((uid, gid)) = owner {
+                .create(&dir)
+                .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+        }
+        mkdir(&upper)?;
+        mkdir(&work)?;
+        if let Some((uid, gid)) = owner {
+            for d in [&upper, &work, &dir] {
                 chown(d, Some(uid), Some(gid))
                     .map_err(|e| Error::io(format!("chown {}", d.display()), e))?;
             }
@@ -188,12 +204,52 @@ impl Drop for OverlayRun {
         if self.keep {
             return;
         }
-        // overlay leaves work/work with mode 000.
-        let _ = std::fs::set_permissions(
-            self.work.join("work"),
-            std::fs::Permissions::from_mode(0o700),
-        );
-        let _ = std::fs::remove_dir_all(&self.dir);
+        // One rename now; the removal (a handful of unlinks, each a
+        // journaled metadata change) waits for the next run, which does
+        // it while its command runs (`sweep_trash`), or for `retie gc`.
+        let trash = self
+            .dir
+            .parent()
+            .and_then(Path::parent)
+            .map(|state| state.join(TRASH));
+        if let Some(trash) = trash {
+            let to = trash.join(&self.id);
+            let moved = std::fs::rename(&self.dir, &to).is_ok()
+                || (std::fs::DirBuilder::new()
+                    .mode(0o700)
+                    .create(&trash)
+                    .is_ok()
+                    && std::fs::rename(&self.dir, &to).is_ok());
+            if moved {
+                return;
+            }
+        }
+        remove_run_dir(&self.dir);
+    }
+}
+
+/// Where finished runs' directories wait to be removed, in the state
+/// directory (same filesystem as `runs`, so moving one there is a rename).
+pub const TRASH: &str = "trash";
+
+/// Remove a run directory (overlay leaves `work/work` with mode 000).
+pub fn remove_run_dir(dir: &Path) {
+    let _ = std::fs::set_permissions(
+        dir.join("work").join("work"),
+        std::fs::Permissions::from_mode(0o700),
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Remove the run directories finished runs left in the trash. Best
+/// effort: another process sweeping at the same time, or a directory that
+/// will not go, is left for the next sweep or `retie gc`.
+pub fn sweep_trash(state: &Path) {
+    let Ok(entries) = std::fs::read_dir(state.join(TRASH)) else {
+        return;
+    };
+    for e in entries.flatten() {
+        remove_run_dir(&e.path());
     }
 }
 

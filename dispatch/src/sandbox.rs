@@ -210,16 +210,24 @@ impl<'u> SandboxJob<'u> {
             mut run,
             started,
         } = setup;
+        // Earlier runs' directories are removed while this command runs.
+        let state = self.state.as_path();
         let ran = match (early, &self.runner) {
-            (Some(s), _) => s.run(),
+            (Some(s), _) => s.run_while(|| overlay::sweep_trash(state)),
             (None, Runner::InProcess) => {
-                retie_runtime::run(&spec, self.stdio.take().unwrap_or_default())
+                let ran = retie_runtime::run(&spec, self.stdio.take().unwrap_or_default());
+                overlay::sweep_trash(state);
+                ran
             }
-            (None, Runner::Helper { exe }) => retie_runtime::helper::run_via_helper_with(
-                exe,
-                &spec,
-                self.stdio.take().unwrap_or_default(),
-            ),
+            (None, Runner::Helper { exe }) => {
+                let stdio = self.stdio.take().unwrap_or_default();
+                // The helper runs the sandbox in its own process: this one
+                // may have threads, and the sweep is joined before return.
+                std::thread::scope(|sc| {
+                    sc.spawn(|| overlay::sweep_trash(state));
+                    retie_runtime::helper::run_via_helper_with(exe, &spec, stdio)
+                })
+            }
         };
         let outcome = match ran {
             Ok(o) => o,

@@ -503,6 +503,16 @@ impl Ledger {
             }
             create_initialized(path)?;
         }
+        // SQLite is built without its directory fsync at every process's
+        // first commit (SQLITE_DISABLE_DIRSYNC, .cargo/config.toml): the
+        // WAL file is kept between processes, so that fsync only matters
+        // the once it is created, and then it is done here.
+        let wal = {
+            let mut w = path.as_os_str().to_owned();
+            w.push("-wal");
+            PathBuf::from(w)
+        };
+        let wal_was_there = wal.exists();
         let conn = Connection::open_with_flags(
             path,
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -514,6 +524,15 @@ impl Ledger {
             .map_err(sql)?;
         conn.pragma_update(None, "synchronous", "FULL")
             .map_err(sql)?;
+        if !wal_was_there && wal.exists() {
+            // SQLite just created the WAL: its name must be durable before
+            // a commit in it is called durable.
+            if let Some(d) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::File::open(d)
+                    .and_then(|f| f.sync_all())
+                    .map_err(|e| Error::io(format!("syncing the directory {}", d.display()), e))?;
+            }
+        }
         // No checkpoint when the connection closes: the WAL stays (so the
         // next process's first commit appends to it instead of creating
         // it, which costs a directory and a header fsync), and the pages

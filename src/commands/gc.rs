@@ -138,13 +138,7 @@ fn runs(state: &Path) -> Vec<RunDir> {
 }
 
 fn remove_run(path: &Path) {
-    // overlay leaves work/work with mode 000.
-    use std::os::unix::fs::PermissionsExt;
-    let _ = std::fs::set_permissions(
-        path.join("work/work"),
-        std::fs::Permissions::from_mode(0o700),
-    );
-    let _ = std::fs::remove_dir_all(path);
+    retie_dispatch::overlay::remove_run_dir(path);
 }
 
 const DAY_MS: u64 = 24 * 3600 * 1000;
@@ -202,6 +196,11 @@ pub fn gc(args: GcArgs) -> Result<i32, CliError> {
             dry_run: args.dry_run,
         },
     )?;
+    // Finished runs' directories waiting in the trash: nothing needs them.
+    let trash_bytes = dir_size(&state.join(retie_dispatch::overlay::TRASH));
+    if !args.dry_run {
+        retie_dispatch::overlay::sweep_trash(&state);
+    }
     let mut removed_runs = Vec::new();
     let mut run_bytes = 0;
     for r in runs(&state) {
@@ -227,15 +226,17 @@ pub fn gc(args: GcArgs) -> Result<i32, CliError> {
                 "snapshots": report,
                 "runs_removed": removed_runs,
                 "run_bytes_removed": run_bytes,
+                "trash_bytes_removed": trash_bytes,
             })
         );
     } else {
         println!(
-            "retie gc: {verb} {} pre-image blob(s) ({} bytes) and {} run(s) ({} bytes); expired {} undo entr{} older than the cut-off; kept {} blob(s) ({} bytes) for {} entr{} that can still be undone",
+            "retie gc: {verb} {} pre-image blob(s) ({} bytes), {} run(s) ({} bytes) and finished runs' directories ({} bytes); expired {} undo entr{} older than the cut-off; kept {} blob(s) ({} bytes) for {} entr{} that can still be undone",
             report.blobs_removed,
             report.bytes_removed,
             removed_runs.len(),
             run_bytes,
+            trash_bytes,
             report.expired.len(),
             if report.expired.len() == 1 { "y" } else { "ies" },
             report.blobs_kept,
@@ -278,6 +279,7 @@ pub fn status(args: StatusArgs) -> Result<i32, CliError> {
         "ledger": {"path": ledger, "bytes": ledger_bytes},
         "snapshots": {"path": snaps, "bytes": dir_size(&snaps), "journal_entries": by_state},
         "runs": {"path": state.join("runs"), "count": runs.len(), "kept": kept, "bytes": runs.iter().map(|r| r.bytes).sum::<u64>()},
+        "trash": {"path": state.join(retie_dispatch::overlay::TRASH), "bytes": dir_size(&state.join(retie_dispatch::overlay::TRASH))},
     });
     if args.json {
         println!("{v}");
@@ -316,6 +318,11 @@ pub fn status(args: StatusArgs) -> Result<i32, CliError> {
         v["runs"]["count"],
         kept,
         v["runs"]["bytes"]
+    );
+    println!(
+        "trash      {}  {} bytes (finished runs' directories, removed by the next run or gc)",
+        show(&v["trash"]["path"]),
+        v["trash"]["bytes"]
     );
     println!(
         "retention  keep {} days{} (retie gc; [state] keep_days / max_mb in the config)",

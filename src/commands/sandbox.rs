@@ -100,6 +100,24 @@ pub enum ModeArg {
     Direct,
 }
 
+/// `retie sandbox exec ARGS` parsed by exec's own parser, when the command
+/// line is that and it parses; `None` sends it to the full parser.
+pub fn fast_exec_args() -> Option<ExecArgs> {
+    use clap::{Args as _, FromArgMatches};
+    let mut args = std::env::args_os().skip(1);
+    if args.next()? != "sandbox" {
+        return None;
+    }
+    let rest: Vec<std::ffi::OsString> = args.collect();
+    if rest.first()? != "exec" {
+        return None;
+    }
+    let m = ExecArgs::augment_args(clap::Command::new("exec"))
+        .try_get_matches_from(rest)
+        .ok()?;
+    ExecArgs::from_arg_matches(&m).ok()
+}
+
 /// Run the subcommand; returns the process exit code.
 pub fn run(cmd: SandboxCmd) -> i32 {
     match cmd {

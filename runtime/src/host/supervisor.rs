@@ -174,7 +174,18 @@ pub fn start(spec: &SandboxSpec, stdio: Stdio) -> Result<Started> {
 impl Started {
     /// Start the command (init may still be setting up: it goes on to the
     /// command when done) and watch it to the end.
-    pub fn run(mut self) -> Result<Outcome> {
+    pub fn run(self) -> Result<Outcome> {
+        self.run_while(|| {})
+    }
+
+    /// [`Started::run`], doing `meanwhile` once the command has been
+    /// released and before watching it: the caller's housekeeping (the
+    /// chokepoint sweeps the run directories of earlier runs) costs
+    /// nothing when the command runs longer than it. The deadline counts
+    /// from the release; a signal that arrives meanwhile is forwarded as
+    /// soon as `meanwhile` returns (it stays blocked until then), so it
+    /// must be short and must not wait on anything the command does.
+    pub fn run_while(mut self, meanwhile: impl FnOnce()) -> Result<Outcome> {
         let (pid, go_w) = match self.go_w.take() {
             Some(g) => (self.pid, g),
             None => return Err(RuntimeError::Helper("a sandbox runs once".into())),
@@ -193,6 +204,7 @@ impl Started {
             wait(pid);
             return Err(RuntimeError::host("starting the sandboxed command", e));
         }
+        meanwhile();
         let pidfd = &self.pidfd;
         let (Some(status_r), Some(signals)) = (self.status_r.take(), self.signals.take()) else {
             return Err(RuntimeError::Helper("a sandbox runs once".into()));
