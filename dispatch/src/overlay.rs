@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use retie_snapshot::{
-    apply, recover, ApplyOptions, BlockReason, Change, ChangeKind, Changeset, ComputeOptions,
-    Error as SnapError, Journal, Node, RelPath, Store, Workspace,
+    apply_alongside, recover, ApplyOptions, BlockReason, Change, ChangeKind, Changeset,
+    ComputeOptions, Error as SnapError, Journal, Node, RelPath, Store, Workspace,
 };
 use serde_json::json;
 
@@ -31,11 +31,17 @@ pub trait ChangesHooks {
         upper: &Path,
         allow_blocked: bool,
     ) -> Option<bool>;
-    /// Right before the changes reach the workspace: the ledger records
-    /// the exact changeset and its undo plan here. If it fails, nothing is
+    /// Before the changes reach the workspace: the recording of the exact
+    /// changeset and its undo plan (the ledger's durable point 2). It runs
+    /// on another thread while the pre-images and the journal entry are
+    /// made durable, and the workspace is touched only after it returned
+    /// `Ok` (`retie_snapshot::apply_alongside`). If it fails, nothing is
     /// applied and the changes are kept.
-    fn before_apply(&mut self, cs: &Changeset) -> Result<(), Error>;
+    fn before_apply<'s>(&'s mut self, cs: &Changeset) -> Recording<'s>;
 }
+
+/// The recording [`ChangesHooks::before_apply`] hands the apply.
+pub type Recording<'s> = Box<dyn FnOnce() -> Result<(), Error> + Send + 's>;
 
 /// What to do with the changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -487,17 +493,27 @@ pub fn handle(
             failure: None,
         });
     }
-    if let Err(e) = hooks.before_apply(&cs) {
-        run.keep();
-        return Err(e);
-    }
-    match apply(
+    let record = hooks.before_apply(&cs);
+    let mut not_recorded = None;
+    let applied = apply_alongside(
         &cs,
         &snaps.ws,
         &snaps.store,
         &snaps.journal,
         &ApplyOptions { allow_blocked },
-    ) {
+        || match record() {
+            Ok(()) => true,
+            Err(e) => {
+                not_recorded = Some(e);
+                false
+            }
+        },
+    );
+    if let Some(e) = not_recorded {
+        run.keep();
+        return Err(e);
+    }
+    match applied {
         Ok(entry) => {
             if let Some((uid, gid)) = owner {
                 snaps.ws.chown_written(&entry, uid, gid).map_err(snap)?;

@@ -10,7 +10,9 @@ use retie_runtime::{Outcome, RuntimeError, SandboxBuilder, Stdio, WorkspaceMode}
 use retie_snapshot::Changeset;
 use serde_json::{json, Value};
 
-use crate::overlay::{self, ChangesHooks, ChangesMode, Handled, OverlayRun, RunMeta, Snapshots};
+use crate::overlay::{
+    self, ChangesHooks, ChangesMode, Handled, OverlayRun, Recording, RunMeta, Snapshots,
+};
 use crate::{Error, Executor, Step, UndoPlan};
 
 /// How the workspace is presented.
@@ -374,9 +376,10 @@ impl ChangesHooks for Hooks<'_, '_> {
     ) -> Option<bool> {
         self.ui.review(cs, ws, upper, allow_blocked)
     }
-    fn before_apply(&mut self, cs: &Changeset) -> Result<(), Error> {
-        self.step
-            .before_effect(json!({ "undo": plan_for(cs, self.allow_blocked) }))
+    fn before_apply<'s>(&'s mut self, cs: &Changeset) -> Recording<'s> {
+        let changes = json!({ "undo": plan_for(cs, self.allow_blocked) });
+        let step = &mut *self.step;
+        Box::new(move || step.before_effect(changes))
     }
 }
 

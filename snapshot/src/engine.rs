@@ -202,6 +202,38 @@ pub fn apply(
     journal: &Journal,
     opts: &ApplyOptions,
 ) -> Result<Entry> {
+    apply_inner(cs, ws, store, journal, opts, None)
+}
+
+/// [`apply`], running `alongside` on another thread while the pre-images
+/// and the pending journal entry are made durable, and touching the
+/// workspace only once it has returned `true` (the chokepoint records the
+/// changeset in the ledger there: two durable writes that need not wait
+/// for each other, both done before anything changes). `false` marks the
+/// entry rolled back, touches nothing and returns [`Error::NotRecorded`].
+/// `alongside` runs exactly once, even when the apply is refused first
+/// (a conflict): it must not assume the apply happens.
+pub fn apply_alongside(
+    cs: &Changeset,
+    ws: &Workspace,
+    store: &Store,
+    journal: &Journal,
+    opts: &ApplyOptions,
+    alongside: impl FnOnce() -> bool + Send,
+) -> Result<Entry> {
+    apply_inner(cs, ws, store, journal, opts, Some(Box::new(alongside)))
+}
+
+type Alongside<'a> = Option<Box<dyn FnOnce() -> bool + Send + 'a>>;
+
+fn apply_inner(
+    cs: &Changeset,
+    ws: &Workspace,
+    store: &Store,
+    journal: &Journal,
+    opts: &ApplyOptions,
+    alongside: Alongside<'_>,
+) -> Result<Entry> {
     if journal.exists(&cs.id) {
         let e = journal.get(&cs.id)?;
         if e.state != EntryState::RolledBack {
@@ -236,6 +268,7 @@ pub fn apply(
         targets,
         &Source::Upper(&upper),
         Check::Base,
+        alongside,
     )
 }
 
@@ -286,6 +319,7 @@ pub fn undo(
             of: &e.id,
             force: opts.force,
         },
+        None,
     )
 }
 
@@ -342,6 +376,7 @@ pub fn record_file_write_as(
         vec![target],
         &Source::Store,
         Check::None,
+        None,
     )
 }
 
@@ -408,11 +443,41 @@ fn run(
     journal: &Journal,
     id: String,
     op: Op,
+    targets: Vec<Target>,
+    src: &Source<'_>,
+    check: Check<'_>,
+    alongside: Alongside<'_>,
+) -> Result<Entry> {
+    let _lock = journal.lock()?;
+    let Some(alongside) = alongside else {
+        return run_locked(ws, store, journal, id, op, targets, src, check, &mut || {
+            true
+        });
+    };
+    std::thread::scope(|sc| {
+        let side = sc.spawn(alongside);
+        // Joined before the workspace is touched, and on every early
+        // return (a conflict) too: it runs exactly once either way.
+        let mut side = Some(side);
+        let mut join = move || side.take().map_or(true, |h| h.join().unwrap_or(false));
+        let r = run_locked(ws, store, journal, id, op, targets, src, check, &mut join);
+        join();
+        r
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_locked(
+    ws: &Workspace,
+    store: &Store,
+    journal: &Journal,
+    id: String,
+    op: Op,
     mut targets: Vec<Target>,
     src: &Source<'_>,
     check: Check<'_>,
+    join_alongside: &mut dyn FnMut() -> bool,
 ) -> Result<Entry> {
-    let _lock = journal.lock()?;
     let pending: Vec<String> = journal
         .pending()?
         .into_iter()
@@ -470,6 +535,11 @@ fn run(
         steps,
     };
     journal.write(&entry)?;
+    if !join_alongside() {
+        entry.state = EntryState::RolledBack;
+        journal.write(&entry)?;
+        return Err(Error::NotRecorded { id: entry.id });
+    }
 
     let forward: Vec<_> = entry
         .steps

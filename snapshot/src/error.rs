@@ -134,6 +134,13 @@ pub enum Error {
         #[source]
         source: serde_json::Error,
     },
+    /// What had to be recorded before the workspace was touched was not
+    /// (see [`crate::apply_alongside`]): nothing was applied.
+    #[error("applying {id}: the changes could not be recorded first; nothing was applied")]
+    NotRecorded {
+        /// The journal entry id (rolled back).
+        id: String,
+    },
     /// Applying failed part-way; the entry was rolled back to its pre-images.
     #[error("applying {id} failed at {path}; rolled back, nothing applied")]
     RolledBack {

@@ -55,8 +55,8 @@ pub use changeset::{
     BlockReason, Blocked, Change, ChangeKind, Changeset, ComputeOptions, RefuseReason, Refused,
 };
 pub use engine::{
-    apply, record_file_write, record_file_write_as, recover, undo, ApplyOptions, DirEntryKind,
-    RecoveryReport, UndoOptions, Workspace,
+    apply, apply_alongside, record_file_write, record_file_write_as, recover, undo, ApplyOptions,
+    DirEntryKind, RecoveryReport, UndoOptions, Workspace,
 };
 pub use error::{Error, Mismatch, Result};
 pub use gc::{gc, GcOptions, GcReport};

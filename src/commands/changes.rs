@@ -65,8 +65,8 @@ impl overlay::ChangesHooks for Terminal {
     ) -> Option<bool> {
         JobUi::review(self, cs, ws, upper, allow_blocked)
     }
-    fn before_apply(&mut self, _cs: &Changeset) -> Result<(), retie_dispatch::Error> {
-        Ok(())
+    fn before_apply<'s>(&'s mut self, _cs: &Changeset) -> overlay::Recording<'s> {
+        Box::new(|| Ok(()))
     }
 }
 

@@ -193,9 +193,10 @@ impl overlay::ChangesHooks for ApplyHooks<'_, '_> {
     fn review(&mut self, _: &Changeset, _: &Path, _: &Path, _: bool) -> Option<bool> {
         None
     }
-    fn before_apply(&mut self, cs: &Changeset) -> Result<(), DispatchError> {
-        self.step
-            .before_effect(json!({ "undo": plan_for(cs, self.allow_blocked) }))
+    fn before_apply<'s>(&'s mut self, cs: &Changeset) -> overlay::Recording<'s> {
+        let changes = json!({ "undo": plan_for(cs, self.allow_blocked) });
+        let step = &mut *self.step;
+        Box::new(move || step.before_effect(changes))
     }
 }
 
