@@ -222,6 +222,7 @@ pub struct Step<'r> {
     rec: &'r mut Recorder,
     action_id: i64,
     outcome: Option<Value>,
+    deferred: bool,
 }
 
 impl Step<'_> {
@@ -239,6 +240,16 @@ impl Step<'_> {
     /// How the action ended (recorded after `execute` returns).
     pub fn set_outcome(&mut self, outcome: Value) {
         self.outcome = Some(outcome);
+        self.deferred = false;
+    }
+
+    /// How an action ended that changed nothing retie could undo (no
+    /// changeset applied): its outcome need not be on disk before retie
+    /// goes on, and rides on the next durable point instead of costing a
+    /// sync of its own ([`retie_ledger::Durability::Deferred`]).
+    pub fn set_outcome_deferred(&mut self, outcome: Value) {
+        self.outcome = Some(outcome);
+        self.deferred = true;
     }
 }
 
@@ -522,15 +533,22 @@ fn execute<E: Executor>(
         rec,
         action_id,
         outcome: None,
+        deferred: false,
     };
     let result = exec.execute(action, &mut step);
+    let deferred = step.deferred && result.is_ok();
     let outcome = match (&result, step.outcome.take()) {
         (Ok(_), Some(o)) => o,
         (Ok(_), None) => json!({ "status": "ran" }),
         (Err(e), _) => json!({ "status": "failed", "failure": e.to_string() }),
     };
     // Confirm: the outcome, after.
-    step.rec.outcome(action_id, outcome)?;
+    let durability = if deferred {
+        retie_ledger::Durability::Deferred
+    } else {
+        retie_ledger::Durability::Now
+    };
+    step.rec.outcome_with(action_id, outcome, durability)?;
     result.map(|output| Dispatched::Ran {
         action: action_id,
         output,

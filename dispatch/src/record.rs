@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use ed25519_dalek::SigningKey;
 use retie_ledger::keys::{self, Delegation};
-use retie_ledger::{now_ms, Actor, Guard, Kind, Ledger, NewEntry, Row};
+use retie_ledger::{now_ms, Actor, Durability, Guard, Kind, Ledger, NewEntry, Row};
 use serde_json::{json, Value};
 
 use crate::Error;
@@ -89,6 +89,9 @@ pub struct Recorder {
     intent_base: Value,
     /// An outcome waiting for the session's close (one transaction).
     pending_outcome: Option<Value>,
+    /// The waiting outcome may reach the disk with the next durable point
+    /// (nothing retie could undo depends on it).
+    outcome_deferred: bool,
     /// Entries (messages) that ride on the next durable transaction
     /// instead of paying an fsync of their own.
     queued: Vec<NewEntry>,
@@ -142,6 +145,7 @@ impl Recorder {
             session,
             intent_base: spec.intent_base,
             pending_outcome: None,
+            outcome_deferred: false,
             queued: Vec::new(),
             grants: Vec::new(),
             resume: None,
@@ -212,6 +216,7 @@ impl Recorder {
             session,
             intent_base,
             pending_outcome: None,
+            outcome_deferred: false,
             queued: Vec::new(),
             grants: state.grants,
             last_pending: state
@@ -589,14 +594,29 @@ impl Recorder {
 
     /// Durable point 3: the outcome (batched with the close of a session
     /// this invocation opened; written at once in a joined one).
-    pub fn outcome(&mut self, action: i64, mut outcome: Value) -> Result<(), Error> {
+    pub fn outcome(&mut self, action: i64, outcome: Value) -> Result<(), Error> {
+        self.outcome_with(action, outcome, Durability::Now)
+    }
+
+    /// [`outcome`](Self::outcome), saying whether it must be on disk
+    /// before this returns (joined session) or the close does (one this
+    /// invocation opened): `Deferred` for an action that changed nothing
+    /// retie could undo, whose outcome then rides on the next durable
+    /// point (docs/ledger.md, "What a run costs in fsyncs").
+    pub fn outcome_with(
+        &mut self,
+        action: i64,
+        mut outcome: Value,
+        durability: Durability,
+    ) -> Result<(), Error> {
         stall("applied");
         set(&mut outcome, "action", json!(action));
         if self.session.joined {
             let e = self.entry(Actor::Agent, Kind::Outcome, outcome);
-            self.ledger.append_batch(|_| vec![e])?;
+            self.ledger.append_batch_with(durability, |_| vec![e])?;
         } else {
             self.pending_outcome = Some(outcome);
+            self.outcome_deferred = durability == Durability::Deferred;
         }
         Ok(())
     }
@@ -608,6 +628,13 @@ impl Recorder {
         let had_queued = !self.queued.is_empty();
         // A session that never reached a durable point but has messages
         // (the model answered at once) is opened here, then closed.
+        // Only an outcome and the close: they may wait for the next
+        // durable point when the outcome may.
+        let durability = if !had_queued && self.outcome_deferred {
+            Durability::Deferred
+        } else {
+            Durability::Now
+        };
         let mut entries = if had_queued {
             self.opening()
         } else {
@@ -625,7 +652,7 @@ impl Recorder {
         if entries.is_empty() {
             return Ok(());
         }
-        self.ledger.append_batch(|_| entries)?;
+        self.ledger.append_batch_with(durability, |_| entries)?;
         self.ledger.checkpoint(&self.user)?;
         Ok(())
     }

@@ -338,7 +338,14 @@ impl<'u> SandboxJob<'u> {
                 Some(h)
             }
         };
-        step.set_outcome(result);
+        // Only an applied changeset leaves something retie can undo, whose
+        // record must be on disk before retie exits; any other outcome
+        // rides on the next durable point (docs/ledger.md).
+        if result["status"] == json!("applied") {
+            step.set_outcome(result);
+        } else {
+            step.set_outcome_deferred(result);
+        }
         Ok(SandboxOutput { outcome, changes })
     }
 }

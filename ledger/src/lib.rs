@@ -458,6 +458,22 @@ fn create_initialized(path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Sync the WAL of the ledger at `path` (all its committed entries reach
+/// the disk). No WAL, nothing to sync: the database file holds everything
+/// and SQLite synced it when it moved the pages there.
+pub fn sync_wal(path: &Path) -> Result<()> {
+    let mut w = path.as_os_str().to_owned();
+    w.push("-wal");
+    let w = PathBuf::from(w);
+    match std::fs::File::open(&w) {
+        Ok(f) => f
+            .sync_data()
+            .map_err(|e| Error::io(format!("syncing {}", w.display()), e)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io(format!("opening {}", w.display()), e)),
+    }
+}
+
 /// An open ledger.
 pub struct Ledger {
     conn: Connection,
@@ -465,6 +481,24 @@ pub struct Ledger {
     /// The user key, when this process holds it (checkpoints every
     /// [`CHECKPOINT_EVERY`] entries).
     user: Option<SigningKey>,
+    /// The newest entry this process knows is on disk: the last entry of
+    /// its newest synced commit (each one syncs the whole WAL, so every
+    /// entry before it too). A checkpoint names this head, never one a
+    /// power cut could still take back.
+    synced: Option<(u64, Vec<u8>)>,
+}
+
+/// Whether an append must be on disk before it returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Synced at commit (`synchronous=FULL`: one WAL sync).
+    Now,
+    /// On disk with the next synced commit, or the WAL's next checkpoint,
+    /// whichever comes first; until then a power cut may take it back
+    /// (with everything after it, never anything before). For what no
+    /// later step depends on: the outcome of an action that changed
+    /// nothing retie could undo.
+    Deferred,
 }
 
 /// What an append produced.
@@ -554,6 +588,7 @@ impl Ledger {
             conn,
             path: path.to_path_buf(),
             user: user.cloned(),
+            synced: None,
         };
         if create {
             // A ledger is created whole, schema included (see
@@ -661,6 +696,39 @@ impl Ledger {
         self.append_batch_guarded(None, build)
     }
 
+    /// [`append_batch`](Self::append_batch) with its durability said: a
+    /// deferred batch costs no sync (see [`Durability::Deferred`]).
+    pub fn append_batch_with(
+        &mut self,
+        durability: Durability,
+        build: impl FnOnce(i64) -> Vec<NewEntry>,
+    ) -> Result<Vec<Appended>> {
+        if durability == Durability::Now {
+            return self.append_batch_guarded(None, build);
+        }
+        // WAL mode, NORMAL: the commit is not synced (checkpoints still
+        // are); the next FULL commit's WAL sync covers it.
+        self.conn
+            .pragma_update(None, "synchronous", "NORMAL")
+            .map_err(|e| self.sql(e))?;
+        let r = self.append_inner(None, build, false);
+        let back = self
+            .conn
+            .pragma_update(None, "synchronous", "FULL")
+            .map_err(|e| self.sql(e));
+        let out = r?;
+        back?;
+        Ok(out)
+    }
+
+    /// Make every committed entry durable (a sync of the WAL), as a
+    /// synced commit would.
+    pub fn sync(&mut self) -> Result<()> {
+        sync_wal(&self.path)?;
+        self.synced = Some(self.head()?);
+        Ok(())
+    }
+
     /// [`append_batch`](Self::append_batch), but only while `guard` holds,
     /// checked inside the same `BEGIN IMMEDIATE` transaction: two processes
     /// deciding one pending approval cannot both succeed. A guard that
@@ -669,6 +737,15 @@ impl Ledger {
         &mut self,
         guard: Option<&Guard>,
         build: impl FnOnce(i64) -> Vec<NewEntry>,
+    ) -> Result<Vec<Appended>> {
+        self.append_inner(guard, build, true)
+    }
+
+    fn append_inner(
+        &mut self,
+        guard: Option<&Guard>,
+        build: impl FnOnce(i64) -> Vec<NewEntry>,
+        synced: bool,
     ) -> Result<Vec<Appended>> {
         let tx = self
             .conn
@@ -739,6 +816,9 @@ impl Ledger {
             out.push(Appended { seq });
         }
         tx.commit().map_err(|e| self.sql(e))?;
+        if synced {
+            self.synced = Some((seq.max(0) as u64, prev.clone()));
+        }
         if crossed {
             if let Some(u) = self.user.clone() {
                 self.checkpoint(&u)?;
@@ -825,6 +905,7 @@ impl Ledger {
             })
             .and_then(|_| tx.commit());
         res.map_err(|e| self.sql(e))?;
+        self.synced = Some((seq.max(0) as u64, hash.to_vec()));
         if seq as u64 % CHECKPOINT_EVERY == 0 {
             if let Some(u) = self.user.clone() {
                 self.checkpoint(&u)?;
@@ -868,8 +949,16 @@ impl Ledger {
 
     /// Write a user-signed checkpoint of the current head to the file next
     /// to the database.
-    pub fn checkpoint(&self, user: &SigningKey) -> Result<Checkpoint> {
-        let (count, head) = self.head()?;
+    pub fn checkpoint(&mut self, user: &SigningKey) -> Result<Checkpoint> {
+        // Only what is on disk: a line that claims more than a power cut
+        // leaves would read as a cut-off tail.
+        let (count, head) = match &self.synced {
+            Some(h) => h.clone(),
+            None => {
+                self.sync()?;
+                self.head()?
+            }
+        };
         let cp = Checkpoint {
             count,
             head: hex(&head),

@@ -718,6 +718,11 @@ fn write_seen(ledger: &Path, count: u64, head: &str) {
     if read_seen(ledger).is_some_and(|s| s.count >= count) {
         return;
     }
+    // What is remembered must be on disk: a deferred outcome a power cut
+    // takes back would otherwise read as a cut-off tail next time.
+    if super::sync_wal(ledger).is_err() {
+        return;
+    }
     let Some(dir) = p.parent() else { return };
     if super::mkdir_private(dir).is_err() {
         return;
