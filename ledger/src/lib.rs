@@ -1206,6 +1206,68 @@ mod tests {
         ));
     }
 
+    /// A checkpoint names only what is on disk: after a deferred append
+    /// (no sync) it still names the last synced commit's head, so a power
+    /// cut that takes the deferred entry back cannot leave a checkpoint
+    /// claiming more than the ledger holds; the next synced commit moves
+    /// it to the newest entry.
+    #[test]
+    fn a_checkpoint_never_names_a_deferred_entry() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let user = key(5);
+        let mut l = Ledger::open(&dir.path().join("l.db"), true, Some(&user)).expect("open");
+        let note = |i: i32| NewEntry {
+            session: "s".into(),
+            actor: Actor::Person,
+            kind: Kind::Note,
+            payload: serde_json::json!({ "i": i }),
+            key: user.clone(),
+        };
+        l.append_batch(|_| vec![note(1)]).expect("synced append");
+        let synced = l.head().expect("head");
+        l.append_batch_with(Durability::Deferred, |_| vec![note(2), note(3)])
+            .expect("deferred append");
+        let cp = l.checkpoint(&user).expect("checkpoint");
+        assert_eq!((cp.count, cp.head.clone()), (synced.0, hex(&synced.1)));
+        assert_eq!(l.head().expect("head").0, synced.0 + 2);
+        l.append_batch_with(Durability::Now, |_| vec![note(4)])
+            .expect("synced append");
+        let cp = l.checkpoint(&user).expect("checkpoint");
+        assert_eq!(cp.count, l.head().expect("head").0);
+        // A fresh process knows nothing synced yet: it syncs, then names
+        // the newest entry.
+        l.append_batch_with(Durability::Deferred, |_| vec![note(5)])
+            .expect("deferred append");
+        drop(l);
+        let mut l = Ledger::open(&dir.path().join("l.db"), true, Some(&user)).expect("open");
+        let cp = l.checkpoint(&user).expect("checkpoint");
+        assert_eq!(cp.count, l.head().expect("head").0);
+    }
+
+    /// SQLite is built without its per-process directory sync (see
+    /// `.cargo/config.toml`); the ledger makes the WAL exist from its
+    /// first open (and syncs the directory then), so no commit lands in
+    /// a WAL whose name is not yet durable.
+    #[test]
+    fn the_wal_exists_from_the_first_open_and_sqlite_leaves_directory_syncs_to_us() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let user = key(6);
+        let l = Ledger::open(&dir.path().join("l.db"), true, Some(&user)).expect("open");
+        assert!(dir.path().join("l.db-wal").exists());
+        let opts: Vec<String> = l
+            .conn
+            .prepare("PRAGMA compile_options")
+            .and_then(|mut s| {
+                s.query_map([], |r| r.get::<_, String>(0))
+                    .and_then(|rows| rows.collect())
+            })
+            .expect("compile options");
+        assert!(
+            opts.iter().any(|o| o == "DISABLE_DIRSYNC"),
+            "{opts:?}"
+        );
+    }
+
     #[test]
     fn rows_cannot_be_rewritten_or_deleted() {
         let dir = tempfile::tempdir().expect("tempdir");

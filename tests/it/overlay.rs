@@ -722,3 +722,45 @@ fn kept_runs_are_listed_shown_applied_and_discarded() {
         assert_code(&o, 125, "bad id");
     }
 }
+
+/// A finished run's directories leave `runs/` with one rename into the
+/// state's `trash/`; the next run removes them while its command runs
+/// (only its own are left there after it); `retie gc` empties the trash
+/// and `retie status` says how large it is.
+#[test]
+fn finished_runs_go_to_the_trash_and_the_next_run_sweeps_it() {
+    let trash_names = |s: &Scratch| -> Vec<String> {
+        std::fs::read_dir(s.home.join(".local/state/retie/trash"))
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let o = s.exec(&[], &["sh", "-c", "echo one > a.txt"]);
+        assert_code(&o, 0, "first run");
+        assert_eq!(runs_left(&s), 0, "{leg:?}: the run stayed in runs/");
+        let first = trash_names(&s);
+        assert_eq!(first.len(), 1, "{leg:?}: {first:?}");
+        let o = s.exec(&[], &["true"]);
+        assert_code(&o, 0, "second run");
+        let second = trash_names(&s);
+        assert_eq!(second.len(), 1, "{leg:?}: not swept: {second:?}");
+        assert_ne!(first, second, "{leg:?}: the first run's directory is still there");
+        let o = s.retie().args(["status", "--json"]).output().expect("status");
+        assert_code(&o, 0, "status");
+        let st = json_status_stdout(&o);
+        assert!(st["trash"]["bytes"].as_u64().unwrap_or(0) > 0, "{st}");
+        let o = s.retie().args(["gc", "--json"]).output().expect("gc");
+        assert_code(&o, 0, "gc");
+        assert!(trash_names(&s).is_empty(), "{leg:?}: gc left the trash");
+        assert_eq!(read(&s, "a.txt").as_deref(), Some("one\n"));
+    }
+}
+
+fn json_status_stdout(o: &std::process::Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout).expect("one JSON object on stdout")
+}

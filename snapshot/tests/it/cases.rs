@@ -386,3 +386,47 @@ fn journal_ids_are_not_paths_and_unknown_ids_are_reported() {
     .expect_err("unknown");
     assert!(matches!(err, Error::UnknownEntry { .. }), "{err}");
 }
+
+/// `apply_alongside`: the workspace is not touched until the recording
+/// running alongside has returned (it sees the old content even after a
+/// pause long enough for an apply that did not wait to have finished),
+/// and a recording that fails leaves the workspace as it was and the
+/// entry rolled back.
+#[test]
+fn apply_alongside_touches_nothing_before_the_recording_returns() {
+    use retie_snapshot::apply_alongside;
+    let env = Env::new();
+    put(&env.ws, "f", b"old\n", 0o644);
+    let (upper, _) = env.overlay("ovl", "printf 'new\\n' > f");
+    let cs = Changeset::compute(&env.ws, &upper).expect("compute");
+    let (ws, store, journal) = env.open();
+    let path = env.ws.join("f");
+
+    // Refused: nothing touched, the entry rolled back, NotRecorded.
+    let r = apply_alongside(&cs, &ws, &store, &journal, &ApplyOptions::default(), || {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        false
+    });
+    assert!(matches!(r, Err(Error::NotRecorded { .. })), "{r:?}");
+    assert_eq!(std::fs::read(&path).expect("read"), b"old\n");
+    assert_eq!(
+        journal.get(&cs.id).expect("entry").state,
+        EntryState::RolledBack
+    );
+
+    // Accepted: during the recording the workspace still holds the base.
+    let (upper2, _) = env.overlay("ovl2", "printf 'new\\n' > f");
+    let cs2 = Changeset::compute(&env.ws, &upper2).expect("compute");
+    let seen = std::sync::Mutex::new(Vec::new());
+    let entry = apply_alongside(&cs2, &ws, &store, &journal, &ApplyOptions::default(), || {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        seen.lock()
+            .expect("lock")
+            .push(std::fs::read(&path).expect("read"));
+        true
+    })
+    .expect("apply");
+    assert_eq!(entry.state, EntryState::Complete);
+    assert_eq!(seen.into_inner().expect("lock"), vec![b"old\n".to_vec()]);
+    assert_eq!(std::fs::read(&path).expect("read"), b"new\n");
+}
