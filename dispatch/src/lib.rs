@@ -237,6 +237,14 @@ impl Step<'_> {
         self.rec.changes(self.action_id, changes)
     }
 
+    /// Work for while the command runs: write the checkpoint of what is
+    /// already on disk (the intent), so that an action whose outcome is
+    /// deferred has nothing left to sign and write after it. Best effort:
+    /// the close writes it again if this failed.
+    pub fn checkpoint_meanwhile(&mut self) {
+        self.rec.checkpoint_meanwhile();
+    }
+
     /// How the action ended (recorded after `execute` returns).
     pub fn set_outcome(&mut self, outcome: Value) {
         self.outcome = Some(outcome);

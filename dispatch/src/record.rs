@@ -621,6 +621,11 @@ impl Recorder {
         Ok(())
     }
 
+    /// See [`crate::Step::checkpoint_meanwhile`].
+    pub fn checkpoint_meanwhile(&mut self) {
+        let _ = self.ledger.checkpoint(&self.user);
+    }
+
     /// Close the session this invocation opened (with the pending outcome,
     /// in one transaction) and checkpoint.
     pub fn finish(mut self) -> Result<(), Error> {

@@ -215,7 +215,10 @@ impl<'u> SandboxJob<'u> {
         // Earlier runs' directories are removed while this command runs.
         let state = self.state.as_path();
         let ran = match (early, &self.runner) {
-            (Some(s), _) => s.run_while(|| overlay::sweep_trash(state)),
+            (Some(s), _) => s.run_while(|| {
+                overlay::sweep_trash(state);
+                step.checkpoint_meanwhile();
+            }),
             (None, Runner::InProcess) => {
                 let ran = retie_runtime::run(&spec, self.stdio.take().unwrap_or_default());
                 overlay::sweep_trash(state);

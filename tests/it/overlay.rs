@@ -749,8 +749,15 @@ fn finished_runs_go_to_the_trash_and_the_next_run_sweeps_it() {
         assert_code(&o, 0, "second run");
         let second = trash_names(&s);
         assert_eq!(second.len(), 1, "{leg:?}: not swept: {second:?}");
-        assert_ne!(first, second, "{leg:?}: the first run's directory is still there");
-        let o = s.retie().args(["status", "--json"]).output().expect("status");
+        assert_ne!(
+            first, second,
+            "{leg:?}: the first run's directory is still there"
+        );
+        let o = s
+            .retie()
+            .args(["status", "--json"])
+            .output()
+            .expect("status");
         assert_code(&o, 0, "status");
         let st = json_status_stdout(&o);
         assert!(st["trash"]["bytes"].as_u64().unwrap_or(0) > 0, "{st}");

@@ -418,13 +418,20 @@ fn apply_alongside_touches_nothing_before_the_recording_returns() {
     let (upper2, _) = env.overlay("ovl2", "printf 'new\\n' > f");
     let cs2 = Changeset::compute(&env.ws, &upper2).expect("compute");
     let seen = std::sync::Mutex::new(Vec::new());
-    let entry = apply_alongside(&cs2, &ws, &store, &journal, &ApplyOptions::default(), || {
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        seen.lock()
-            .expect("lock")
-            .push(std::fs::read(&path).expect("read"));
-        true
-    })
+    let entry = apply_alongside(
+        &cs2,
+        &ws,
+        &store,
+        &journal,
+        &ApplyOptions::default(),
+        || {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            seen.lock()
+                .expect("lock")
+                .push(std::fs::read(&path).expect("read"));
+            true
+        },
+    )
     .expect("apply");
     assert_eq!(entry.state, EntryState::Complete);
     assert_eq!(seen.into_inner().expect("lock"), vec![b"old\n".to_vec()]);
