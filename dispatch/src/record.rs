@@ -23,6 +23,25 @@ use serde_json::{json, Value};
 
 use crate::Error;
 
+/// The ledger opened for a recorder, with the user key that signs for
+/// it: the slow half of [`Recorder::open`] (the key file, SQLite's open
+/// and WAL recovery), which a caller may run on another thread.
+pub struct OpenLedger {
+    user: SigningKey,
+    ledger: Ledger,
+}
+
+impl OpenLedger {
+    /// Open the ledger (creating it and the user key on first use) and
+    /// refuse a replaced user key.
+    pub fn open(ledger_path: &Path) -> Result<OpenLedger, Error> {
+        let user = keys::user_key()?;
+        let ledger = Ledger::open(ledger_path, true, Some(&user))?;
+        ledger.check_user_key(&user)?;
+        Ok(OpenLedger { user, ledger })
+    }
+}
+
 /// How long a session's delegation lasts.
 pub const SESSION_TTL_MS: i64 = 24 * 3600 * 1000;
 
@@ -111,9 +130,13 @@ impl Recorder {
     /// a replaced user key, and open or join the session. Nothing is
     /// written yet.
     pub fn open(ledger_path: &Path, spec: SessionSpec) -> Result<Recorder, Error> {
-        let user = keys::user_key()?;
-        let ledger = Ledger::open(ledger_path, true, Some(&user))?;
-        ledger.check_user_key(&user)?;
+        Recorder::with_ledger(OpenLedger::open(ledger_path)?, spec)
+    }
+
+    /// [`open`](Self::open) on a ledger opened already (on another thread,
+    /// while the caller loaded the policy).
+    pub fn with_ledger(opened: OpenLedger, spec: SessionSpec) -> Result<Recorder, Error> {
+        let OpenLedger { user, ledger } = opened;
         let session = match &spec.join {
             Some(id) => join_session(&ledger, &user, id)?,
             None => {

@@ -10,7 +10,7 @@ use clap::{Args, Subcommand};
 use retie_runtime::{Outcome, Profile, RuntimeError, Sandbox, Stdio, EXIT_SANDBOX_FAILED};
 use serde_json::json;
 
-use retie_dispatch::record::SessionSpec;
+use retie_dispatch::record::{OpenLedger, SessionSpec};
 use retie_dispatch::sandbox::{JobMode, Runner, SandboxJob};
 use retie_dispatch::{dispatch, CommandLine, Dispatched, Proposal, Recorder};
 use retie_policy::{Action, Context, Policy};
@@ -301,10 +301,21 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
         &json!({ "tool": "bash", "args": { "command": line }, "effects": effects }).to_string(),
     )
     .map_err(|e| CliError::Usage(format!("the command cannot be put to the policy: {e}")))?;
-    let policy =
-        Policy::shipped().map_err(|e| CliError::Usage(format!("the shipped policy: {e}")))?;
-    let mut rec = Recorder::open(
-        &ledger_path,
+    // The ledger opens (key file, SQLite, WAL recovery: partly waiting on
+    // the disk) on its own thread while this one loads the policy; joined
+    // before anything is recorded. The prepared sandbox keeps its signals
+    // blocked, and the thread inherits that.
+    let (opened, policy) = std::thread::scope(|sc| {
+        let opening = sc.spawn(|| OpenLedger::open(&ledger_path));
+        let policy = Policy::shipped();
+        (opening.join(), policy)
+    });
+    let policy = policy.map_err(|e| CliError::Usage(format!("the shipped policy: {e}")))?;
+    let opened = opened.map_err(|_| {
+        CliError::Usage("opening the ledger: the thread that opened it panicked".into())
+    })??;
+    let mut rec = Recorder::with_ledger(
+        opened,
         SessionSpec {
             join: args.session.clone(),
             workspace: ws.clone(),
