@@ -1,13 +1,17 @@
 //! The journal: one JSON file per apply, undo or file-tool write.
 //!
-//! Layout under the state dir: `journal/<id>.pending.json` while an entry is
-//! pending, `journal/<id>.json` once it is complete or rolled back,
-//! `journal/seq` (last sequence number) and `journal/lock`. An entry is
-//! written (temp + fsync + rename + fsync of the directory) as pending before
-//! the workspace is touched, then written the same way as `complete` (or
-//! `rolled_back`) and its pending file removed. Finding pending entries reads
-//! directory names only, so it does not grow with the journal's content. Every operation that changes the
-//! workspace holds an exclusive `flock` on `journal/lock`.
+//! Layout under the state dir: `journal/open/<id>.pending.json` while an
+//! entry is pending, `journal/<id>.json` once it is complete or rolled
+//! back, `journal/seq` (last sequence number) and `journal/lock`. An entry
+//! is written (temp in `open/` + fsync + rename + fsync of the directory it
+//! lands in) as pending before the workspace is touched, then written the
+//! same way as `complete` (or `rolled_back`) and its pending file removed.
+//! Finding pending entries and leftover temporaries lists `open/` only
+//! (empty but for a crash), so the recovery check every run makes does not
+//! grow with the journal. A journal of the older layout (pending files and
+//! temporaries in `journal/` itself) is moved over once, under the lock,
+//! when it is first opened. Every operation that changes the workspace
+//! holds an exclusive `flock` on `journal/lock`.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
@@ -111,6 +115,8 @@ pub struct Entry {
 #[derive(Debug, Clone)]
 pub struct Journal {
     dir: PathBuf,
+    /// `dir/open`: pending entries and temporaries.
+    open: PathBuf,
 }
 
 /// An exclusive lock on the journal, released on drop.
@@ -153,7 +159,45 @@ impl Journal {
     pub fn open(state_dir: &Path) -> Result<Journal> {
         let dir = state_dir.join("journal");
         mkdir_p(&dir)?;
-        Ok(Journal { dir })
+        let open = dir.join("open");
+        let j = Journal { dir, open };
+        if !j.open.is_dir() {
+            j.adopt_older_layout()?;
+        }
+        Ok(j)
+    }
+
+    /// Move a journal of the older layout over (once, under the lock):
+    /// its pending files into `open/`, its temporaries removed. `open/`
+    /// appears only when that is done, so a process that sees it never
+    /// misses a pending entry.
+    fn adopt_older_layout(&self) -> Result<()> {
+        let _lock = self.lock()?;
+        if self.open.is_dir() {
+            return Ok(());
+        }
+        let staging = self.dir.join(format!(".open.{}", std::process::id()));
+        let _ = fs::remove_dir_all(&staging);
+        fs::create_dir(&staging).map_err(|e| Error::io("mkdir", &staging, e))?;
+        let rd = fs::read_dir(&self.dir).map_err(|e| Error::io("read dir", &self.dir, e))?;
+        for ent in rd {
+            let ent = ent.map_err(|e| Error::io("read dir", &self.dir, e))?;
+            let name = ent.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if name.ends_with(".json.tmp") {
+                let p = ent.path();
+                fs::remove_file(&p).map_err(|e| Error::io("remove", &p, e))?;
+            } else if name
+                .strip_suffix(".pending.json")
+                .is_some_and(|id| check_id(id).is_ok())
+            {
+                let to = staging.join(name);
+                fs::rename(ent.path(), &to).map_err(|e| Error::io("rename", &to, e))?;
+            }
+        }
+        fsync_dir(&staging)?;
+        fs::rename(&staging, &self.open).map_err(|e| Error::io("rename", &self.open, e))?;
+        fsync_dir(&self.dir)
     }
 
     /// The journal directory.
@@ -181,10 +225,27 @@ impl Journal {
     }
 
     fn pending_path(&self, id: &str) -> PathBuf {
-        self.dir.join(format!("{id}.pending.json"))
+        self.open.join(format!("{id}.pending.json"))
     }
 
-    /// The ids in the journal directory: (id, has final file, has pending file).
+    /// The ids of the pending files in `open/`.
+    fn scan_open(&self) -> Result<Vec<String>> {
+        let mut ids = Vec::new();
+        let rd = fs::read_dir(&self.open).map_err(|e| Error::io("read dir", &self.open, e))?;
+        for ent in rd {
+            let ent = ent.map_err(|e| Error::io("read dir", &self.open, e))?;
+            let name = ent.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if let Some(id) = name.strip_suffix(".pending.json") {
+                if check_id(id).is_ok() {
+                    ids.push(id.to_owned());
+                }
+            }
+        }
+        Ok(ids)
+    }
+
+    /// Every id: (id, has final file, has pending file).
     fn scan(&self) -> Result<BTreeMap<String, (bool, bool)>> {
         let mut ids: BTreeMap<String, (bool, bool)> = BTreeMap::new();
         let rd = fs::read_dir(&self.dir).map_err(|e| Error::io("read dir", &self.dir, e))?;
@@ -192,15 +253,14 @@ impl Journal {
             let ent = ent.map_err(|e| Error::io("read dir", &self.dir, e))?;
             let name = ent.file_name();
             let Some(name) = name.to_str() else { continue };
-            if let Some(id) = name.strip_suffix(".pending.json") {
-                if check_id(id).is_ok() {
-                    ids.entry(id.to_owned()).or_default().1 = true;
-                }
-            } else if let Some(id) = name.strip_suffix(".json") {
+            if let Some(id) = name.strip_suffix(".json") {
                 if check_id(id).is_ok() {
                     ids.entry(id.to_owned()).or_default().0 = true;
                 }
             }
+        }
+        for id in self.scan_open()? {
+            ids.entry(id).or_default().1 = true;
         }
         Ok(ids)
     }
@@ -223,8 +283,8 @@ impl Journal {
     /// The pending entries (cheap: only pending files are read).
     pub fn pending(&self) -> Result<Vec<Entry>> {
         let mut out = Vec::new();
-        for (id, (fin, pend)) in self.scan()? {
-            if pend && !fin {
+        for id in self.scan_open()? {
+            if !self.final_path(&id).exists() {
                 out.push(self.read_path(&self.pending_path(&id))?);
             }
         }
@@ -286,7 +346,7 @@ impl Journal {
         } else {
             self.final_path(&entry.id)
         };
-        let tmp = self.dir.join(format!(".{}.json.tmp", entry.id));
+        let tmp = self.open.join(format!(".{}.json.tmp", entry.id));
         let bytes = serde_json::to_vec_pretty(entry).map_err(|e| Error::Journal {
             path: dest.clone(),
             source: e,
@@ -311,23 +371,21 @@ impl Journal {
                 Err(e) => return Err(Error::io("remove", &pp, e)),
             }
         }
-        fsync_dir(&self.dir)
+        fsync_dir(if pending { &self.open } else { &self.dir })
     }
 
     /// Removes temp files left by an interrupted [`Journal::write`], and
     /// pending files superseded by a finished entry.
     pub(crate) fn clean_temps(&self) -> Result<()> {
-        for (id, (fin, pend)) in self.scan()? {
-            if fin && pend {
-                let p = self.pending_path(&id);
-                fs::remove_file(&p).map_err(|e| Error::io("remove", &p, e))?;
-            }
-        }
-        let rd = fs::read_dir(&self.dir).map_err(|e| Error::io("read dir", &self.dir, e))?;
+        let rd = fs::read_dir(&self.open).map_err(|e| Error::io("read dir", &self.open, e))?;
         for ent in rd {
-            let ent = ent.map_err(|e| Error::io("read dir", &self.dir, e))?;
+            let ent = ent.map_err(|e| Error::io("read dir", &self.open, e))?;
             let name = ent.file_name();
-            if name.to_string_lossy().ends_with(".json.tmp") {
+            let Some(name) = name.to_str() else { continue };
+            let superseded = name
+                .strip_suffix(".pending.json")
+                .is_some_and(|id| check_id(id).is_ok() && self.final_path(id).exists());
+            if superseded || name.ends_with(".json.tmp") {
                 let p = ent.path();
                 fs::remove_file(&p).map_err(|e| Error::io("remove", &p, e))?;
             }

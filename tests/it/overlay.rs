@@ -541,7 +541,7 @@ fn a_direct_run_after_a_crash_mid_apply_sees_the_tree_rolled_back() {
     for leg in legs() {
         let s = Scratch::new(leg);
         write(&s, "only.txt", "x\n");
-        let journal = s.home.join(".local/state/retie/snapshots/journal");
+        let journal = s.home.join(".local/state/retie/snapshots/journal/open");
         let mut interrupted = false;
         for _attempt in 0..8 {
             let mut child = s

@@ -437,3 +437,45 @@ fn apply_alongside_touches_nothing_before_the_recording_returns() {
     assert_eq!(seen.into_inner().expect("lock"), vec![b"old\n".to_vec()]);
     assert_eq!(std::fs::read(&path).expect("read"), b"new\n");
 }
+
+/// A journal of the older layout (pending files and temporaries beside
+/// the finished entries) is taken over when first opened: its pending
+/// entry is still found (and recovered), its temporary is gone, and from
+/// then on finding pending entries lists `journal/open/` only.
+#[test]
+fn a_journal_of_the_older_layout_keeps_its_pending_entries() {
+    use retie_snapshot::{recover, Entry, Journal, JOURNAL_VERSION};
+    let env = Env::new();
+    let jdir = env.state.join("journal");
+    std::fs::create_dir_all(&jdir).expect("mkdir");
+    let ws = std::fs::canonicalize(&env.ws).expect("canonical ws");
+    let e = Entry {
+        version: JOURNAL_VERSION,
+        id: "0123456789abcdef".into(),
+        seq: 1,
+        workspace: ws,
+        op: Op::FileWrite,
+        state: EntryState::Pending,
+        created_unix_ms: 0,
+        steps: Vec::new(),
+    };
+    std::fs::write(
+        jdir.join("0123456789abcdef.pending.json"),
+        serde_json::to_vec(&e).expect("json"),
+    )
+    .expect("write legacy pending");
+    std::fs::write(jdir.join(".fedcba9876543210.json.tmp"), b"{").expect("write temp");
+    let journal = Journal::open(&env.state).expect("open");
+    assert!(jdir.join("open").is_dir());
+    assert!(!jdir.join(".fedcba9876543210.json.tmp").exists());
+    let pending = journal.pending().expect("pending");
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    let (ws, store, journal) = env.open();
+    let report = recover(&ws, &store, &journal).expect("recover");
+    assert_eq!(report.rolled_back, vec!["0123456789abcdef".to_string()]);
+    assert!(journal.pending().expect("pending").is_empty());
+    assert_eq!(
+        journal.get("0123456789abcdef").expect("entry").state,
+        EntryState::RolledBack
+    );
+}
