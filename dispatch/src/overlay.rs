@@ -358,6 +358,24 @@ pub fn wait_for_next_tick() {
     }
 }
 
+/// Before a run reads its start time: when retie's own last apply on this
+/// workspace happened in the coarse clock's current tick, wait for the
+/// next one. The conflict check counts a change in the start's tick as
+/// made during the run (it cannot tell before from after within a tick),
+/// so a run started right after the previous one applied would otherwise
+/// refuse its changes over the previous run's own (one `stat`; a wait of
+/// at most one tick, only back to back).
+pub fn wait_past_last_apply(state: &Path, ws: &Path) {
+    let Ok(last) = std::fs::metadata(ApplyLock::path(state, ws)).and_then(|m| m.modified()) else {
+        return;
+    };
+    let mut waited = 0;
+    while coarse_now() <= last && waited < 100 {
+        std::thread::sleep(Duration::from_millis(1));
+        waited += 1;
+    }
+}
+
 /// The kernel's coarse real-time clock, the one file timestamps come from.
 pub fn coarse_now() -> SystemTime {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::RealtimeCoarse);
@@ -376,6 +394,30 @@ pub struct ApplyLock {
 }
 
 impl ApplyLock {
+    fn path(state: &Path, ws: &Path) -> PathBuf {
+        let name = blake3::hash(ws.as_os_str().as_encoded_bytes()).to_hex();
+        state.join("locks").join(format!("{}.lock", &name[..32]))
+    }
+
+    /// After an apply: the lock file's mtime becomes the time of the
+    /// change, from the clock file times come from (see
+    /// [`wait_past_last_apply`]).
+    pub fn stamp(&self) {
+        let _ = rustix::fs::futimens(
+            &self._file,
+            &rustix::fs::Timestamps {
+                last_access: rustix::fs::Timespec {
+                    tv_sec: 0,
+                    tv_nsec: rustix::fs::UTIME_OMIT,
+                },
+                last_modification: rustix::fs::Timespec {
+                    tv_sec: 0,
+                    tv_nsec: rustix::fs::UTIME_NOW,
+                },
+            },
+        );
+    }
+
     pub fn take(state: &Path, ws: &Path) -> Result<ApplyLock, Error> {
         let dir = state.join("locks");
         std::fs::DirBuilder::new()
@@ -383,8 +425,7 @@ impl ApplyLock {
             .mode(0o700)
             .create(&dir)
             .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
-        let name = blake3::hash(ws.as_os_str().as_encoded_bytes()).to_hex();
-        let p = dir.join(format!("{}.lock", &name[..32]));
+        let p = ApplyLock::path(state, ws);
         let f = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -515,6 +556,7 @@ pub fn handle(
     }
     match applied {
         Ok(entry) => {
+            _lock.stamp();
             if let Some((uid, gid)) = owner {
                 snaps.ws.chown_written(&entry, uid, gid).map_err(snap)?;
             }

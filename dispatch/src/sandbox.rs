@@ -179,6 +179,9 @@ impl<'u> SandboxJob<'u> {
             run = Some(r);
         }
         let spec = builder.build()?;
+        if run.is_some() {
+            overlay::wait_past_last_apply(&self.state, &self.workspace);
+        }
         // Every change to the real workspace from here on carries a ctime
         // at or after this (see overlay::changed_during_run).
         let started = overlay::coarse_now();

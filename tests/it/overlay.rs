@@ -771,3 +771,22 @@ fn finished_runs_go_to_the_trash_and_the_next_run_sweeps_it() {
 fn json_status_stdout(o: &std::process::Output) -> serde_json::Value {
     serde_json::from_slice(&o.stdout).expect("one JSON object on stdout")
 }
+
+/// Runs back to back on one file, each started right after the previous
+/// one applied (often within one tick of the coarse clock file times come
+/// from): every one applies. Without the wait past retie's own last apply
+/// (`overlay::wait_past_last_apply`) the conflict check, which cannot
+/// order two changes within a tick, refused some of them.
+#[test]
+fn back_to_back_runs_are_not_conflicts_with_retie_s_own_apply() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        write(&s, "g.txt", "");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        for i in 0..12 {
+            let o = s.exec(&[], &["sh", "-c", "echo a >> g.txt"]);
+            assert_code(&o, 0, &format!("{leg:?}: run {i}"));
+        }
+        assert_eq!(read(&s, "g.txt").map(|t| t.lines().count()), Some(12));
+    }
+}
