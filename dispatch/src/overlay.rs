@@ -676,3 +676,27 @@ pub fn root_owner(workspace: &Path) -> Result<Option<(u32, u32)>, Error> {
         .map_err(|e| Error::io(format!("stat {}", workspace.display()), e))?;
     Ok(Some((m.uid(), m.gid())))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// After an apply's stamp, a run's start time is read only once the
+    /// coarse clock has moved past it.
+    #[test]
+    fn a_start_after_a_stamped_apply_is_in_a_later_tick() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ws = dir.path().join("ws");
+        std::fs::create_dir(&ws).expect("mkdir");
+        for _ in 0..5 {
+            let lock = ApplyLock::take(dir.path(), &ws).expect("lock");
+            lock.stamp();
+            drop(lock);
+            wait_past_last_apply(dir.path(), &ws);
+            let stamped = std::fs::metadata(ApplyLock::path(dir.path(), &ws))
+                .and_then(|m| m.modified())
+                .expect("mtime");
+            assert!(coarse_now() > stamped);
+        }
+    }
+}
