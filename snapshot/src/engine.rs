@@ -459,7 +459,7 @@ fn run(
         // Joined before the workspace is touched, and on every early
         // return (a conflict) too: it runs exactly once either way.
         let mut side = Some(side);
-        let mut join = move || side.take().map_or(true, |h| h.join().unwrap_or(false));
+        let mut join = move || side.take().is_none_or(|h| h.join().unwrap_or(false));
         let r = run_locked(ws, store, journal, id, op, targets, src, check, &mut join);
         join();
         r

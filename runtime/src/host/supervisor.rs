@@ -43,8 +43,11 @@ pub fn run(spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
 /// when that work is done.
 ///
 /// Until it is run or dropped, the caller's forwarded signals are blocked
-/// (delivered to the sandbox once it runs) and the caller must stay
-/// single-threaded.
+/// (delivered to the sandbox once it runs). Threads the caller starts
+/// meanwhile inherit that mask, so a forwarded signal still waits for the
+/// supervisor; they must be joined before `run` returns (the mask is
+/// restored for the calling thread only) and before another sandbox is
+/// started in process (that needs a single thread).
 pub struct Started {
     pid: libc::pid_t,
     pidfd: OwnedFd,
