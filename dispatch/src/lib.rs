@@ -251,10 +251,10 @@ impl Step<'_> {
         self.deferred = false;
     }
 
-    /// How an action ended that changed nothing retie could undo (no
-    /// changeset applied): its outcome need not be on disk before retie
-    /// goes on, and rides on the next durable point instead of costing a
-    /// sync of its own ([`retie_ledger::Durability::Deferred`]).
+    /// How an action ended, when nothing later depends on that record
+    /// being on disk at once (undo works from the durable points before
+    /// it): its outcome rides on the next durable point instead of costing
+    /// a sync of its own ([`retie_ledger::Durability::Deferred`]).
     pub fn set_outcome_deferred(&mut self, outcome: Value) {
         self.outcome = Some(outcome);
         self.deferred = true;

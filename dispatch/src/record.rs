@@ -109,7 +109,7 @@ pub struct Recorder {
     /// An outcome waiting for the session's close (one transaction).
     pending_outcome: Option<Value>,
     /// The waiting outcome may reach the disk with the next durable point
-    /// (nothing retie could undo depends on it).
+    /// (nothing later depends on it being there at once).
     outcome_deferred: bool,
     /// Entries (messages) that ride on the next durable transaction
     /// instead of paying an fsync of their own.
@@ -623,9 +623,9 @@ impl Recorder {
 
     /// [`outcome`](Self::outcome), saying whether it must be on disk
     /// before this returns (joined session) or the close does (one this
-    /// invocation opened): `Deferred` for an action that changed nothing
-    /// retie could undo, whose outcome then rides on the next durable
-    /// point (docs/ledger.md, "What a run costs in fsyncs").
+    /// invocation opened): `Deferred` for an outcome nothing later
+    /// depends on being on disk at once, which then rides on the next
+    /// durable point (docs/ledger.md, "What a run costs in fsyncs").
     pub fn outcome_with(
         &mut self,
         action: i64,

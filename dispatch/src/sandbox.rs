@@ -344,14 +344,14 @@ impl<'u> SandboxJob<'u> {
                 Some(h)
             }
         };
-        // Only an applied changeset leaves something retie can undo, whose
-        // record must be on disk before retie exits; any other outcome
-        // rides on the next durable point (docs/ledger.md).
-        if result["status"] == json!("applied") {
-            step.set_outcome(result);
-        } else {
-            step.set_outcome_deferred(result);
-        }
+        // The outcome rides on the next durable point (docs/ledger.md):
+        // nothing retie does later depends on it being on disk now. An
+        // applied changeset is undone from its durable point 2 (the exact
+        // changes) and the snapshot journal's complete entry, both synced
+        // before this; `retie undo` needs no outcome (proved by
+        // ledger::crash_between_intent_and_outcome_leaves_an_honest_ledger,
+        // killed after the apply and before the outcome).
+        step.set_outcome_deferred(result);
         Ok(SandboxOutput { outcome, changes })
     }
 }
