@@ -352,8 +352,16 @@ pub fn changed_during_run(ws: &Path, cs: &Changeset, since: SystemTime) -> Vec<S
 /// retie itself changed the workspace (creating a directory to mask), so
 /// that change does not look like one made during the run.
 pub fn wait_for_next_tick() {
-    let t0 = coarse_now();
-    while coarse_now() <= t0 {
+    wait_past(coarse_now());
+}
+
+/// Return once the coarse clock reads later than `t` (at most 100 ms: a
+/// time stamped in the future is not waited for).
+fn wait_past(t: SystemTime) {
+    for _ in 0..100 {
+        if coarse_now() > t {
+            return;
+        }
         std::thread::sleep(Duration::from_millis(1));
     }
 }
@@ -366,13 +374,8 @@ pub fn wait_for_next_tick() {
 /// refuse its changes over the previous run's own (one `stat`; a wait of
 /// at most one tick, only back to back).
 pub fn wait_past_last_apply(state: &Path, ws: &Path) {
-    let Ok(last) = std::fs::metadata(ApplyLock::path(state, ws)).and_then(|m| m.modified()) else {
-        return;
-    };
-    let mut waited = 0;
-    while coarse_now() <= last && waited < 100 {
-        std::thread::sleep(Duration::from_millis(1));
-        waited += 1;
+    if let Ok(last) = std::fs::metadata(ApplyLock::path(state, ws)).and_then(|m| m.modified()) {
+        wait_past(last);
     }
 }
 

@@ -461,7 +461,7 @@ fn create_initialized(path: &Path) -> Result<()> {
 /// Sync the WAL of the ledger at `path` (all its committed entries reach
 /// the disk). No WAL, nothing to sync: the database file holds everything
 /// and SQLite synced it when it moved the pages there.
-pub fn sync_wal(path: &Path) -> Result<()> {
+pub(crate) fn sync_wal(path: &Path) -> Result<()> {
     let mut w = path.as_os_str().to_owned();
     w.push("-wal");
     let w = PathBuf::from(w);
@@ -727,7 +727,7 @@ impl Ledger {
 
     /// Make every committed entry durable (a sync of the WAL), as a
     /// synced commit would.
-    pub fn sync(&mut self) -> Result<()> {
+    fn sync(&mut self) -> Result<()> {
         sync_wal(&self.path)?;
         self.synced = Some(self.head()?);
         Ok(())

@@ -179,21 +179,15 @@ impl Journal {
         let staging = self.dir.join(format!(".open.{}", std::process::id()));
         let _ = fs::remove_dir_all(&staging);
         fs::create_dir(&staging).map_err(|e| Error::io("mkdir", &staging, e))?;
-        let rd = fs::read_dir(&self.dir).map_err(|e| Error::io("read dir", &self.dir, e))?;
-        for ent in rd {
-            let ent = ent.map_err(|e| Error::io("read dir", &self.dir, e))?;
-            let name = ent.file_name();
-            let Some(name) = name.to_str() else { continue };
-            if name.ends_with(".json.tmp") {
-                let p = ent.path();
-                fs::remove_file(&p).map_err(|e| Error::io("remove", &p, e))?;
-            } else if name
-                .strip_suffix(".pending.json")
-                .is_some_and(|id| check_id(id).is_ok())
-            {
-                let to = staging.join(name);
-                fs::rename(ent.path(), &to).map_err(|e| Error::io("rename", &to, e))?;
-            }
+        let all = names(&self.dir)?;
+        for name in all.iter().filter(|n| n.ends_with(".json.tmp")) {
+            let p = self.dir.join(name);
+            fs::remove_file(&p).map_err(|e| Error::io("remove", &p, e))?;
+        }
+        for id in ids_named(&all, ".pending.json") {
+            let name = format!("{id}.pending.json");
+            let to = staging.join(&name);
+            fs::rename(self.dir.join(&name), &to).map_err(|e| Error::io("rename", &to, e))?;
         }
         fsync_dir(&staging)?;
         fs::rename(&staging, &self.open).map_err(|e| Error::io("rename", &self.open, e))?;
@@ -230,34 +224,14 @@ impl Journal {
 
     /// The ids of the pending files in `open/`.
     fn scan_open(&self) -> Result<Vec<String>> {
-        let mut ids = Vec::new();
-        let rd = fs::read_dir(&self.open).map_err(|e| Error::io("read dir", &self.open, e))?;
-        for ent in rd {
-            let ent = ent.map_err(|e| Error::io("read dir", &self.open, e))?;
-            let name = ent.file_name();
-            let Some(name) = name.to_str() else { continue };
-            if let Some(id) = name.strip_suffix(".pending.json") {
-                if check_id(id).is_ok() {
-                    ids.push(id.to_owned());
-                }
-            }
-        }
-        Ok(ids)
+        Ok(ids_named(&names(&self.open)?, ".pending.json"))
     }
 
     /// Every id: (id, has final file, has pending file).
     fn scan(&self) -> Result<BTreeMap<String, (bool, bool)>> {
         let mut ids: BTreeMap<String, (bool, bool)> = BTreeMap::new();
-        let rd = fs::read_dir(&self.dir).map_err(|e| Error::io("read dir", &self.dir, e))?;
-        for ent in rd {
-            let ent = ent.map_err(|e| Error::io("read dir", &self.dir, e))?;
-            let name = ent.file_name();
-            let Some(name) = name.to_str() else { continue };
-            if let Some(id) = name.strip_suffix(".json") {
-                if check_id(id).is_ok() {
-                    ids.entry(id.to_owned()).or_default().0 = true;
-                }
-            }
+        for id in ids_named(&names(&self.dir)?, ".json") {
+            ids.entry(id).or_default().0 = true;
         }
         for id in self.scan_open()? {
             ids.entry(id).or_default().1 = true;
@@ -377,21 +351,39 @@ impl Journal {
     /// Removes temp files left by an interrupted [`Journal::write`], and
     /// pending files superseded by a finished entry.
     pub(crate) fn clean_temps(&self) -> Result<()> {
-        let rd = fs::read_dir(&self.open).map_err(|e| Error::io("read dir", &self.open, e))?;
-        for ent in rd {
-            let ent = ent.map_err(|e| Error::io("read dir", &self.open, e))?;
-            let name = ent.file_name();
-            let Some(name) = name.to_str() else { continue };
+        for name in names(&self.open)? {
             let superseded = name
                 .strip_suffix(".pending.json")
                 .is_some_and(|id| check_id(id).is_ok() && self.final_path(id).exists());
             if superseded || name.ends_with(".json.tmp") {
-                let p = ent.path();
+                let p = self.open.join(&name);
                 fs::remove_file(&p).map_err(|e| Error::io("remove", &p, e))?;
             }
         }
         Ok(())
     }
+}
+
+/// The names in `dir` (those that are not UTF-8 are no journal's).
+fn names(dir: &Path) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for ent in fs::read_dir(dir).map_err(|e| Error::io("read dir", dir, e))? {
+        let ent = ent.map_err(|e| Error::io("read dir", dir, e))?;
+        if let Ok(name) = ent.file_name().into_string() {
+            out.push(name);
+        }
+    }
+    Ok(out)
+}
+
+/// The valid ids among `names` that end in `suffix`.
+fn ids_named(names: &[String], suffix: &str) -> Vec<String> {
+    names
+        .iter()
+        .filter_map(|n| n.strip_suffix(suffix))
+        .filter(|id| check_id(id).is_ok())
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Milliseconds since the epoch.

@@ -137,10 +137,6 @@ fn runs(state: &Path) -> Vec<RunDir> {
         .unwrap_or_default()
 }
 
-fn remove_run(path: &Path) {
-    retie_dispatch::overlay::remove_run_dir(path);
-}
-
 const DAY_MS: u64 = 24 * 3600 * 1000;
 
 pub fn gc(args: GcArgs) -> Result<i32, CliError> {
@@ -206,7 +202,7 @@ pub fn gc(args: GcArgs) -> Result<i32, CliError> {
     for r in runs(&state) {
         if run_due(&r, now.saturating_sub(cutoff)) {
             if !args.dry_run {
-                remove_run(&r.path);
+                retie_dispatch::overlay::remove_run_dir(&r.path);
             }
             run_bytes += r.bytes;
             removed_runs.push(r.id);

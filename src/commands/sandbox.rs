@@ -312,7 +312,10 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
     });
     let policy = policy.map_err(|e| CliError::Usage(format!("the shipped policy: {e}")))?;
     let opened = opened.map_err(|_| {
-        CliError::Usage("opening the ledger: the thread that opened it panicked".into())
+        CliError::io(
+            "opening the ledger",
+            std::io::Error::other("the thread that opened it panicked"),
+        )
     })??;
     let mut rec = Recorder::with_ledger(
         opened,

@@ -3,7 +3,9 @@
 //! `..`, an absolute path outside the workspace and a symlink anywhere on
 //! the way are refused and said to the model.
 
-use retie_dispatch::overlay::Snapshots;
+use std::path::PathBuf;
+
+use retie_dispatch::overlay::{ApplyLock, Snapshots};
 use retie_dispatch::{Error, Executor, Step, UndoPlan};
 use retie_policy::Action;
 use retie_snapshot::{DirEntryKind, RelPath, Workspace};
@@ -359,14 +361,17 @@ pub(crate) fn prepare_write(t: &Tools, p: &mut Prepared) -> Result<(), String> {
 /// journal entry's id in the intent's undo plan before anything is written.
 pub(crate) struct WriteExec {
     snaps: Snapshots,
+    /// retie's state directory (the workspace's apply lock).
+    state: PathBuf,
     plan: Option<PlannedWrite>,
     id: String,
 }
 
 impl WriteExec {
-    pub fn new(snaps: Snapshots, p: &Prepared) -> WriteExec {
+    pub fn new(snaps: Snapshots, state: PathBuf, p: &Prepared) -> WriteExec {
         WriteExec {
             snaps,
+            state,
             plan: p.write.clone(),
             id: retie_snapshot::new_id(),
         }
@@ -404,6 +409,11 @@ impl Executor for WriteExec {
         let Some(w) = self.plan.take() else {
             return Err(Error::Invalid("a write runs once".into()));
         };
+        // Serialized with every apply on this workspace, and stamped like
+        // one: a sandbox started in the same clock tick waits for the next
+        // (overlay::wait_past_last_apply), or this write would read as a
+        // change made during its run.
+        let lock = ApplyLock::take(&self.state, self.snaps.ws.path())?;
         // Nothing changed the file since it was inspected and shown.
         let now = match self.snaps.ws.read_file(&w.rel, READ_MAX) {
             Ok((b, _)) => Some(b),
@@ -435,6 +445,7 @@ impl Executor for WriteExec {
             &w.new,
             None,
         )?;
+        lock.stamp();
         step.set_outcome(json!({
             "status": "applied",
             "changeset": entry.id,

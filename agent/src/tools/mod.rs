@@ -169,10 +169,6 @@ pub struct Tools {
     /// may watch it to stop early.
     pub cancel: retie_dispatch::Cancel,
     ws: Workspace,
-    /// A file tool wrote since the last sandbox started: the next one
-    /// waits for the coarse clock to tick first, or the write would look
-    /// like a change made during the run (a conflict).
-    wrote: bool,
 }
 
 /// What a call came to.
@@ -233,7 +229,6 @@ impl Tools {
             fetch: FetchSettings::default(),
             cancel: retie_dispatch::Cancel::new(),
             ws,
-            wrote: false,
         })
     }
 
@@ -356,15 +351,10 @@ impl Tools {
                 dispatch(rec, policy, &ctx, proposal(action), approver, &mut ex)?
             }
             "write" | "edit" => {
-                let mut ex = files::WriteExec::new(self.snapshots()?, &p);
-                let d = dispatch(rec, policy, &ctx, proposal(action), approver, &mut ex)?;
-                self.wrote = true;
-                d
+                let mut ex = files::WriteExec::new(self.snapshots()?, self.state.clone(), &p);
+                dispatch(rec, policy, &ctx, proposal(action), approver, &mut ex)?
             }
             "bash" => {
-                if std::mem::take(&mut self.wrote) {
-                    retie_dispatch::overlay::wait_for_next_tick();
-                }
                 let mut ex = bash::BashExec::new(self, self.snapshots()?, &p.args, &mut notes)?;
                 dispatch(rec, policy, &ctx, proposal(action), approver, &mut ex)?
             }

@@ -17,7 +17,9 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use super::rootfs::host;
-use super::{bind, cpath, make_readonly, mount, mountpoint, MountFlags, SetupError, StepResult};
+use super::{
+    bind, cpath, make_readonly, mount, mountpoint, owned_tmpfs, MountFlags, SetupError, StepResult,
+};
 use crate::spec::{HideKind, SandboxSpec};
 
 const STEP: &str = "layered view";
@@ -81,18 +83,7 @@ fn depth(p: &Path) -> usize {
 
 fn scratch(spec: &SandboxSpec, dir: &Path) -> StepResult {
     mountpoint(STEP, dir, true)?;
-    let opts = format!(
-        "mode=0755,uid={},gid={},size=25%",
-        spec.identity.inner_uid, spec.identity.inner_gid
-    );
-    mount(
-        STEP,
-        "tmpfs",
-        dir,
-        "tmpfs",
-        MountFlags::NOSUID | MountFlags::NODEV,
-        Some(&opts),
-    )
+    owned_tmpfs(STEP, dir, "0755", "25%", &spec.identity)
 }
 
 fn attach(tree: &OwnedFd, dst: &Path) -> StepResult {

@@ -29,7 +29,7 @@ pub mod system;
 pub mod workspace;
 
 pub(crate) use step::{
-    bind, cpath, make_readonly, mount, mountpoint, MountFlags, SetupError, StepResult,
+    bind, cpath, make_readonly, mount, mountpoint, owned_tmpfs, MountFlags, SetupError, StepResult,
 };
 
 use crate::command::StdioFds;

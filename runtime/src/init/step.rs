@@ -43,6 +43,29 @@ pub(crate) fn cpath(p: &Path) -> CString {
     CString::new(p.as_os_str().as_bytes()).unwrap_or_else(|_| CString::from(c"/nonexistent"))
 }
 
+/// A `tmpfs` on `dir` owned by the sandbox user (nosuid, nodev), with the
+/// given mode and size (`64k`, `25%`).
+pub(crate) fn owned_tmpfs(
+    step: &'static str,
+    dir: &Path,
+    mode: &str,
+    size: &str,
+    id: &crate::spec::Identity,
+) -> StepResult {
+    let opts = format!(
+        "mode={mode},uid={},gid={},size={size}",
+        id.inner_uid, id.inner_gid
+    );
+    mount(
+        step,
+        "tmpfs",
+        dir,
+        "tmpfs",
+        MountFlags::NOSUID | MountFlags::NODEV,
+        Some(&opts),
+    )
+}
+
 /// `mount(2)` of a filesystem (`tmpfs`, `proc`, ...) with optional data.
 pub(crate) fn mount(
     step: &'static str,

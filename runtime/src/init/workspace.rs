@@ -15,7 +15,7 @@ use std::os::fd::OwnedFd;
 use std::path::Path;
 
 use super::rootfs::host;
-use super::{bind, cpath, mountpoint, MountFlags, SetupError, StepResult};
+use super::{bind, cpath, mountpoint, owned_tmpfs, MountFlags, SetupError, StepResult};
 use crate::host::idmap::IdmapTrees;
 use crate::spec::{SandboxSpec, WorkspaceMode};
 
@@ -93,18 +93,7 @@ fn overlay_from_trees(
     };
     let stage = Path::new("/.retie-stage");
     mountpoint(STEP, stage, true)?;
-    let opts = format!(
-        "mode=0700,uid={},gid={},size=64k",
-        id.inner_uid, id.inner_gid
-    );
-    super::mount(
-        STEP,
-        "tmpfs",
-        stage,
-        "tmpfs",
-        MountFlags::NOSUID | MountFlags::NODEV,
-        Some(&opts),
-    )?;
+    owned_tmpfs(STEP, stage, "0700", "64k", id)?;
     let (lower, run_at) = (stage.join("lower"), stage.join("run"));
     for d in [&lower, &run_at] {
         mountpoint(STEP, d, true)?;
@@ -181,18 +170,7 @@ pub fn mount_scratch(spec: &SandboxSpec) -> StepResult {
     dirs.sort_by_key(|(p, _)| p.components().count());
     for (dir, mode) in dirs {
         mountpoint(STEP, dir, true)?;
-        let opts = format!(
-            "mode={mode},uid={},gid={},size=50%",
-            id.inner_uid, id.inner_gid
-        );
-        super::mount(
-            STEP,
-            "tmpfs",
-            dir,
-            "tmpfs",
-            MountFlags::NOSUID | MountFlags::NODEV,
-            Some(&opts),
-        )?;
+        owned_tmpfs(STEP, dir, mode, "50%", id)?;
     }
     Ok(())
 }
