@@ -63,6 +63,9 @@ pub struct OverlayRun {
     pub upper: PathBuf,
     pub work: PathBuf,
     keep: bool,
+    /// Who the directories belong to when retie runs as root for
+    /// someone else's workspace (a spare is reused for the same owner).
+    owner: Option<(u32, u32)>,
 }
 
 /// What `retie changes` needs to know about a run it did not start.
@@ -96,6 +99,18 @@ impl OverlayRun {
         let dir = runs.join(&id);
         let upper = dir.join("upper");
         let work = dir.join("work");
+        // A spare left by an earlier run that changed nothing: one rename
+        // instead of three mkdirs now and four removals later.
+        if claim_spare(state, owner, &dir) {
+            return Ok(OverlayRun {
+                id,
+                dir,
+                upper,
+                work,
+                keep: false,
+                owner,
+            });
+        }
         let mkdir = |d: &Path| {
             std::fs::DirBuilder::new()
                 .mode(0o700)
@@ -128,6 +143,7 @@ impl OverlayRun {
             upper,
             work,
             keep: false,
+            owner,
         })
     }
 
@@ -152,6 +168,7 @@ impl OverlayRun {
             work: dir.join("work"),
             dir,
             keep: true,
+            owner: None,
         };
         Ok((run, meta))
     }
@@ -160,7 +177,19 @@ impl OverlayRun {
     pub fn write_meta(&self, meta: &RunMeta) -> Result<(), Error> {
         let p = self.dir.join("run.json");
         let bytes = serde_json::to_vec(meta).map_err(|e| Error::Invalid(e.to_string()))?;
-        std::fs::write(&p, bytes).map_err(|e| Error::io(format!("writing {}", p.display()), e))
+        // Overwritten in place, then cut to length: a reused directory's
+        // old run.json is not truncated to nothing first (freeing its
+        // block costs a discard on a filesystem mounted with `discard`).
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&p)
+            .and_then(|mut f| {
+                std::io::Write::write_all(&mut f, &bytes)?;
+                f.set_len(bytes.len() as u64)
+            })
+            .map_err(|e| Error::io(format!("writing {}", p.display()), e))
     }
 
     fn set_kept(&self, why: &str) {
@@ -210,6 +239,12 @@ impl Drop for OverlayRun {
         if self.keep {
             return;
         }
+        // Nothing in the upper layer: the directories are as good as new
+        // (overlayfs empties `work` itself at every mount).
+        let empty = std::fs::read_dir(&self.upper).is_ok_and(|mut d| d.next().is_none());
+        if empty && put_spare(&self.dir, self.owner) {
+            return;
+        }
         // One rename now; the removal (a handful of unlinks, each a
         // journaled metadata change) waits for the next run, which does
         // it while its command runs (`sweep_trash`), or for `retie gc`.
@@ -237,6 +272,77 @@ impl Drop for OverlayRun {
 /// Where finished runs' directories wait to be removed, in the state
 /// directory (same filesystem as `runs`, so moving one there is a rename).
 pub const TRASH: &str = "trash";
+
+/// Where the directories of runs that changed nothing wait to be reused,
+/// in the state directory: `SPARE/OWNER.N`, at most [`SPARE_SLOTS`] per
+/// owner. Creating and removing directories is what an overlay run spent
+/// most of its file-system time on: on ext4 each new inode is searched
+/// for past the recently deleted ones.
+pub const SPARE: &str = "spare";
+const SPARE_SLOTS: u32 = 4;
+
+fn spare_name(owner: Option<(u32, u32)>, slot: u32) -> String {
+    match owner {
+        None => format!("self.{slot}"),
+        Some((uid, gid)) => format!("{uid}-{gid}.{slot}"),
+    }
+}
+
+/// Move a spare for `owner` to `to` (which must not exist). A slot another
+/// process claimed first is simply gone; each claim is one rename.
+fn claim_spare(state: &Path, owner: Option<(u32, u32)>, to: &Path) -> bool {
+    let spare = state.join(SPARE);
+    (0..SPARE_SLOTS).any(|slot| {
+        rustix::fs::renameat_with(
+            rustix::fs::CWD,
+            &spare.join(spare_name(owner, slot)),
+            rustix::fs::CWD,
+            to,
+            rustix::fs::RenameFlags::NOREPLACE,
+        )
+        .is_ok()
+    })
+}
+
+/// Keep a finished run's directory as a spare, if a slot is free.
+fn put_spare(dir: &Path, owner: Option<(u32, u32)>) -> bool {
+    let Some(spare) = dir.parent().and_then(Path::parent).map(|s| s.join(SPARE)) else {
+        return false;
+    };
+    let rename = |slot| {
+        rustix::fs::renameat_with(
+            rustix::fs::CWD,
+            dir,
+            rustix::fs::CWD,
+            &spare.join(spare_name(owner, slot)),
+            rustix::fs::RenameFlags::NOREPLACE,
+        )
+    };
+    for slot in 0..SPARE_SLOTS {
+        match rename(slot) {
+            Ok(()) => return true,
+            Err(rustix::io::Errno::NOENT) => {
+                // The first spare: make the directory, then try once more.
+                if std::fs::DirBuilder::new().mode(0o700).create(&spare).is_err() {
+                    return false;
+                }
+                return rename(slot).is_ok();
+            }
+            Err(_) => continue,
+        }
+    }
+    false
+}
+
+/// Remove every spare (`retie gc`).
+pub fn remove_spares(state: &Path) {
+    let Ok(entries) = std::fs::read_dir(state.join(SPARE)) else {
+        return;
+    };
+    for e in entries.flatten() {
+        remove_run_dir(&e.path());
+    }
+}
 
 /// Remove a run directory (overlay leaves `work/work` with mode 000).
 pub fn remove_run_dir(dir: &Path) {

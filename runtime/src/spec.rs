@@ -269,8 +269,12 @@ impl SandboxSpec {
                 ));
             }
             for (what, dir) in [("upper", upper), ("work", work)] {
+                // The work directory may hold overlayfs's own `work` from
+                // an earlier mount (a reused run directory): the kernel
+                // empties and recreates it at every mount.
+                let own = |e: &std::fs::DirEntry| what == "work" && e.file_name() == "work";
                 let empty = std::fs::read_dir(dir)
-                    .map(|mut d| d.next().is_none())
+                    .map(|d| d.flatten().all(|e| own(&e)))
                     .map_err(|e| RuntimeError::Workspace {
                         path: dir.clone(),
                         reason: format!("overlay {what} directory: {e}"),

@@ -193,9 +193,12 @@ pub fn gc(args: GcArgs) -> Result<i32, CliError> {
         },
     )?;
     // Finished runs' directories waiting in the trash: nothing needs them.
-    let trash_bytes = dir_size(&state.join(retie_dispatch::overlay::TRASH));
+    // Spare run directories (runs that changed nothing) are empty.
+    let trash_bytes = dir_size(&state.join(retie_dispatch::overlay::TRASH))
+        + dir_size(&state.join(retie_dispatch::overlay::SPARE));
     if !args.dry_run {
         retie_dispatch::overlay::sweep_trash(&state);
+        retie_dispatch::overlay::remove_spares(&state);
     }
     let mut removed_runs = Vec::new();
     let mut run_bytes = 0;
@@ -276,6 +279,7 @@ pub fn status(args: StatusArgs) -> Result<i32, CliError> {
         "snapshots": {"path": snaps, "bytes": dir_size(&snaps), "journal_entries": by_state},
         "runs": {"path": state.join("runs"), "count": runs.len(), "kept": kept, "bytes": runs.iter().map(|r| r.bytes).sum::<u64>()},
         "trash": {"path": state.join(retie_dispatch::overlay::TRASH), "bytes": dir_size(&state.join(retie_dispatch::overlay::TRASH))},
+        "spare": {"path": state.join(retie_dispatch::overlay::SPARE), "bytes": dir_size(&state.join(retie_dispatch::overlay::SPARE))},
     });
     if args.json {
         println!("{v}");
@@ -319,6 +323,11 @@ pub fn status(args: StatusArgs) -> Result<i32, CliError> {
         "trash      {}  {} bytes (finished runs' directories, removed by the next run or gc)",
         show(&v["trash"]["path"]),
         v["trash"]["bytes"]
+    );
+    println!(
+        "spare      {}  {} bytes (directories of runs that changed nothing, reused by the next run; gc removes them)",
+        show(&v["spare"]["path"]),
+        v["spare"]["bytes"]
     );
     println!(
         "retention  keep {} days{} (retie gc; [state] keep_days / max_mb in the config)",

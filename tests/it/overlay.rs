@@ -745,7 +745,7 @@ fn finished_runs_go_to_the_trash_and_the_next_run_sweeps_it() {
         assert_eq!(runs_left(&s), 0, "{leg:?}: the run stayed in runs/");
         let first = trash_names(&s);
         assert_eq!(first.len(), 1, "{leg:?}: {first:?}");
-        let o = s.exec(&[], &["true"]);
+        let o = s.exec(&[], &["sh", "-c", "echo two > b.txt"]);
         assert_code(&o, 0, "second run");
         let second = trash_names(&s);
         assert_eq!(second.len(), 1, "{leg:?}: not swept: {second:?}");
@@ -765,6 +765,69 @@ fn finished_runs_go_to_the_trash_and_the_next_run_sweeps_it() {
         assert_code(&o, 0, "gc");
         assert!(trash_names(&s).is_empty(), "{leg:?}: gc left the trash");
         assert_eq!(read(&s, "a.txt").as_deref(), Some("one\n"));
+    }
+}
+
+/// A run that changed nothing leaves its directories as a spare
+/// (`STATE/spare/`), and the next run takes it instead of making new
+/// ones: a stream of such runs keeps one spare, makes nothing new in
+/// `runs/` and leaves nothing in the trash. A run on a reused spare
+/// captures exactly its own changes, and `retie gc` removes the spares.
+#[test]
+fn runs_that_change_nothing_reuse_one_spare_directory() {
+    let names = |s: &Scratch, d: &str| -> Vec<String> {
+        std::fs::read_dir(s.home.join(".local/state/retie").join(d))
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    // The one spare's inode (its name says whose it is: as root, the
+    // workspace owner's).
+    let inode = |s: &Scratch| {
+        use std::os::unix::fs::MetadataExt;
+        let spare = s.home.join(".local/state/retie/spare");
+        let one = std::fs::read_dir(spare).ok()?.flatten().next()?;
+        std::fs::metadata(one.path()).map(|m| m.ino()).ok()
+    };
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let o = s.exec(&[], &["true"]);
+        assert_code(&o, 0, "first run");
+        assert_eq!(names(&s, "spare").len(), 1, "{leg:?}");
+        let first = inode(&s);
+        assert!(first.is_some());
+        for i in 0..3 {
+            let o = s.exec(&[], &["cat", "/etc/hostname"]);
+            assert_code(&o, 0, &format!("{leg:?}: run {i}"));
+            assert_eq!(names(&s, "spare").len(), 1, "{leg:?}: run {i}");
+            assert_eq!(inode(&s), first, "{leg:?}: run {i} made a new directory");
+            assert_eq!(runs_left(&s), 0, "{leg:?}");
+            assert!(names(&s, "trash").is_empty(), "{leg:?}: run {i}");
+        }
+        // A run on the spare: exactly its change, then its directory goes
+        // to the trash (it is not empty), and no spare is left.
+        let o = s.exec(&["--json"], &["sh", "-c", "echo new > n.txt"]);
+        assert_code(&o, 0, "writing run");
+        assert_eq!(read(&s, "n.txt").as_deref(), Some("new\n"));
+        let st = json_status(&o);
+        let paths: Vec<&str> = st["changes"]["changes"]
+            .as_array()
+            .expect("changes")
+            .iter()
+            .filter_map(|c| c["path"].as_str())
+            .collect();
+        assert_eq!(paths, ["n.txt"], "{leg:?}: {st}");
+        assert!(names(&s, "spare").is_empty(), "{leg:?}");
+        assert_eq!(names(&s, "trash").len(), 1, "{leg:?}");
+        let o = s.exec(&[], &["true"]);
+        assert_code(&o, 0, "unchanged run");
+        assert_eq!(names(&s, "spare").len(), 1, "{leg:?}");
+        let o = s.retie().args(["gc", "--json"]).output().expect("gc");
+        assert_code(&o, 0, "gc");
+        assert!(names(&s, "spare").is_empty(), "{leg:?}: gc left the spare");
     }
 }
 
