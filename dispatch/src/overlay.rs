@@ -323,7 +323,11 @@ fn put_spare(dir: &Path, owner: Option<(u32, u32)>) -> bool {
             Ok(()) => return true,
             Err(rustix::io::Errno::NOENT) => {
                 // The first spare: make the directory, then try once more.
-                if std::fs::DirBuilder::new().mode(0o700).create(&spare).is_err() {
+                if std::fs::DirBuilder::new()
+                    .mode(0o700)
+                    .create(&spare)
+                    .is_err()
+                {
                     return false;
                 }
                 return rename(slot).is_ok();

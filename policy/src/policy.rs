@@ -25,16 +25,51 @@ use crate::value::Value;
 pub const DEFAULT_POLICY: &str = include_str!("../default.toml");
 
 /// Domain separator of the policy digest.
-const POLICY_DOMAIN: &[u8] = b"retie.policy.v1\0";
+/// v2: the digest covers the file's content as written (v1 covered it with
+/// every default filled in).
+const POLICY_DOMAIN: &[u8] = b"retie.policy.v2\0";
 
 /// The only policy format version this crate reads.
 pub const POLICY_VERSION: u32 = 1;
 
 // ---- the file, as written -------------------------------------------------
 
-#[derive(Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-struct PolicyFile {
+/// The file's tables that errors point into: [`Spanned`] when read from
+/// TOML text (an error names the line), [`Bare`] when read from the
+/// shipped policy's build-time JSON (checked whole by the tests).
+trait Located<T> {
+    fn get(&self) -> &T;
+    fn span(&self) -> std::ops::Range<usize>;
+}
+
+impl<T> Located<T> for Spanned<T> {
+    fn get(&self) -> &T {
+        self.get_ref()
+    }
+    fn span(&self) -> std::ops::Range<usize> {
+        Spanned::span(self)
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(transparent)]
+struct Bare<T>(T);
+
+impl<T> Located<T> for Bare<T> {
+    fn get(&self) -> &T {
+        &self.0
+    }
+    fn span(&self) -> std::ops::Range<usize> {
+        0..0
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    bound(deserialize = "T: Deserialize<'de>, R: Deserialize<'de>")
+)]
+struct PolicyFile<T, R> {
     version: u32,
     #[serde(default = "default_tier")]
     default_tier: Tier,
@@ -45,12 +80,20 @@ struct PolicyFile {
     #[serde(default)]
     tiers: TiersFile,
     #[serde(default)]
-    tools: BTreeMap<String, Spanned<ToolFile>>,
+    tools: BTreeMap<String, T>,
     #[serde(default)]
     shell: ShellFile,
     #[serde(default)]
-    rules: Vec<Spanned<RuleFile>>,
+    rules: Vec<R>,
 }
+
+/// The shipped policy as JSON, converted from `default.toml` at build time
+/// (build.rs): reading it costs a fifth of reading the TOML.
+const SHIPPED_JSON: &str = include_str!(concat!(env!("OUT_DIR"), "/shipped.json"));
+
+/// The shipped policy's digest, computed at build time from the same value
+/// (`policy_file::the_shipped_policy_reads_the_same_from_json_and_toml`).
+const SHIPPED_DIGEST: [u8; 32] = *include_bytes!(concat!(env!("OUT_DIR"), "/shipped.digest"));
 
 fn default_tier() -> Tier {
     Tier::Gated
@@ -207,18 +250,36 @@ impl Policy {
     /// what makes loading it cheap); `policy_file::shipped_policy_passes_every_load_check`
     /// reads it with [`Policy::parse`], which checks everything.
     pub fn shipped() -> Result<Policy, Error> {
-        Policy::read(DEFAULT_POLICY, Checks::Trusted)
+        let file: PolicyFile<Bare<ToolFile>, Bare<RuleFile>> =
+            serde_json::from_str(SHIPPED_JSON).map_err(|e| Error::PolicyInvalid {
+                line: 0,
+                what: "policy".into(),
+                problem: format!("the shipped policy's build-time JSON: {e}"),
+            })?;
+        Policy::read(
+            file,
+            DEFAULT_POLICY,
+            Digest(SHIPPED_DIGEST),
+            Checks::Trusted,
+        )
     }
 
     /// Read a policy from TOML text, compiling every rule's pattern and
     /// checking it against its examples.
     pub fn parse(text: &str) -> Result<Policy, Error> {
-        Policy::read(text, Checks::Full)
+        let file: PolicyFile<Spanned<ToolFile>, Spanned<RuleFile>> =
+            toml::from_str(text).map_err(|e| syntax_error(text, &e))?;
+        let raw: toml::Value = toml::from_str(text).map_err(|e| syntax_error(text, &e))?;
+        Policy::read(file, text, digest_of(&raw)?, Checks::Full)
     }
 
-    fn read(text: &str, checks: Checks) -> Result<Policy, Error> {
-        let file: PolicyFile = toml::from_str(text).map_err(|e| syntax_error(text, &e))?;
-        let digest = digest_of(&file)?;
+    /// The policy in `file`; `text` is what its spans point into.
+    fn read<T: Located<ToolFile>, R: Located<RuleFile>>(
+        file: PolicyFile<T, R>,
+        text: &str,
+        digest: Digest,
+        checks: Checks,
+    ) -> Result<Policy, Error> {
         let line = |span: std::ops::Range<usize>| line_col(text, span.start).0;
 
         if file.version != POLICY_VERSION {
@@ -236,19 +297,18 @@ impl Policy {
         for (name, spanned) in &file.tools {
             // The line is found only for an error: counting lines for
             // every entry made loading quadratic in the file's length.
-            let spec =
-                check_tool(name, spanned.get_ref()).map_err(|problem| Error::PolicyInvalid {
-                    line: line(spanned.span()),
-                    what: format!("tool {name:?}"),
-                    problem,
-                })?;
+            let spec = check_tool(name, spanned.get()).map_err(|problem| Error::PolicyInvalid {
+                line: line(spanned.span()),
+                what: format!("tool {name:?}"),
+                problem,
+            })?;
             tools.insert(name.clone(), spec);
         }
 
         let mut rules = Vec::new();
         let mut seen = BTreeSet::new();
         for spanned in &file.rules {
-            let r = spanned.get_ref();
+            let r = spanned.get();
             let invalid = |problem: String| Error::PolicyInvalid {
                 line: line(spanned.span()),
                 what: format!("rule {:?}", r.name),
@@ -434,7 +494,10 @@ fn check_tool(name: &str, t: &ToolFile) -> Result<ToolSpec, String> {
     })
 }
 
-fn digest_of(file: &PolicyFile) -> Result<Digest, Error> {
+/// The digest of a policy file: of its content as a value (keys sorted,
+/// formatting and comments left out), in the canonical encoding. build.rs
+/// computes the shipped policy's the same way.
+fn digest_of(file: &toml::Value) -> Result<Digest, Error> {
     let json = serde_json::to_value(file).map_err(|e| Error::PolicyInvalid {
         line: 0,
         what: "policy".into(),

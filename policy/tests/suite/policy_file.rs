@@ -181,6 +181,37 @@ fn shipped_policy_passes_every_load_check() {
     assert_eq!(checked.rules().len(), shipped().rules().len());
 }
 
+/// `Policy::shipped` reads the JSON build.rs made of `default.toml`, with
+/// the digest build.rs computed: the same policy, rule for rule, and the
+/// same digest as reading the TOML itself. The digest covers the content,
+/// not its formatting.
+#[test]
+fn the_shipped_policy_reads_the_same_from_json_and_toml() {
+    let from_toml = retie_policy::Policy::parse(retie_policy::DEFAULT_POLICY).unwrap();
+    let from_json = shipped();
+    assert_eq!(from_json.to_json(), from_toml.to_json());
+    assert_eq!(from_json.digest(), from_toml.digest());
+    let rules = |p: &retie_policy::Policy| -> Vec<String> {
+        p.rules().iter().map(|r| r.to_json().to_string()).collect()
+    };
+    assert_eq!(rules(&from_json), rules(&from_toml));
+    let commented = format!("# a comment\n\n{}", retie_policy::DEFAULT_POLICY);
+    let same = retie_policy::Policy::parse(&commented).unwrap();
+    assert_eq!(same.digest(), from_toml.digest());
+    let other = retie_policy::DEFAULT_POLICY.replacen(
+        "default_tier = \"gated\"",
+        "default_tier = \"manual\"",
+        1,
+    );
+    assert_ne!(
+        other,
+        retie_policy::DEFAULT_POLICY,
+        "the policy names its default tier"
+    );
+    let changed = retie_policy::Policy::parse(&other).unwrap();
+    assert_ne!(changed.digest(), from_toml.digest());
+}
+
 /// Issue 10/13: loading the shipped policy should cost well under 1 ms
 /// (patterns compile on first use). Printed, never asserted: the figure
 /// depends on the machine and the build profile; the release figure is
