@@ -239,8 +239,10 @@ impl Step<'_> {
 
     /// Work for while the command runs: write the checkpoint of what is
     /// already on disk (the intent), so that an action whose outcome is
-    /// deferred has nothing left to sign and write after it. Best effort:
-    /// the close writes it again if this failed.
+    /// deferred has nothing left to sign and write after it, and fold the
+    /// WAL into the database when due (`Ledger::fold_wal_if_due`). Best
+    /// effort: the close writes the checkpoint again if this failed, and
+    /// SQLite's own checkpoint folds the WAL.
     pub fn checkpoint_meanwhile(&mut self) {
         self.rec.checkpoint_meanwhile();
     }

@@ -647,6 +647,7 @@ impl Recorder {
     /// See [`crate::Step::checkpoint_meanwhile`].
     pub fn checkpoint_meanwhile(&mut self) {
         let _ = self.ledger.checkpoint(&self.user);
+        let _ = self.ledger.fold_wal_if_due();
     }
 
     /// Close the session this invocation opened (with the pending outcome,
