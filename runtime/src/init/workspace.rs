@@ -91,8 +91,22 @@ fn overlay_from_trees(
             hint: None,
         });
     };
-    let stage = Path::new("/.retie-stage");
-    mountpoint(STEP, stage, true)?;
+    // The staging tmpfs covers the host's /proc in this namespace's copy
+    // of the old root: the sandbox's own proc is mounted by now (it needed
+    // the host's fully visible), and the old root, staging and all, is
+    // detached a few steps later in one lazy unmount. Unmounting the
+    // staging by itself cost a second one (each waits for an RCU grace
+    // period). Without a host /proc (never seen), the staging is made at
+    // the new root and unmounted here.
+    let under_old_root = host(Path::new("/proc"));
+    let (stage, detach) = if under_old_root.is_dir() {
+        (under_old_root, false)
+    } else {
+        let stage = Path::new("/.retie-stage").to_path_buf();
+        mountpoint(STEP, &stage, true)?;
+        (stage, true)
+    };
+    let stage = stage.as_path();
     owned_tmpfs(STEP, stage, "0700", "64k", id)?;
     let (lower, run_at) = (stage.join("lower"), stage.join("run"));
     for d in [&lower, &run_at] {
@@ -106,6 +120,9 @@ fn overlay_from_trees(
             .unwrap_or_else(|| run_at.clone())
     };
     mount_overlay(ws, &lower, &name(upper), &name(work))?;
+    if !detach {
+        return Ok(());
+    }
     rustix::mount::unmount(stage, rustix::mount::UnmountFlags::DETACH)
         .map_err(|e| SetupError::io(STEP, "detaching the overlay staging", e.into()))?;
     std::fs::remove_dir(stage).map_err(|e| SetupError::io(STEP, "rmdir the overlay staging", e))
