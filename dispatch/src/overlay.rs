@@ -306,9 +306,29 @@ fn claim_spare(state: &Path, owner: Option<(u32, u32)>, to: &Path) -> bool {
 
 /// Keep a finished run's directory as a spare, if a slot is free.
 fn put_spare(dir: &Path, owner: Option<(u32, u32)>) -> bool {
-    let Some(spare) = dir.parent().and_then(Path::parent).map(|s| s.join(SPARE)) else {
+    let Some(state) = dir.parent().and_then(Path::parent) else {
         return false;
     };
+    let spare = state.join(SPARE);
+    // overlayfs removes and recreates `work/work` at every mount: removed
+    // by the kernel, it costs the next run's set-up a directory removal
+    // (and, on a filesystem mounted with `discard`, a synchronous discard).
+    // Moved to the trash now (two calls), it is removed while the next
+    // run's command runs.
+    let ww = dir.join("work").join("work");
+    if std::fs::set_permissions(&ww, std::fs::Permissions::from_mode(0o700)).is_ok() {
+        let name = dir
+            .file_name()
+            .map(|n| format!("{}-work", n.to_string_lossy()))
+            .unwrap_or_else(|| "work".into());
+        let to = state.join(TRASH).join(name);
+        if std::fs::rename(&ww, &to).is_err() {
+            let _ = std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(state.join(TRASH));
+            let _ = std::fs::rename(&ww, &to);
+        }
+    }
     let rename = |slot| {
         rustix::fs::renameat_with(
             rustix::fs::CWD,
