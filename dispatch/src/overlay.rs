@@ -63,6 +63,9 @@ pub struct OverlayRun {
     pub upper: PathBuf,
     pub work: PathBuf,
     keep: bool,
+    /// The sandbox that used the directories ran in this process (its
+    /// init can be waited for): only then may they become a spare.
+    pub in_process: bool,
     /// Who the directories belong to when retie runs as root for
     /// someone else's workspace (a spare is reused for the same owner).
     owner: Option<(u32, u32)>,
@@ -108,6 +111,7 @@ impl OverlayRun {
                 upper,
                 work,
                 keep: false,
+                in_process: false,
                 owner,
             });
         }
@@ -143,6 +147,7 @@ impl OverlayRun {
             upper,
             work,
             keep: false,
+            in_process: false,
             owner,
         })
     }
@@ -168,6 +173,7 @@ impl OverlayRun {
             work: dir.join("work"),
             dir,
             keep: true,
+            in_process: false,
             owner: None,
         };
         Ok((run, meta))
@@ -241,8 +247,11 @@ impl Drop for OverlayRun {
         }
         // Nothing in the upper layer: the directories are as good as new
         // (overlayfs empties `work` itself at every mount).
+        // A spare is named after the init of the sandbox that used it
+        // (which this process started), and mounted again only once that
+        // is gone (see `spare_ready`).
         let empty = std::fs::read_dir(&self.upper).is_ok_and(|mut d| d.next().is_none());
-        if empty && put_spare(&self.dir, self.owner) {
+        if empty && self.in_process && put_spare(&self.dir, self.owner) {
             return;
         }
         // One rename now; the removal (a handful of unlinks, each a
@@ -279,36 +288,85 @@ pub const TRASH: &str = "trash";
 /// most of its file-system time on: on ext4 each new inode is searched
 /// for past the recently deleted ones.
 pub const SPARE: &str = "spare";
-const SPARE_SLOTS: u32 = 4;
+/// At most this many spares per owner.
+const SPARE_SLOTS: usize = 4;
 
-fn spare_name(owner: Option<(u32, u32)>, slot: u32) -> String {
+/// A spare's name: `OWNER.RUN.PID`, PID the init of the sandbox that last
+/// mounted it (0: already reaped). The spare may be mounted again once
+/// that process is gone: its mount namespace, and the overlay on these
+/// directories with it, are gone then (overlayfs warns, and calls it
+/// undefined, when an upper or work directory is still another mount's).
+fn spare_prefix(owner: Option<(u32, u32)>) -> String {
     match owner {
-        None => format!("self.{slot}"),
-        Some((uid, gid)) => format!("{uid}-{gid}.{slot}"),
+        None => "self.".into(),
+        Some((uid, gid)) => format!("{uid}-{gid}."),
     }
 }
 
-/// Move a spare for `owner` to `to` (which must not exist). A slot another
-/// process claimed first is simply gone; each claim is one rename.
-fn claim_spare(state: &Path, owner: Option<(u32, u32)>, to: &Path) -> bool {
-    let spare = state.join(SPARE);
-    (0..SPARE_SLOTS).any(|slot| {
-        rustix::fs::renameat_with(
-            rustix::fs::CWD,
-            &spare.join(spare_name(owner, slot)),
-            rustix::fs::CWD,
-            to,
-            rustix::fs::RenameFlags::NOREPLACE,
-        )
-        .is_ok()
-    })
+/// The spares of `owner` (names).
+fn spares(state: &Path, owner: Option<(u32, u32)>) -> Vec<String> {
+    let prefix = spare_prefix(owner);
+    std::fs::read_dir(state.join(SPARE))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|n| n.starts_with(&prefix))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
-/// Keep a finished run's directory as a spare, if a slot is free.
+/// Whether the process a spare waits for has exited: its /proc entry is
+/// gone, or it is a zombie (which it stays until whoever inherited it
+/// reaps it; its namespaces went before that). A pid reused since by a
+/// live process only makes the spare wait longer.
+fn spare_ready(name: &str) -> bool {
+    match name.rsplit('.').next().and_then(|p| p.parse::<u32>().ok()) {
+        Some(0) => true,
+        Some(pid) => match std::fs::read(format!("/proc/{pid}/stat")) {
+            // "PID (COMM) STATE ...": the state follows the last ')'.
+            Ok(stat) => stat
+                .iter()
+                .rposition(|&b| b == b')')
+                .and_then(|i| stat.get(i + 2))
+                .is_some_and(|s| matches!(s, b'Z' | b'X')),
+            Err(_) => true,
+        },
+        None => false,
+    }
+}
+
+/// Move a ready spare for `owner` to `to` (which must not exist). A spare
+/// another process claimed first is simply gone.
+fn claim_spare(state: &Path, owner: Option<(u32, u32)>, to: &Path) -> bool {
+    let spare = state.join(SPARE);
+    spares(state, owner)
+        .iter()
+        .filter(|n| spare_ready(n))
+        .any(|n| {
+            rustix::fs::renameat_with(
+                rustix::fs::CWD,
+                &spare.join(n),
+                rustix::fs::CWD,
+                to,
+                rustix::fs::RenameFlags::NOREPLACE,
+            )
+            .is_ok()
+        })
+}
+
+/// Keep a finished run's directory as a spare, if there are fewer than
+/// [`SPARE_SLOTS`].
 fn put_spare(dir: &Path, owner: Option<(u32, u32)>) -> bool {
-    let Some(state) = dir.parent().and_then(Path::parent) else {
+    let (Some(state), Some(id)) = (
+        dir.parent().and_then(Path::parent),
+        dir.file_name().map(|n| n.to_string_lossy().into_owned()),
+    ) else {
         return false;
     };
+    if spares(state, owner).len() >= SPARE_SLOTS {
+        return false;
+    }
     let spare = state.join(SPARE);
     // overlayfs removes and recreates `work/work` at every mount: removed
     // by the kernel, it costs the next run's set-up a directory removal
@@ -317,11 +375,7 @@ fn put_spare(dir: &Path, owner: Option<(u32, u32)>) -> bool {
     // run's command runs.
     let ww = dir.join("work").join("work");
     if std::fs::set_permissions(&ww, std::fs::Permissions::from_mode(0o700)).is_ok() {
-        let name = dir
-            .file_name()
-            .map(|n| format!("{}-work", n.to_string_lossy()))
-            .unwrap_or_else(|| "work".into());
-        let to = state.join(TRASH).join(name);
+        let to = state.join(TRASH).join(format!("{id}-work"));
         if std::fs::rename(&ww, &to).is_err() {
             let _ = std::fs::DirBuilder::new()
                 .mode(0o700)
@@ -329,33 +383,29 @@ fn put_spare(dir: &Path, owner: Option<(u32, u32)>) -> bool {
             let _ = std::fs::rename(&ww, &to);
         }
     }
-    let rename = |slot| {
+    let init = retie_runtime::earlier_runs().last().copied().unwrap_or(0);
+    let to = spare.join(format!("{}{id}.{init}", spare_prefix(owner)));
+    let rename = || {
         rustix::fs::renameat_with(
             rustix::fs::CWD,
             dir,
             rustix::fs::CWD,
-            &spare.join(spare_name(owner, slot)),
+            &to,
             rustix::fs::RenameFlags::NOREPLACE,
         )
     };
-    for slot in 0..SPARE_SLOTS {
-        match rename(slot) {
-            Ok(()) => return true,
-            Err(rustix::io::Errno::NOENT) => {
-                // The first spare: make the directory, then try once more.
-                if std::fs::DirBuilder::new()
-                    .mode(0o700)
-                    .create(&spare)
-                    .is_err()
-                {
-                    return false;
-                }
-                return rename(slot).is_ok();
-            }
-            Err(_) => continue,
+    match rename() {
+        Ok(()) => true,
+        Err(rustix::io::Errno::NOENT) => {
+            // The first spare: make the directory, then try once more.
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(&spare)
+                .is_ok()
+                && rename().is_ok()
         }
+        Err(_) => false,
     }
-    false
 }
 
 /// Remove every spare (`retie gc`).

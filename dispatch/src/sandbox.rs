@@ -171,7 +171,8 @@ impl<'u> SandboxJob<'u> {
         }
         let mut run = None;
         if let JobMode::Overlay { .. } = self.mode {
-            let r = OverlayRun::create(&self.state, self.owner)?;
+            let mut r = OverlayRun::create(&self.state, self.owner)?;
+            r.in_process = self.runner == Runner::InProcess;
             builder = builder.workspace_mode(WorkspaceMode::Overlay {
                 upper: r.upper.clone(),
                 work: r.work.clone(),

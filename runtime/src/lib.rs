@@ -37,7 +37,7 @@ pub mod toolchain;
 pub use error::{Result, RuntimeError};
 /// The lab's stable address (`lab` inside lab-mode sandboxes).
 pub use host::net_stage::LAB_ADDRESS;
-pub use host::supervisor::{run, start, Started};
+pub use host::supervisor::{earlier_runs, run, start, Started};
 /// The seccomp deny table in force per network mode, for probes that must
 /// try every rule (`retie selftest`).
 pub use init::seccomp::{deny_table, ArgCheck, ArgOp, DeniedCall, DENY_ERRNO};

@@ -461,6 +461,15 @@ fn leave_to_reap(pid: libc::pid_t) {
     }
 }
 
+/// The inits of this process's earlier runs that have not exited yet
+/// (reaping those that have). An init that reported its command's end is
+/// left to exit on its own, its namespaces' teardown off the caller's
+/// path; the workspace overlay is unmounted only once it has exited.
+pub fn earlier_runs() -> Vec<libc::pid_t> {
+    reap_earlier_runs();
+    UNREAPED.lock().map(|v| v.clone()).unwrap_or_default()
+}
+
 /// Reap the inits of earlier runs that have exited by now.
 fn reap_earlier_runs() {
     if let Ok(mut v) = UNREAPED.lock() {
