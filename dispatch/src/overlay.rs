@@ -346,7 +346,7 @@ fn claim_spare(state: &Path, owner: Option<(u32, u32)>, to: &Path) -> bool {
         .any(|n| {
             rustix::fs::renameat_with(
                 rustix::fs::CWD,
-                &spare.join(n),
+                spare.join(n),
                 rustix::fs::CWD,
                 to,
                 rustix::fs::RenameFlags::NOREPLACE,
