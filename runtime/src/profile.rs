@@ -14,6 +14,10 @@ use crate::error::{Result, RuntimeError};
 /// The default profile, compiled in from `rootfs/host.toml`.
 pub const HOST_PROFILE_TOML: &str = include_str!("../../rootfs/host.toml");
 
+/// The same, converted to JSON at build time (build.rs): what
+/// [`Profile::host`] reads.
+const HOST_PROFILE_JSON: &str = include_str!(concat!(env!("OUT_DIR"), "/host-profile.json"));
+
 /// A parsed, validated filesystem profile.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -121,7 +125,14 @@ const FORBIDDEN: &[&str] = &[
 impl Profile {
     /// The built-in `host` profile.
     pub fn host() -> Result<Profile> {
-        Self::parse(HOST_PROFILE_TOML, "rootfs/host.toml (built in)")
+        const ORIGIN: &str = "rootfs/host.toml (built in)";
+        let profile: Profile =
+            serde_json::from_str(HOST_PROFILE_JSON).map_err(|e| RuntimeError::Profile {
+                path: ORIGIN.into(),
+                reason: format!("its build-time JSON: {e}"),
+            })?;
+        profile.validate(ORIGIN)?;
+        Ok(profile)
     }
 
     /// Load by name (`host`) or from a TOML file path.
@@ -215,6 +226,15 @@ impl Profile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `Profile::host` reads the JSON build.rs made of `rootfs/host.toml`:
+    /// the same profile as parsing the TOML itself.
+    #[test]
+    fn the_built_in_profile_reads_the_same_from_json_and_toml() {
+        let from_json = Profile::host().expect("host profile");
+        let from_toml = Profile::parse(HOST_PROFILE_TOML, "host.toml").expect("host.toml");
+        assert_eq!(from_json, from_toml);
+    }
 
     #[test]
     fn builtin_host_profile_parses() {

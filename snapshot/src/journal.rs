@@ -158,10 +158,10 @@ impl Journal {
     /// Opens (creating if needed) the journal under `state_dir`.
     pub fn open(state_dir: &Path) -> Result<Journal> {
         let dir = state_dir.join("journal");
-        mkdir_p(&dir)?;
         let open = dir.join("open");
         let j = Journal { dir, open };
         if !j.open.is_dir() {
+            mkdir_p(&j.dir)?;
             j.adopt_older_layout()?;
         }
         Ok(j)
@@ -254,7 +254,15 @@ impl Journal {
         Ok(out)
     }
 
+    /// Nothing in `open/`: no entry pending and no temporary, so nothing
+    /// for [`crate::recover`] to do (an apply writes its pending entry
+    /// before it touches the workspace).
+    pub fn nothing_open(&self) -> bool {
+        fs::read_dir(&self.open).is_ok_and(|mut d| d.next().is_none())
+    }
+
     /// The pending entries (cheap: only pending files are read).
+
     pub fn pending(&self) -> Result<Vec<Entry>> {
         let mut out = Vec::new();
         for id in self.scan_open()? {

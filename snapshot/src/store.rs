@@ -31,8 +31,11 @@ impl Store {
     pub fn open(state_dir: &Path) -> Result<Store> {
         let blobs = state_dir.join("blobs");
         let tmp = state_dir.join("tmp");
-        for d in [state_dir, &blobs, &tmp] {
-            mkdir_p(d)?;
+        // Made once: two stats where making them costs six calls.
+        if !(blobs.is_dir() && tmp.is_dir()) {
+            for d in [state_dir, &blobs, &tmp] {
+                mkdir_p(d)?;
+            }
         }
         Ok(Store { blobs, tmp })
     }
@@ -149,7 +152,13 @@ impl Store {
         fs::remove_file(&p).map_err(|e| Error::io("remove", &p, e))
     }
 
+    /// No temporaries: no write of a blob is under way or was cut off.
+    pub fn no_temps(&self) -> bool {
+        fs::read_dir(&self.tmp).is_ok_and(|mut d| d.next().is_none())
+    }
+
     /// Removes temp files left by an interrupted put.
+
     pub fn clean_temps(&self) -> Result<()> {
         let rd = fs::read_dir(&self.tmp).map_err(|e| Error::io("read dir", &self.tmp, e))?;
         for ent in rd {
