@@ -262,7 +262,6 @@ impl Journal {
     }
 
     /// The pending entries (cheap: only pending files are read).
-
     pub fn pending(&self) -> Result<Vec<Entry>> {
         let mut out = Vec::new();
         for id in self.scan_open()? {

@@ -158,7 +158,6 @@ impl Store {
     }
 
     /// Removes temp files left by an interrupted put.
-
     pub fn clean_temps(&self) -> Result<()> {
         let rd = fs::read_dir(&self.tmp).map_err(|e| Error::io("read dir", &self.tmp, e))?;
         for ent in rd {
