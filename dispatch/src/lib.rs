@@ -239,12 +239,16 @@ impl Step<'_> {
 
     /// Work for while the command runs: write the checkpoint of what is
     /// already on disk (the intent), so that an action whose outcome is
-    /// deferred has nothing left to sign and write after it, and fold the
-    /// WAL into the database when due (`Ledger::fold_wal_if_due`). Best
-    /// effort: the close writes the checkpoint again if this failed, and
-    /// SQLite's own checkpoint folds the WAL.
+    /// deferred has nothing left to sign and write after it. Best effort:
+    /// the close writes it again if this failed.
     pub fn checkpoint_meanwhile(&mut self) {
         self.rec.checkpoint_meanwhile();
+    }
+
+    /// The ledger to fold with `retie_ledger::fold_wal` (on a thread of
+    /// the caller's, while the command runs), when a fold is due.
+    pub fn take_fold(&mut self) -> Option<std::path::PathBuf> {
+        self.rec.take_fold()
     }
 
     /// How the action ended (recorded after `execute` returns).

@@ -408,6 +408,45 @@ fn put_spare(dir: &Path, owner: Option<(u32, u32)>) -> bool {
     }
 }
 
+/// Spares kept ready beyond the one a run puts back.
+const SPARE_READY: usize = 2;
+
+/// Housekeeping for while a command runs: remove the trash, then make a
+/// spare if fewer than [`SPARE_READY`] are there for `owner` (a run that
+/// writes takes a spare and does not give it back; the next run that
+/// changes nothing then finds one made here instead of making its own).
+pub fn tidy(state: &Path, owner: Option<(u32, u32)>) {
+    sweep_trash(state);
+    if spares(state, owner).len() >= SPARE_READY {
+        return;
+    }
+    let id = retie_snapshot::new_id();
+    let spare = state.join(SPARE);
+    let tmp = spare.join(format!(".new-{id}"));
+    let mkdir = |d: &Path| std::fs::DirBuilder::new().mode(0o700).create(d);
+    let made = (|| -> std::io::Result<()> {
+        if let Err(e) = mkdir(&tmp) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                return Err(e);
+            }
+            mkdir(&spare)?;
+            mkdir(&tmp)?;
+        }
+        let (upper, work) = (tmp.join("upper"), tmp.join("work"));
+        mkdir(&upper)?;
+        mkdir(&work)?;
+        if let Some((uid, gid)) = owner {
+            for d in [&upper, &work, &tmp] {
+                chown(d, Some(uid), Some(gid))?;
+            }
+        }
+        std::fs::rename(&tmp, spare.join(format!("{}{id}.0", spare_prefix(owner))))
+    })();
+    if made.is_err() {
+        remove_run_dir(&tmp);
+    }
+}
+
 /// Remove every spare (`retie gc`).
 pub fn remove_spares(state: &Path) {
     let Ok(entries) = std::fs::read_dir(state.join(SPARE)) else {

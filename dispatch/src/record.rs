@@ -647,7 +647,11 @@ impl Recorder {
     /// See [`crate::Step::checkpoint_meanwhile`].
     pub fn checkpoint_meanwhile(&mut self) {
         let _ = self.ledger.checkpoint(&self.user);
-        let _ = self.ledger.fold_wal_if_due();
+    }
+
+    /// See [`crate::Step::take_fold`].
+    pub fn take_fold(&mut self) -> Option<std::path::PathBuf> {
+        self.ledger.take_fold()
     }
 
     /// Close the session this invocation opened (with the pending outcome,

@@ -216,11 +216,24 @@ impl<'u> SandboxJob<'u> {
             mut run,
             started,
         } = setup;
-        // Earlier runs' directories are removed while this command runs.
+        // On a thread while this command runs (joined before this returns,
+        // on every path: `Tidying`): the ledger's WAL folded when due,
+        // earlier runs' directories removed, a spare made when few are left.
         let state = self.state.as_path();
+        let mut tidying = Tidying(None);
         let ran = match (early, &self.runner) {
             (Some(s), _) => s.run_while(|| {
-                overlay::sweep_trash(state);
+                let (state, owner) = (self.state.clone(), self.owner);
+                let fold = step.take_fold();
+                tidying.0 = std::thread::Builder::new()
+                    .name("tidy".into())
+                    .spawn(move || {
+                        if let Some(ledger) = fold {
+                            let _ = retie_ledger::fold_wal(&ledger);
+                        }
+                        overlay::tidy(&state, owner);
+                    })
+                    .ok();
                 step.checkpoint_meanwhile();
             }),
             (None, Runner::InProcess) => {
@@ -354,6 +367,17 @@ impl<'u> SandboxJob<'u> {
         // killed after the apply and before the outcome).
         step.set_outcome_deferred(result);
         Ok(SandboxOutput { outcome, changes })
+    }
+}
+
+/// The housekeeping thread of a run, joined when this is dropped.
+struct Tidying(Option<std::thread::JoinHandle<()>>);
+
+impl Drop for Tidying {
+    fn drop(&mut self) {
+        if let Some(t) = self.0.take() {
+            let _ = t.join();
+        }
     }
 }
 

@@ -36,7 +36,7 @@ pub const DOMAIN_CHECKPOINT: &[u8] = b"retie/ledger/checkpoint/v1\0";
 pub const CHECKPOINT_EVERY: u64 = 1000;
 
 /// Entries between two folds of the WAL by a process that has a moment to
-/// spare ([`Ledger::fold_wal_if_due`]): about every fourth sandboxed
+/// spare ([`Ledger::take_fold`]): about every fourth sandboxed
 /// command, well before SQLite's automatic checkpoint (64 pages) would
 /// land inside a commit someone waits for.
 pub const FOLD_EVERY: u64 = 24;
@@ -464,6 +464,34 @@ fn create_initialized(path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Fold the WAL of the ledger at `path` into its database (SQLite's
+/// PASSIVE checkpoint: the WAL synced, its pages copied, the database
+/// synced), on a connection of its own, so any thread may (see
+/// [`Ledger::take_fold`]). The WAL stays short: the next process's open,
+/// which reads all of it to rebuild its index, reads less, and SQLite's
+/// automatic checkpoint seldom lands in a commit someone waits for.
+/// Durability is unchanged: a checkpoint only moves synced pages.
+pub fn fold_wal(path: &Path) -> Result<()> {
+    let sql = |source| Error::Sqlite {
+        path: path.to_path_buf(),
+        source,
+    };
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(sql)?;
+    conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+        true,
+    )
+    .map_err(sql)?;
+    conn.busy_timeout(std::time::Duration::from_secs(1))
+        .map_err(sql)?;
+    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+        .map_err(sql)
+}
+
 /// Sync the WAL of the ledger at `path` (all its committed entries reach
 /// the disk). No WAL, nothing to sync: the database file holds everything
 /// and SQLite synced it when it moved the pages there.
@@ -496,7 +524,7 @@ pub struct Ledger {
     /// head again is not written twice).
     written: Option<Checkpoint>,
     /// This process's commits crossed a multiple of [`FOLD_EVERY`]
-    /// entries: a fold of the WAL is due ([`Ledger::fold_wal_if_due`]).
+    /// entries: a fold of the WAL is due ([`Ledger::take_fold`]).
     fold_due: bool,
 }
 
@@ -962,26 +990,16 @@ impl Ledger {
             .unwrap_or((0, vec![0; 32])))
     }
 
-    /// Write a user-signed checkpoint of the current head to the file next
-    /// to the database.
-    /// Fold the WAL into the database (SQLite's PASSIVE checkpoint: the
-    /// WAL synced, its pages copied, the database synced) when this
-    /// process's commits crossed a multiple of [`FOLD_EVERY`] entries. For
-    /// a caller with time to spare (the CLI calls it while the sandboxed
-    /// command runs): the WAL stays short, so the next process's open,
-    /// which reads all of it to rebuild its index, reads less, and SQLite's
-    /// automatic checkpoint seldom lands in a commit someone waits for.
-    /// Durability is unchanged: a checkpoint only moves synced pages.
-    pub fn fold_wal_if_due(&mut self) -> Result<()> {
-        if !self.fold_due {
-            return Ok(());
-        }
-        self.fold_due = false;
-        self.conn
-            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
-            .map_err(|e| self.sql(e))
+    /// Whether a fold of the WAL into the database is due (this process's
+    /// commits crossed a multiple of [`FOLD_EVERY`] entries; asked once):
+    /// the path to hand [`fold_wal`]. A caller with time to spare (the CLI,
+    /// while the sandboxed command runs) folds it on a thread of its own.
+    pub fn take_fold(&mut self) -> Option<PathBuf> {
+        std::mem::take(&mut self.fold_due).then(|| self.path.clone())
     }
 
+    /// Write a user-signed checkpoint of the current head to the file next
+    /// to the database.
     pub fn checkpoint(&mut self, user: &SigningKey) -> Result<Checkpoint> {
         // Only what is on disk: a line that claims more than a power cut
         // leaves would read as a cut-off tail.
@@ -1303,16 +1321,18 @@ mod tests {
             .expect("append");
         let size = || std::fs::metadata(&db).expect("db").len();
         let before = size();
-        l.fold_wal_if_due().expect("fold");
-        assert_eq!(size(), before, "folded before it was due");
+        assert_eq!(l.take_fold(), None, "a fold due too early");
+        assert_eq!(size(), before);
         l.append_batch(|_| vec![note(99)]).expect("append");
         assert_eq!(l.head().expect("head").0 % FOLD_EVERY, 0);
-        l.fold_wal_if_due().expect("fold");
+        let due = l.take_fold().expect("a fold is due");
+        assert_eq!(l.take_fold(), None, "asked once");
+        fold_wal(&due).expect("fold");
         assert!(size() > before, "the due fold moved nothing");
         drop(l);
         let mut l = Ledger::open(&db, true, Some(&user)).expect("reopen");
         assert_eq!(l.head().expect("head").0, head + short + 1);
-        l.fold_wal_if_due().expect("nothing due in a new process");
+        assert_eq!(l.take_fold(), None, "nothing due in a new process");
     }
 
     /// SQLite is built without its per-process directory sync (see
