@@ -567,11 +567,27 @@ pub fn changed_during_run(ws: &Path, cs: &Changeset, since: SystemTime) -> Vec<S
     out
 }
 
-/// Return once the coarse clock has moved past its current value: after
-/// retie itself changed the workspace (creating a directory to mask), so
-/// that change does not look like one made during the run.
-pub fn wait_for_next_tick() {
-    wait_past(coarse_now());
+/// Return once the coarse clock reads later than the change times of
+/// `dirs`: after retie itself changed the workspace (creating a directory
+/// to mask, which changes its parent), so that change does not look like
+/// one made during the run. The change times are read back, not guessed
+/// from the clock: a directory whose times were read since its last change
+/// gets a fine-grained time on the next (Linux 6.13's multigrain
+/// timestamps), which this machine saw run up to 6 ms ahead of the coarse
+/// clock, more than one tick.
+pub fn wait_past_changes_of(dirs: &[PathBuf]) {
+    let latest = dirs
+        .iter()
+        .filter_map(|d| std::fs::symlink_metadata(d).ok())
+        .map(|m| {
+            UNIX_EPOCH
+                + Duration::new(
+                    u64::try_from(m.ctime()).unwrap_or(0),
+                    u32::try_from(m.ctime_nsec()).unwrap_or(0),
+                )
+        })
+        .max();
+    wait_past(latest.unwrap_or_else(coarse_now));
 }
 
 /// Return once the coarse clock reads later than `t` (at most 100 ms: a

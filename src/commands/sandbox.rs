@@ -412,7 +412,7 @@ pub(crate) fn guard_retie_dirs(
         .map(std::path::Path::to_path_buf)
         .into_iter()
         .collect();
-    let mut created = false;
+    let mut changed: Vec<PathBuf> = Vec::new();
     for (what, dir) in crate::state::retie_dirs(Some(ledger)) {
         let real = real_path(&dir);
         if ws == real {
@@ -437,14 +437,20 @@ pub(crate) fn guard_retie_dirs(
                 .mode(0o700)
                 .create(&real)
                 .map_err(|e| CliError::io(format!("creating {}", real.display()), e))?;
-            created = true;
+            // Every directory from the workspace down to it may have
+            // changed (a new entry in each).
+            changed.extend(
+                real.ancestors()
+                    .take_while(|a| a.starts_with(ws))
+                    .map(std::path::Path::to_path_buf),
+            );
         }
         out.push(real);
     }
-    if created {
+    if !changed.is_empty() {
         // retie's own change to the workspace must not look like one made
-        // during the run (see changes::changed_during_run).
-        retie_dispatch::overlay::wait_for_next_tick();
+        // during the run (see overlay::changed_during_run).
+        retie_dispatch::overlay::wait_past_changes_of(&changed);
     }
     Ok(out)
 }
