@@ -497,11 +497,13 @@ fn run_locked(
     targets.sort_by(|a, b| a.path.cmp(&b.path));
     targets.dedup_by(|a, b| a.path == b.path);
 
-    // Capture the pre-images (content into the store) and check them.
+    // Capture the pre-images (content into the store, made durable below,
+    // alongside the pending entry) and check them.
+    let mut blobs = store.batch();
     let mut steps = Vec::with_capacity(targets.len());
     let mut mismatches = Vec::new();
     for t in &targets {
-        let cur = fsx::read_path(&ws.root, &t.path, Some(store))?;
+        let cur = fsx::read_path(&ws.root, &t.path, Some(&mut blobs))?;
         if let Some(exp) = &t.expected {
             if *exp != cur {
                 mismatches.push(Mismatch {
@@ -541,7 +543,27 @@ fn run_locked(
         created_unix_ms: now_ms(),
         steps,
     };
-    journal.write(&entry)?;
+    // The pre-images and the pending entry that names them must both be
+    // durable before the workspace is touched, and neither needs the
+    // other first: a crash between leaves the workspace as it was, which
+    // the entry's roll-back then finds without reading a blob. So their
+    // syncs run side by side.
+    if blobs.is_empty() {
+        journal.write(&entry)?;
+    } else {
+        std::thread::scope(|sc| {
+            let committing = sc.spawn(move || blobs.commit());
+            let written = journal.write(&entry);
+            let committed = committing.join().unwrap_or_else(|_| {
+                Err(Error::io(
+                    "store",
+                    store.blobs_dir(),
+                    std::io::Error::other("the thread storing the pre-images panicked"),
+                ))
+            });
+            written.and(committed)
+        })?;
+    }
     if !join_alongside() {
         entry.state = EntryState::RolledBack;
         journal.write(&entry)?;
@@ -575,8 +597,7 @@ fn run_locked(
             source: Box::new(err),
         });
     }
-    entry.state = EntryState::Complete;
-    journal.write(&entry)?;
+    journal.complete(&mut entry)?;
     Ok(entry)
 }
 

@@ -26,7 +26,7 @@ use crate::error::{Error, Result};
 use crate::hash::Hash;
 use crate::node::Node;
 use crate::relpath::RelPath;
-use crate::store::Store;
+use crate::store::Batch;
 
 /// The resolve flags used for every open under a tree.
 pub(crate) const RESOLVE: ResolveFlags = ResolveFlags::BENEATH
@@ -221,7 +221,7 @@ pub(crate) fn read_node(
     dir: BorrowedFd<'_>,
     name: &str,
     rel: &RelPath,
-    store: Option<&Store>,
+    store: Option<&mut Batch<'_>>,
 ) -> Result<Option<Node>> {
     let Some(st) = lstat_at(dir, name).map_err(|e| Error::at("stat", rel, e))? else {
         return Ok(None);
@@ -238,7 +238,7 @@ pub(crate) fn read_node(
             }
             let mut f = File::from(fd);
             let (hash, size) = match store {
-                Some(store) => store.put_reader(&mut f)?,
+                Some(blobs) => blobs.put_reader(&mut f)?,
                 None => {
                     hash_stream(&mut f, None).map_err(|e| Error::io("read", rel.as_str(), e))?
                 }
@@ -270,7 +270,11 @@ pub(crate) fn read_node(
 /// beneath a symlink is inside the workspace). Writes never get this far:
 /// preflight and the write path refuse a symlinked ancestor with
 /// [`Error::Boundary`].
-pub(crate) fn read_path(root: &Root, rel: &RelPath, store: Option<&Store>) -> Result<Option<Node>> {
+pub(crate) fn read_path(
+    root: &Root,
+    rel: &RelPath,
+    store: Option<&mut Batch<'_>>,
+) -> Result<Option<Node>> {
     let dir = match root.open_parent(rel) {
         Ok(d) => d,
         Err(Errno::NOENT) | Err(Errno::NOTDIR) | Err(Errno::LOOP) => return Ok(None),

@@ -40,6 +40,11 @@ impl Store {
         Ok(Store { blobs, tmp })
     }
 
+    /// The directory of the blobs.
+    pub(crate) fn blobs_dir(&self) -> &Path {
+        &self.blobs
+    }
+
     /// Where blob `h` lives (whether or not it exists).
     pub fn blob_path(&self, h: &Hash) -> PathBuf {
         let hex = h.to_hex();
@@ -57,45 +62,24 @@ impl Store {
         Ok(self.put_reader(&mut r)?.0)
     }
 
-    /// Streams `r` into the store, returning its hash and length.
+    /// Stores the content of `r` durably and returns its hash and length
+    /// (temp, fsync, rename into its shard, fsync of the shard; a blob
+    /// already stored is not written again).
     pub fn put_reader(&self, r: &mut impl Read) -> Result<(Hash, u64)> {
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let tmp = self
-            .tmp
-            .join(format!("{}.{}.{}", std::process::id(), n, nanos()));
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(|e| Error::io("create", &tmp, e))?;
-        let res = hash_stream(r, Some(&mut f));
-        let (hash, len) = match res {
-            Ok(v) => v,
-            Err(e) => {
-                let _ = fs::remove_file(&tmp);
-                return Err(Error::io("write blob", &tmp, e));
-            }
-        };
-        let dest = self.blob_path(&hash);
-        if dest.is_file() {
-            drop(f);
-            fs::remove_file(&tmp).map_err(|e| Error::io("remove", &tmp, e))?;
-            return Ok((hash, len));
+        let mut batch = self.batch();
+        let out = batch.put_reader(r)?;
+        batch.commit()?;
+        Ok(out)
+    }
+
+    /// A batch of blobs written and hashed now, made durable under their
+    /// names together by [`Batch::commit`]: the apply commits its
+    /// pre-images while the journal entry that names them is written.
+    pub(crate) fn batch(&self) -> Batch<'_> {
+        Batch {
+            store: self,
+            staged: Vec::new(),
         }
-        f.sync_all().map_err(|e| Error::io("fsync", &tmp, e))?;
-        drop(f);
-        let shard = dest.parent().unwrap_or(&self.blobs).to_path_buf();
-        if !shard.is_dir() {
-            match fs::DirBuilder::new().mode(0o700).create(&shard) {
-                Ok(()) => fsync_dir(&self.blobs)?,
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(Error::io("mkdir", &shard, e)),
-            }
-        }
-        fs::rename(&tmp, &dest).map_err(|e| Error::io("rename", &dest, e))?;
-        fsync_dir(&shard)?;
-        Ok((hash, len))
     }
 
     /// Opens blob `h` for reading.
@@ -191,4 +175,113 @@ pub(crate) fn nanos() -> u128 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0)
+}
+
+/// Blobs written to temporaries and hashed, not yet under their names.
+/// Nothing names them until [`Batch::commit`] returns, except a pending
+/// journal entry written alongside; the workspace is touched only after
+/// both, so a crash in between leaves only the temporaries (removed by
+/// recovery) and an entry whose roll-back finds every path as it was (it
+/// reads no blob then).
+pub(crate) struct Batch<'s> {
+    store: &'s Store,
+    /// (the temporary, still open while few are staged; its path; the
+    /// blob's name)
+    staged: Vec<(Option<File>, PathBuf, PathBuf)>,
+}
+
+/// How many temporaries a batch keeps open for [`Batch::commit`] to sync;
+/// past that, each is synced as it is written (a changeset of thousands of
+/// replaced files must not run out of descriptors).
+const OPEN_STAGED: usize = 64;
+
+impl Batch<'_> {
+    /// Nothing staged.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.staged.is_empty()
+    }
+
+    /// Writes the content of `r` to a temporary and hashes it; a blob
+    /// already stored, or already in this batch, is not kept twice.
+    pub(crate) fn put_reader(&mut self, r: &mut impl Read) -> Result<(Hash, u64)> {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let tmp = self
+            .store
+            .tmp
+            .join(format!("{}.{}.{}", std::process::id(), n, nanos()));
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(|e| Error::io("create", &tmp, e))?;
+        let (hash, len) = match hash_stream(r, Some(&mut f)) {
+            Ok(v) => v,
+            Err(e) => {
+                let _ = fs::remove_file(&tmp);
+                return Err(Error::io("write blob", &tmp, e));
+            }
+        };
+        let dest = self.store.blob_path(&hash);
+        if dest.is_file() || self.staged.iter().any(|(_, _, d)| *d == dest) {
+            drop(f);
+            fs::remove_file(&tmp).map_err(|e| Error::io("remove", &tmp, e))?;
+            return Ok((hash, len));
+        }
+        let f = if self.staged.len() < OPEN_STAGED {
+            Some(f)
+        } else {
+            f.sync_all().map_err(|e| Error::io("fsync", &tmp, e))?;
+            None
+        };
+        self.staged.push((f, tmp, dest));
+        Ok((hash, len))
+    }
+
+    /// Makes every blob of the batch durable under its name: each
+    /// temporary synced (before its name exists: a name never stands for
+    /// unsynced content), renamed into its shard, each shard synced once.
+    pub(crate) fn commit(mut self) -> Result<()> {
+        let staged = std::mem::take(&mut self.staged);
+        let mut shards: Vec<PathBuf> = Vec::new();
+        let mut new_shard = false;
+        let mut renames = Vec::with_capacity(staged.len());
+        for (f, tmp, dest) in staged {
+            if let Some(f) = f {
+                f.sync_all().map_err(|e| Error::io("fsync", &tmp, e))?;
+            }
+            let shard = dest.parent().unwrap_or(&self.store.blobs).to_path_buf();
+            if !shards.contains(&shard) {
+                if !shard.is_dir() {
+                    match fs::DirBuilder::new().mode(0o700).create(&shard) {
+                        Ok(()) => new_shard = true,
+                        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                        Err(e) => return Err(Error::io("mkdir", &shard, e)),
+                    }
+                }
+                shards.push(shard);
+            }
+            renames.push((tmp, dest));
+        }
+        if new_shard {
+            fsync_dir(&self.store.blobs)?;
+        }
+        for (tmp, dest) in renames {
+            fs::rename(&tmp, &dest).map_err(|e| Error::io("rename", &dest, e))?;
+        }
+        for shard in &shards {
+            fsync_dir(shard)?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Batch<'_> {
+    /// A batch dropped uncommitted (an error, a conflict) leaves no
+    /// temporaries behind.
+    fn drop(&mut self) {
+        for (_, tmp, _) in self.staged.drain(..) {
+            let _ = fs::remove_file(tmp);
+        }
+    }
 }

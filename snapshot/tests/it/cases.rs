@@ -479,3 +479,110 @@ fn a_journal_of_the_older_layout_keeps_its_pending_entries() {
         EntryState::RolledBack
     );
 }
+
+/// An apply is completed by moving its pending entry, synced when it was
+/// written, to the entry's final name (ADR 0407): `open/` is left empty,
+/// the bytes on disk still say `pending`, and every reader takes the entry
+/// as complete (undo accepts it). A crash that leaves both names is read
+/// as complete too: recovery removes the pending name and rolls nothing
+/// back.
+#[test]
+fn an_apply_is_completed_by_moving_its_pending_entry() {
+    use retie_snapshot::recover;
+    let env = Env::new();
+    base_tree(&env.ws);
+    let before = tree(&env.ws);
+    let (upper, expected_dir) = env.overlay("ovl", "echo new > new.txt; echo changed > a.txt");
+    let after = tree(&expected_dir);
+    let cs = Changeset::compute(&env.ws, &upper).expect("compute");
+    let (ws, store, journal) = env.open();
+    let applied = apply(&cs, &ws, &store, &journal, &ApplyOptions::default()).expect("apply");
+    assert_eq!(applied.state, EntryState::Complete);
+
+    let jdir = env.state.join("journal");
+    let open: Vec<_> = std::fs::read_dir(jdir.join("open"))
+        .expect("open/")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert!(open.is_empty(), "open/ after a complete apply: {open:?}");
+    let final_path = jdir.join(format!("{}.json", cs.id));
+    let raw: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&final_path).expect("final entry")).expect("json");
+    assert_eq!(
+        raw["state"], "pending",
+        "the pending bytes were moved, not rewritten"
+    );
+    assert_eq!(
+        journal.get(&cs.id).expect("get").state,
+        EntryState::Complete
+    );
+    let listed = journal.entries().expect("entries");
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].state, EntryState::Complete);
+    assert!(journal.pending().expect("pending").is_empty());
+
+    // A crash that left both names: the entry is complete, nothing is
+    // rolled back, and recovery removes the pending name.
+    let pending_path = jdir.join("open").join(format!("{}.pending.json", cs.id));
+    std::fs::hard_link(&final_path, &pending_path).expect("link");
+    assert!(journal.pending().expect("pending").is_empty());
+    let report = recover(&ws, &store, &journal).expect("recover");
+    assert!(report.rolled_back.is_empty(), "{report:?}");
+    assert!(!pending_path.exists());
+    assert_tree("after recovery", &after, &tree(&env.ws));
+
+    undo(&cs.id, &ws, &store, &journal, &UndoOptions::default()).expect("undo");
+    assert_tree("after undo", &before, &tree(&env.ws));
+}
+
+/// The pre-images are made durable side by side with the pending entry
+/// that names them, so a crash can leave a durable pending entry whose
+/// blobs were never stored. The workspace is touched only after both, so
+/// it is still as the entry's pre-images say, and recovery rolls the entry
+/// back without reading a blob (a roll-back that read one would fail here
+/// with a missing blob).
+#[test]
+fn a_pending_entry_whose_pre_images_were_never_stored_rolls_back() {
+    use retie_snapshot::{recover, Entry, Hash, Journal, Node, Step, JOURNAL_VERSION};
+    let env = Env::new();
+    base_tree(&env.ws);
+    let before = tree(&env.ws);
+    let content = std::fs::read(env.ws.join("a.txt")).expect("a.txt");
+    let ws_path = std::fs::canonicalize(&env.ws).expect("canonical ws");
+    let (ws, store, journal) = env.open();
+    let hash = Hash::of(&content);
+    assert!(!store.contains(&hash), "the pre-image is not in the store");
+    let e = Entry {
+        version: JOURNAL_VERSION,
+        id: "00112233445566aa".into(),
+        seq: 1,
+        workspace: ws_path,
+        op: Op::FileWrite,
+        state: EntryState::Pending,
+        created_unix_ms: 0,
+        steps: vec![Step {
+            path: RelPath::new("a.txt").expect("path"),
+            before: Some(Node::File {
+                mode: 0o644,
+                size: content.len() as u64,
+                hash,
+            }),
+            after: Some(Node::File {
+                mode: 0o644,
+                size: 3,
+                hash: Hash::of(b"new"),
+            }),
+        }],
+    };
+    let open = env.state.join("journal").join("open");
+    std::fs::write(
+        open.join("00112233445566aa.pending.json"),
+        serde_json::to_vec(&e).expect("json"),
+    )
+    .expect("write pending");
+    drop(journal);
+    let journal = Journal::open(&env.state).expect("journal");
+    let report = recover(&ws, &store, &journal).expect("recover");
+    assert_eq!(report.rolled_back, vec!["00112233445566aa".to_string()]);
+    assert_tree("after recovery", &before, &tree(&env.ws));
+}
