@@ -31,6 +31,7 @@ use serde::{Deserialize, Serialize};
 use crate::changeset::Changeset;
 use crate::error::{Error, Mismatch, Result};
 use crate::fsx::{self, Root};
+use crate::hash::Hash;
 use crate::journal::{new_id, now_ms, Entry, EntryState, Journal, Op, Step, JOURNAL_VERSION};
 use crate::node::Node;
 use crate::relpath::RelPath;
@@ -298,6 +299,7 @@ pub fn undo(
             what: "it belongs to another workspace",
         });
     }
+    store_carried(store, &e.steps)?;
     let targets = e
         .steps
         .iter()
@@ -402,6 +404,7 @@ pub fn recover(ws: &Workspace, store: &Store, journal: &Journal) -> Result<Recov
             continue;
         }
         remove_temps(ws, &e);
+        store_carried(store, &e.steps)?;
         let back: Vec<_> = e
             .steps
             .iter()
@@ -420,6 +423,33 @@ pub fn recover(ws: &Workspace, store: &Store, journal: &Journal) -> Result<Recov
         report.rolled_back.push(e.id);
     }
     Ok(report)
+}
+
+/// How much small files' pre-image content one journal entry carries
+/// itself (ADR 0408); past that, pre-images go to the blob store only.
+const INLINE_ENTRY_MAX: usize = 256 * 1024;
+
+/// Puts the pre-images `steps` carry into the blob store, durably, where
+/// it does not hold them yet: before anything reads them back from it (an
+/// undo, a roll-back). A carried content that does not hash to its step's
+/// pre-image (a damaged journal) is refused.
+fn store_carried(store: &Store, steps: &[Step]) -> Result<()> {
+    for s in steps {
+        let (Some(bytes), Some(Node::File { hash, .. })) = (&s.before_content, &s.before) else {
+            continue;
+        };
+        if store.contains(hash) {
+            continue;
+        }
+        if Hash::of(bytes) != *hash {
+            return Err(Error::SourceChanged {
+                path: s.path.to_string(),
+                expected: hash.to_hex(),
+            });
+        }
+        store.put_bytes(bytes)?;
+    }
+    Ok(())
 }
 
 /// Where the content of a target file comes from.
@@ -499,7 +529,7 @@ fn run_locked(
 
     // Capture the pre-images (content into the store, made durable below,
     // alongside the pending entry) and check them.
-    let mut blobs = store.batch();
+    let mut blobs = store.batch().inline_up_to(INLINE_ENTRY_MAX);
     let mut steps = Vec::with_capacity(targets.len());
     let mut mismatches = Vec::new();
     for t in &targets {
@@ -517,6 +547,7 @@ fn run_locked(
             path: t.path.clone(),
             before: cur,
             after: t.target.clone(),
+            before_content: None,
         });
     }
     if !mismatches.is_empty() {
@@ -532,6 +563,16 @@ fn run_locked(
         }
     }
     preflight(ws, &steps)?;
+    // Small pre-images ride in the entry itself, durable with it.
+    for (hash, bytes) in blobs.take_inline() {
+        for s in steps.iter_mut() {
+            if s.before_content.is_none()
+                && matches!(&s.before, Some(Node::File { hash: h, .. }) if *h == hash)
+            {
+                s.before_content = Some(bytes.clone());
+            }
+        }
+    }
 
     let mut entry = Entry {
         version: JOURNAL_VERSION,
@@ -576,6 +617,13 @@ fn run_locked(
         .map(|s| (s.path.clone(), s.after.clone()))
         .collect();
     if let Err((path, err)) = transition(ws, store, src, &entry.id, &forward) {
+        if let Err(rerr) = store_carried(store, &entry.steps) {
+            return Err(Error::RollbackFailed {
+                id: entry.id,
+                path,
+                source: Box::new(rerr),
+            });
+        }
         let back: Vec<_> = entry
             .steps
             .iter()

@@ -39,6 +39,12 @@ pub struct GcReport {
     pub blobs_removed: usize,
     /// Their bytes.
     pub bytes_removed: u64,
+    /// Small pre-images live entries carry themselves (ADR 0408), kept.
+    pub carried_kept: usize,
+    /// Their bytes.
+    pub carried_bytes_kept: u64,
+    /// Pre-images expired entries carried, dropped with their expiry.
+    pub carried_removed: usize,
 }
 
 /// Collect under the journal lock.
@@ -54,6 +60,12 @@ pub fn gc(store: &Store, journal: &Journal, opts: &GcOptions) -> Result<GcReport
             report.expired.push(e.id.clone());
             if !opts.dry_run {
                 e.state = EntryState::Expired;
+                // Its pre-images go, the ones it carries too.
+                for s in &mut e.steps {
+                    if s.before_content.take().is_some() {
+                        report.carried_removed += 1;
+                    }
+                }
                 journal.write(&e)?;
             }
             continue;
@@ -61,6 +73,10 @@ pub fn gc(store: &Store, journal: &Journal, opts: &GcOptions) -> Result<GcReport
         if matches!(e.state, EntryState::Complete | EntryState::Pending) {
             report.live_entries += 1;
             for s in &e.steps {
+                if let Some(c) = &s.before_content {
+                    report.carried_kept += 1;
+                    report.carried_bytes_kept += c.len() as u64;
+                }
                 for n in [&s.before, &s.after].into_iter().flatten() {
                     if let Some(h) = n.hash() {
                         live.insert(h);

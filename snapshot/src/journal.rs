@@ -83,7 +83,8 @@ impl EntryState {
 }
 
 /// One path changed by an entry: its pre-image and what it was set to.
-/// The content of every `File` pre-image is in the blob store.
+/// The content of every `File` pre-image is in the blob store, or, for a
+/// small file, in the step itself (`before_content`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Step {
     /// Workspace-relative path.
@@ -92,6 +93,39 @@ pub struct Step {
     pub before: Option<Node>,
     /// What the entry set it to; `None`: removed.
     pub after: Option<Node>,
+    /// The pre-image's content, carried in the entry when the file was
+    /// small (ADR 0408): it is durable with the pending entry, so the blob
+    /// store need not be synced before the workspace is touched. It goes
+    /// into the store when something reads it back (an undo, a roll-back).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "base64_bytes"
+    )]
+    pub before_content: Option<Vec<u8>>,
+}
+
+/// `Option<Vec<u8>>` as a base64 string (standard alphabet, padded).
+mod base64_bytes {
+    use base64::Engine as _;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(b) => s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(b)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
+        let text: Option<String> = Option::deserialize(d)?;
+        text.map(|t| {
+            base64::engine::general_purpose::STANDARD
+                .decode(t)
+                .map_err(serde::de::Error::custom)
+        })
+        .transpose()
+    }
 }
 
 /// One journal entry.

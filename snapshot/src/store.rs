@@ -79,6 +79,8 @@ impl Store {
         Batch {
             store: self,
             staged: Vec::new(),
+            inline_left: 0,
+            inline: Vec::new(),
         }
     }
 
@@ -188,7 +190,16 @@ pub(crate) struct Batch<'s> {
     /// (the temporary, still open while few are staged; its path; the
     /// blob's name)
     staged: Vec<(Option<File>, PathBuf, PathBuf)>,
+    /// Bytes that may still be kept in memory instead of staged.
+    inline_left: usize,
+    /// Content kept in memory (its hash, its bytes), for the caller to
+    /// carry in a journal entry ([`Batch::take_inline`]).
+    inline: Vec<(Hash, Vec<u8>)>,
 }
+
+/// The largest file a batch keeps in memory for the journal entry to
+/// carry (ADR 0408).
+pub(crate) const INLINE_FILE_MAX: usize = 16 * 1024;
 
 /// How many temporaries a batch keeps open for [`Batch::commit`] to sync;
 /// past that, each is synced as it is written (a changeset of thousands of
@@ -201,9 +212,45 @@ impl Batch<'_> {
         self.staged.is_empty()
     }
 
-    /// Writes the content of `r` to a temporary and hashes it; a blob
-    /// already stored, or already in this batch, is not kept twice.
+    /// Lets the batch keep up to `bytes` of small files' content in
+    /// memory instead of staging them ([`Batch::take_inline`]).
+    pub(crate) fn inline_up_to(mut self, bytes: usize) -> Self {
+        self.inline_left = bytes;
+        self
+    }
+
+    /// The content kept in memory, by hash.
+    pub(crate) fn take_inline(&mut self) -> Vec<(Hash, Vec<u8>)> {
+        std::mem::take(&mut self.inline)
+    }
+
+    /// Hashes the content of `r` and keeps it: in memory when it is small,
+    /// the batch may still keep that much and the store does not hold it
+    /// yet; else in a temporary. A blob already stored, or already in this
+    /// batch, is not kept twice.
     pub(crate) fn put_reader(&mut self, r: &mut impl Read) -> Result<(Hash, u64)> {
+        let cap = INLINE_FILE_MAX.min(self.inline_left);
+        if cap == 0 {
+            return self.stage(r);
+        }
+        let mut head = Vec::new();
+        r.take(cap as u64 + 1)
+            .read_to_end(&mut head)
+            .map_err(|e| Error::io("read a pre-image for", &self.store.tmp, e))?;
+        if head.len() > cap {
+            return self.stage(&mut head.as_slice().chain(r));
+        }
+        let hash = Hash::of(&head);
+        let len = head.len() as u64;
+        if !self.inline.iter().any(|(h, _)| *h == hash) && !self.store.contains(&hash) {
+            self.inline_left -= head.len();
+            self.inline.push((hash, head));
+        }
+        Ok((hash, len))
+    }
+
+    /// Writes the content of `r` to a temporary and hashes it.
+    fn stage(&mut self, r: &mut impl Read) -> Result<(Hash, u64)> {
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let tmp = self
             .store

@@ -230,7 +230,7 @@ pub fn gc(args: GcArgs) -> Result<i32, CliError> {
         );
     } else {
         println!(
-            "retie gc: {verb} {} pre-image blob(s) ({} bytes), {} run(s) ({} bytes) and finished runs' directories ({} bytes); expired {} undo entr{} older than the cut-off; kept {} blob(s) ({} bytes) for {} entr{} that can still be undone",
+            "retie gc: {verb} {} pre-image blob(s) ({} bytes), {} run(s) ({} bytes) and finished runs' directories ({} bytes); expired {} undo entr{} older than the cut-off; kept {} blob(s) ({} bytes) and {} small pre-image(s) carried in the journal ({} bytes) for {} entr{} that can still be undone",
             report.blobs_removed,
             report.bytes_removed,
             removed_runs.len(),
@@ -240,6 +240,8 @@ pub fn gc(args: GcArgs) -> Result<i32, CliError> {
             if report.expired.len() == 1 { "y" } else { "ies" },
             report.blobs_kept,
             report.bytes_kept,
+            report.carried_kept,
+            report.carried_bytes_kept,
             report.live_entries,
             if report.live_entries == 1 { "y" } else { "ies" },
         );

@@ -572,6 +572,7 @@ fn a_pending_entry_whose_pre_images_were_never_stored_rolls_back() {
                 size: 3,
                 hash: Hash::of(b"new"),
             }),
+            before_content: None,
         }],
     };
     let open = env.state.join("journal").join("open");
@@ -585,4 +586,65 @@ fn a_pending_entry_whose_pre_images_were_never_stored_rolls_back() {
     let report = recover(&ws, &store, &journal).expect("recover");
     assert_eq!(report.rolled_back, vec!["00112233445566aa".to_string()]);
     assert_tree("after recovery", &before, &tree(&env.ws));
+}
+
+/// A small file's pre-image rides in the journal entry itself, durable
+/// with it, and goes to the blob store only when an undo reads it back; a
+/// large one is in the store before the workspace is touched. A carried
+/// content that does not hash to its pre-image (a damaged journal) is
+/// refused and nothing is touched.
+#[test]
+fn small_pre_images_ride_in_the_entry_and_are_stored_when_read_back() {
+    use retie_snapshot::Hash;
+    let env = Env::new();
+    base_tree(&env.ws);
+    let before = tree(&env.ws);
+    let small = std::fs::read(env.ws.join("a.txt")).expect("a.txt");
+    let big = std::fs::read(env.ws.join("big.bin")).expect("big.bin");
+    let (upper, expected_dir) =
+        env.overlay("ovl", "echo changed > a.txt; echo changed too > big.bin");
+    let after = tree(&expected_dir);
+    let cs = Changeset::compute(&env.ws, &upper).expect("compute");
+    let (ws, store, journal) = env.open();
+    apply(&cs, &ws, &store, &journal, &ApplyOptions::default()).expect("apply");
+    let entry = journal.get(&cs.id).expect("entry");
+    let step = |p: &str| {
+        entry
+            .steps
+            .iter()
+            .find(|s| s.path.as_str() == p)
+            .expect("step")
+            .clone()
+    };
+    assert_eq!(step("a.txt").before_content.as_deref(), Some(&small[..]));
+    assert!(
+        !store.contains(&Hash::of(&small)),
+        "small pre-image stored at apply"
+    );
+    assert_eq!(step("big.bin").before_content, None);
+    assert!(
+        store.contains(&Hash::of(&big)),
+        "large pre-image not stored"
+    );
+
+    // A damaged carried content: refused, nothing touched.
+    let final_path = env.state.join("journal").join(format!("{}.json", cs.id));
+    let mut raw: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&final_path).expect("read")).expect("json");
+    let good = raw.clone();
+    for s in raw["steps"].as_array_mut().expect("steps") {
+        if s["path"] == "a.txt" {
+            s["before_content"] = serde_json::json!("Zm9yZ2VkCg==");
+        }
+    }
+    std::fs::write(&final_path, serde_json::to_vec(&raw).expect("json")).expect("write");
+    let err = undo(&cs.id, &ws, &store, &journal, &UndoOptions::default())
+        .expect_err("a damaged pre-image must be refused");
+    assert!(matches!(err, Error::SourceChanged { .. }), "{err:?}");
+    assert_tree("after the refused undo", &after, &tree(&env.ws));
+
+    std::fs::write(&final_path, serde_json::to_vec(&good).expect("json")).expect("write");
+    undo(&cs.id, &ws, &store, &journal, &UndoOptions::default()).expect("undo");
+    assert_tree("after undo", &before, &tree(&env.ws));
+    assert!(store.contains(&Hash::of(&small)), "stored when read back");
 }
