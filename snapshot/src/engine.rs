@@ -592,7 +592,7 @@ fn run_locked(
     if blobs.is_empty() {
         journal.write(&entry)?;
     } else {
-        std::thread::scope(|sc| {
+        let (written, committed) = std::thread::scope(|sc| {
             let committing = sc.spawn(move || blobs.commit());
             let written = journal.write(&entry);
             let committed = committing.join().unwrap_or_else(|_| {
@@ -602,8 +602,16 @@ fn run_locked(
                     std::io::Error::other("the thread storing the pre-images panicked"),
                 ))
             });
-            written.and(committed)
-        })?;
+            (written, committed)
+        });
+        written?;
+        if let Err(e) = committed {
+            // Nothing was touched: the entry is closed as rolled back now,
+            // not left pending for the next recovery.
+            entry.state = EntryState::RolledBack;
+            journal.write(&entry)?;
+            return Err(e);
+        }
     }
     if !join_alongside() {
         entry.state = EntryState::RolledBack;

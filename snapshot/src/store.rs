@@ -290,6 +290,19 @@ impl Batch<'_> {
     /// unsynced content), renamed into its shard, each shard synced once.
     pub(crate) fn commit(mut self) -> Result<()> {
         let staged = std::mem::take(&mut self.staged);
+        let temps: Vec<PathBuf> = staged.iter().map(|(_, t, _)| t.clone()).collect();
+        let r = self.commit_staged(staged);
+        if r.is_err() {
+            // What was not renamed yet is removed (a renamed one is gone
+            // from `tmp/` already).
+            for t in temps {
+                let _ = fs::remove_file(t);
+            }
+        }
+        r
+    }
+
+    fn commit_staged(&self, staged: Vec<(Option<File>, PathBuf, PathBuf)>) -> Result<()> {
         let mut shards: Vec<PathBuf> = Vec::new();
         let mut new_shard = false;
         let mut renames = Vec::with_capacity(staged.len());

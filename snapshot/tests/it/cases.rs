@@ -648,3 +648,37 @@ fn small_pre_images_ride_in_the_entry_and_are_stored_when_read_back() {
     assert_tree("after undo", &before, &tree(&env.ws));
     assert!(store.contains(&Hash::of(&small)), "stored when read back");
 }
+
+/// A pre-image that cannot be stored (its shard is in the way) fails the
+/// apply before anything is touched: the error says so, the entry written
+/// alongside is closed as rolled back at once (nothing is left pending),
+/// and no temporary stays behind.
+#[test]
+fn a_pre_image_that_cannot_be_stored_fails_the_apply_and_touches_nothing() {
+    use retie_snapshot::Hash;
+    let env = Env::new();
+    base_tree(&env.ws);
+    let before = tree(&env.ws);
+    let big = std::fs::read(env.ws.join("big.bin")).expect("big.bin");
+    let (upper, _) = env.overlay("ovl", "echo changed > big.bin; echo new > n.txt");
+    let cs = Changeset::compute(&env.ws, &upper).expect("compute");
+    let (ws, store, journal) = env.open();
+    let shard = env.state.join("blobs").join(&Hash::of(&big).to_hex()[..2]);
+    std::fs::write(&shard, b"in the way").expect("file where the shard goes");
+    let err = apply(&cs, &ws, &store, &journal, &ApplyOptions::default())
+        .expect_err("the pre-image cannot be stored");
+    assert!(matches!(err, Error::Io { .. }), "{err:?}");
+    assert_tree("after the failed apply", &before, &tree(&env.ws));
+    assert!(journal.pending().expect("pending").is_empty());
+    assert_eq!(
+        journal.get(&cs.id).expect("entry").state,
+        EntryState::RolledBack
+    );
+    assert_eq!(
+        std::fs::read_dir(env.state.join("tmp"))
+            .expect("tmp")
+            .count(),
+        0,
+        "temporaries left"
+    );
+}
