@@ -5,19 +5,24 @@
 //!
 //! 1. take the journal lock; refuse if an entry of this workspace is pending;
 //! 2. capture: read every target path's current state through the boundary
-//!    guard, storing each current file's content in the blob store (the
-//!    pre-images), and compare with the expected state: a difference is a
-//!    conflict (apply) or a refusal (undo without force), and nothing is
+//!    guard, keeping each current file's content (the pre-images: a small
+//!    one in memory, to ride in the entry; a larger one in a temporary of
+//!    the blob store), and compare with the expected state: a difference is
+//!    a conflict (apply) or a refusal (undo without force), and nothing is
 //!    touched;
 //! 3. preflight: every new path's parent exists or is created, every
 //!    removed directory holds only entries the operation removes;
-//! 4. write the journal entry (`pending`, fsync'd) naming every pre-image;
+//! 4. write the journal entry (`pending`, fsync'd) naming every pre-image,
+//!    while the larger pre-images are made durable in the store on a
+//!    thread (ADRs 0407, 0408); both finish before anything is touched;
 //! 5. [`transition`] the workspace to the targets, crash-safely;
 //! 6. mark the entry `complete`.
 //!
 //! If step 5 fails, the same [`transition`] is run back to the pre-images and
 //! the entry is marked `rolled_back`. After a crash, [`recover`] does that for
-//! every pending entry (roll-back rule, ADR 0201).
+//! every pending entry (roll-back rule, ADR 0201); an entry with a pre-image
+//! neither stored nor carried never reached step 5, and is closed as rolled
+//! back without touching anything.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
@@ -299,7 +304,6 @@ pub fn undo(
             what: "it belongs to another workspace",
         });
     }
-    store_carried(store, &e.steps)?;
     let targets = e
         .steps
         .iter()
@@ -404,6 +408,16 @@ pub fn recover(ws: &Workspace, store: &Store, journal: &Journal) -> Result<Recov
             continue;
         }
         remove_temps(ws, &e);
+        if !pre_images_complete(store, &e.steps) {
+            // A pre-image that is neither stored nor carried: the crash came
+            // before the pre-images were durable, so before anything was
+            // touched. Nothing to restore (and the files may have been
+            // edited since).
+            e.state = EntryState::RolledBack;
+            journal.write(&e)?;
+            report.rolled_back.push(e.id);
+            continue;
+        }
         store_carried(store, &e.steps)?;
         let back: Vec<_> = e
             .steps
@@ -450,6 +464,25 @@ fn store_carried(store: &Store, steps: &[Step]) -> Result<()> {
         store.put_bytes(bytes)?;
     }
     Ok(())
+}
+
+/// Whether every `File` pre-image of `steps` is in the store or carried
+/// by one of them. Pre-images are durable before the workspace is touched
+/// (and `gc` keeps a pending entry's blobs), so an entry for which this is
+/// false never touched the workspace.
+fn pre_images_complete(store: &Store, steps: &[Step]) -> bool {
+    let carried: Vec<Hash> = steps
+        .iter()
+        .filter(|s| s.before_content.is_some())
+        .filter_map(|s| s.before.as_ref().and_then(Node::hash))
+        .collect();
+    steps
+        .iter()
+        .filter_map(|s| match &s.before {
+            Some(Node::File { hash, .. }) => Some(hash),
+            _ => None,
+        })
+        .all(|h| carried.contains(h) || store.contains(h))
 }
 
 /// Where the content of a target file comes from.
@@ -524,6 +557,20 @@ fn run_locked(
     if !pending.is_empty() {
         return Err(Error::RecoveryNeeded { ids: pending });
     }
+    // An undo reads the undone entry again under the lock (a `gc` may have
+    // expired it since), and puts the pre-images it carries in the store
+    // here, where no recovery can sweep the temporaries away mid-way.
+    if let Check::Undo { of, .. } = check {
+        let e = journal.get(of)?;
+        if e.state != EntryState::Complete {
+            return Err(Error::EntryState {
+                id: e.id,
+                state: e.state.name(),
+                what: "only a complete entry can be undone",
+            });
+        }
+        store_carried(store, &e.steps)?;
+    }
     targets.sort_by(|a, b| a.path.cmp(&b.path));
     targets.dedup_by(|a, b| a.path == b.path);
 
@@ -564,13 +611,15 @@ fn run_locked(
     }
     preflight(ws, &steps)?;
     // Small pre-images ride in the entry itself, durable with it.
+    // Each content once, on the first step it is the pre-image of: the
+    // others find it in the store, where `store_carried` puts it before
+    // anything reads it back.
     for (hash, bytes) in blobs.take_inline() {
-        for s in steps.iter_mut() {
-            if s.before_content.is_none()
-                && matches!(&s.before, Some(Node::File { hash: h, .. }) if *h == hash)
-            {
-                s.before_content = Some(bytes.clone());
-            }
+        if let Some(s) = steps
+            .iter_mut()
+            .find(|s| matches!(&s.before, Some(Node::File { hash: h, .. }) if *h == hash))
+        {
+            s.before_content = Some(bytes);
         }
     }
 

@@ -43,7 +43,7 @@ pub struct GcReport {
     pub carried_kept: usize,
     /// Their bytes.
     pub carried_bytes_kept: u64,
-    /// Pre-images expired entries carried, dropped with their expiry.
+    /// Pre-images carried by entries expired now or rolled back, dropped.
     pub carried_removed: usize,
 }
 
@@ -56,15 +56,23 @@ pub fn gc(store: &Store, journal: &Journal, opts: &GcOptions) -> Result<GcReport
         let old = opts
             .expire_before_ms
             .is_some_and(|cut| e.created_unix_ms < cut);
-        if e.state == EntryState::Complete && old {
-            report.expired.push(e.id.clone());
-            if !opts.dry_run {
+        // An entry that expires now, or one rolled back (never undone):
+        // the pre-images it carries go (an expiring entry's blobs too).
+        let expire = e.state == EntryState::Complete && old;
+        if expire || e.state == EntryState::RolledBack {
+            let carried = e
+                .steps
+                .iter()
+                .filter(|s| s.before_content.is_some())
+                .count();
+            report.carried_removed += carried;
+            if expire {
+                report.expired.push(e.id.clone());
                 e.state = EntryState::Expired;
-                // Its pre-images go, the ones it carries too.
+            }
+            if !opts.dry_run && (expire || carried > 0) {
                 for s in &mut e.steps {
-                    if s.before_content.take().is_some() {
-                        report.carried_removed += 1;
-                    }
+                    s.before_content = None;
                 }
                 journal.write(&e)?;
             }

@@ -5,10 +5,12 @@
 //! back, `journal/seq` (last sequence number) and `journal/lock`. An entry
 //! is written (temp in `open/` + fsync + rename + fsync of the directory it
 //! lands in) as pending before the workspace is touched. It is completed by
-//! moving that pending file, as it is, to `journal/<id>.json` (one rename and
-//! one sync of `journal/`: the content was synced when it was written), so
-//! an entry in `journal/` whose content still says `pending` is complete:
-//! the move is the mark ([`Journal::complete`], ADR 0407). A rolled-back or
+//! giving that pending file, as it is, the name `journal/<id>.json` (a hard
+//! link and one sync of `journal/`, then the pending name removed: the
+//! content was synced when it was written), so an entry in `journal/` whose
+//! content still says `pending` is complete: the final name is the mark
+//! ([`Journal::complete`], ADR 0407). When both names exist, the one with
+//! the higher `seq` stands, the final one on a tie. A rolled-back or
 //! expired entry is written in full, the same way as the pending one, and
 //! its pending file removed.
 //! Finding pending entries and leftover temporaries lists `open/` only
@@ -94,9 +96,10 @@ pub struct Step {
     /// What the entry set it to; `None`: removed.
     pub after: Option<Node>,
     /// The pre-image's content, carried in the entry when the file was
-    /// small (ADR 0408): it is durable with the pending entry, so the blob
-    /// store need not be synced before the workspace is touched. It goes
-    /// into the store when something reads it back (an undo, a roll-back).
+    /// small (ADR 0408), on the first step whose pre-image it is: it is
+    /// durable with the pending entry, so the blob store need not be synced
+    /// before the workspace is touched. It goes into the store when
+    /// something reads it back (an undo, a roll-back).
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
@@ -281,16 +284,30 @@ impl Journal {
     /// Every entry, in `seq` order.
     pub fn entries(&self) -> Result<Vec<Entry>> {
         let mut out = Vec::new();
-        for (id, (fin, _)) in self.scan()? {
-            let p = if fin {
-                self.final_path(&id)
-            } else {
-                self.pending_path(&id)
-            };
-            out.push(self.read_path(&p)?);
+        for (id, (fin, pend)) in self.scan()? {
+            out.push(self.newest(&id, fin, pend)?);
         }
         out.sort_by_key(|e| (e.seq, e.created_unix_ms));
         Ok(out)
+    }
+
+    /// The entry `id` as it stands: when both a final and a pending file
+    /// exist, the one with the higher `seq`, the final one on a tie. A tie
+    /// is a crash that left both names of one entry (the final one wins);
+    /// a pending file with a higher `seq` is a re-apply of a changeset
+    /// whose earlier apply was rolled back, cut short (it must be
+    /// recovered, not hidden by the earlier entry).
+    fn newest(&self, id: &str, fin: bool, pend: bool) -> Result<Entry> {
+        match (fin, pend) {
+            (true, true) => {
+                let f = self.read_path(&self.final_path(id))?;
+                let p = self.read_path(&self.pending_path(id))?;
+                Ok(if p.seq > f.seq { p } else { f })
+            }
+            (true, false) => self.read_path(&self.final_path(id)),
+            (false, true) => self.read_path(&self.pending_path(id)),
+            (false, false) => Err(Error::UnknownEntry { id: id.to_owned() }),
+        }
     }
 
     /// Nothing in `open/`: no entry pending and no temporary, so nothing
@@ -300,12 +317,14 @@ impl Journal {
         fs::read_dir(&self.open).is_ok_and(|mut d| d.next().is_none())
     }
 
-    /// The pending entries (cheap: only pending files are read).
+    /// The pending entries (cheap: only pending files are read, and a
+    /// final file of the same id only when there is one).
     pub fn pending(&self) -> Result<Vec<Entry>> {
         let mut out = Vec::new();
         for id in self.scan_open()? {
-            if !self.final_path(&id).exists() {
-                out.push(self.read_path(&self.pending_path(&id))?);
+            let e = self.newest(&id, self.final_path(&id).exists(), true)?;
+            if e.state == EntryState::Pending {
+                out.push(e);
             }
         }
         out.sort_by_key(|e| (e.seq, e.created_unix_ms));
@@ -315,12 +334,11 @@ impl Journal {
     /// The entry `id`.
     pub fn get(&self, id: &str) -> Result<Entry> {
         check_id(id)?;
-        for p in [self.final_path(id), self.pending_path(id)] {
-            if p.exists() {
-                return self.read_path(&p);
-            }
-        }
-        Err(Error::UnknownEntry { id: id.to_owned() })
+        self.newest(
+            id,
+            self.final_path(id).exists(),
+            self.pending_path(id).exists(),
+        )
     }
 
     /// Whether an entry `id` exists.
@@ -342,12 +360,12 @@ impl Journal {
     }
 
     /// Marks a pending entry complete: its pending file, synced when it was
-    /// written, is moved to the entry's final name, and `journal/` synced
-    /// (one sync, where writing the entry again took two and freed the
-    /// pending file's block). Readers take a pending entry under its final
-    /// name as complete. A crash before the move is durable leaves the
-    /// entry pending, and recovery rolls it back (ADR 0201); one that leaves
-    /// both names reads as complete, and recovery removes the pending one.
+    /// written, is given the entry's final name, `journal/` synced, and the
+    /// pending name removed (one sync, where writing the entry again took
+    /// two). Readers take a pending entry under its final name as complete.
+    /// A crash before the final name is durable leaves the entry pending,
+    /// and recovery rolls it back (ADR 0201); one that leaves both names
+    /// reads as complete, and recovery removes the pending one.
     pub(crate) fn complete(&self, entry: &mut Entry) -> Result<()> {
         check_id(&entry.id)?;
         if entry.state != EntryState::Pending {
@@ -359,9 +377,25 @@ impl Journal {
         }
         let from = self.pending_path(&entry.id);
         let to = self.final_path(&entry.id);
-        fs::rename(&from, &to).map_err(|e| Error::io("rename", &to, e))?;
+        // A second name first, synced, then the pending name dropped: on a
+        // filesystem without a journal, a move between two directories can
+        // lose both names if only one directory reaches the disk. Both
+        // names read as one complete entry (same `seq`). An earlier final
+        // entry of this id (a re-apply of a rolled-back changeset) is
+        // replaced in one rename instead.
+        match fs::hard_link(&from, &to) {
+            Ok(()) => {
+                fsync_dir(&self.dir)?;
+                fs::remove_file(&from).map_err(|e| Error::io("remove", &from, e))?;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                fs::rename(&from, &to).map_err(|e| Error::io("rename", &to, e))?;
+                fsync_dir(&self.dir)?;
+            }
+            Err(e) => return Err(Error::io("link", &to, e)),
+        }
         entry.state = EntryState::Complete;
-        fsync_dir(&self.dir)
+        Ok(())
     }
 
     /// The next sequence number (call with the lock held). Kept in
@@ -442,9 +476,12 @@ impl Journal {
     /// pending files superseded by a finished entry.
     pub(crate) fn clean_temps(&self) -> Result<()> {
         for name in names(&self.open)? {
-            let superseded = name
-                .strip_suffix(".pending.json")
-                .is_some_and(|id| check_id(id).is_ok() && self.final_path(id).exists());
+            let superseded = match name.strip_suffix(".pending.json") {
+                Some(id) if check_id(id).is_ok() && self.final_path(id).exists() => {
+                    self.newest(id, true, true)?.state != EntryState::Pending
+                }
+                _ => false,
+            };
             if superseded || name.ends_with(".json.tmp") {
                 let p = self.open.join(&name);
                 fs::remove_file(&p).map_err(|e| Error::io("remove", &p, e))?;

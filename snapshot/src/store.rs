@@ -81,6 +81,7 @@ impl Store {
             staged: Vec::new(),
             inline_left: 0,
             inline: Vec::new(),
+            existing: Vec::new(),
         }
     }
 
@@ -195,6 +196,8 @@ pub(crate) struct Batch<'s> {
     /// Content kept in memory (its hash, its bytes), for the caller to
     /// carry in a journal entry ([`Batch::take_inline`]).
     inline: Vec<(Hash, Vec<u8>)>,
+    /// Shards of blobs found already stored, to sync at commit.
+    existing: Vec<PathBuf>,
 }
 
 /// The largest file a batch keeps in memory for the journal entry to
@@ -209,7 +212,7 @@ const OPEN_STAGED: usize = 64;
 impl Batch<'_> {
     /// Nothing staged.
     pub(crate) fn is_empty(&self) -> bool {
-        self.staged.is_empty()
+        self.staged.is_empty() && self.existing.is_empty()
     }
 
     /// Lets the batch keep up to `bytes` of small files' content in
@@ -242,7 +245,10 @@ impl Batch<'_> {
         }
         let hash = Hash::of(&head);
         let len = head.len() as u64;
-        if !self.inline.iter().any(|(h, _)| *h == hash) && !self.store.contains(&hash) {
+        // Carried even when the store has it: a blob just put there by a
+        // process that does not hold the journal lock may not be durable
+        // under its name yet.
+        if !self.inline.iter().any(|(h, _)| *h == hash) {
             self.inline_left -= head.len();
             self.inline.push((hash, head));
         }
@@ -270,9 +276,22 @@ impl Batch<'_> {
             }
         };
         let dest = self.store.blob_path(&hash);
-        if dest.is_file() || self.staged.iter().any(|(_, _, d)| *d == dest) {
+        let stored = dest.is_file();
+        if stored
+            || self.staged.iter().any(|(_, _, d)| *d == dest)
+            || self.inline.iter().any(|(h, _)| *h == hash)
+        {
             drop(f);
             fs::remove_file(&tmp).map_err(|e| Error::io("remove", &tmp, e))?;
+            // A blob already there may have been put by a process that
+            // does not hold the journal lock, its shard not synced yet:
+            // the commit syncs that shard too.
+            if stored {
+                let shard = dest.parent().unwrap_or(&self.store.blobs).to_path_buf();
+                if !self.existing.contains(&shard) {
+                    self.existing.push(shard);
+                }
+            }
             return Ok((hash, len));
         }
         let f = if self.staged.len() < OPEN_STAGED {
@@ -303,7 +322,7 @@ impl Batch<'_> {
     }
 
     fn commit_staged(&self, staged: Vec<(Option<File>, PathBuf, PathBuf)>) -> Result<()> {
-        let mut shards: Vec<PathBuf> = Vec::new();
+        let mut shards: Vec<PathBuf> = self.existing.clone();
         let mut new_shard = false;
         let mut renames = Vec::with_capacity(staged.len());
         for (f, tmp, dest) in staged {

@@ -582,10 +582,105 @@ fn a_pending_entry_whose_pre_images_were_never_stored_rolls_back() {
     )
     .expect("write pending");
     drop(journal);
+    // After the crash, somebody edits the file: recovery must not need
+    // (or restore) a pre-image that was never stored.
+    std::fs::write(env.ws.join("a.txt"), "edited after the crash\n").expect("edit");
+    let edited = tree(&env.ws);
+    assert_ne!(edited, before);
     let journal = Journal::open(&env.state).expect("journal");
     let report = recover(&ws, &store, &journal).expect("recover");
     assert_eq!(report.rolled_back, vec!["00112233445566aa".to_string()]);
+    assert_tree("after recovery", &edited, &tree(&env.ws));
+    assert_eq!(
+        journal.get("00112233445566aa").expect("entry").state,
+        EntryState::RolledBack
+    );
+}
+
+/// A changeset applied again after its first apply was rolled back, cut
+/// short by a crash: its pending entry (a newer `seq`) is not hidden by the
+/// earlier, rolled-back entry of the same id, and recovery rolls it back.
+#[test]
+fn a_re_apply_cut_short_is_recovered_despite_the_earlier_rolled_back_entry() {
+    use retie_snapshot::{recover, Entry, Hash, Node, Step, JOURNAL_VERSION};
+    let env = Env::new();
+    base_tree(&env.ws);
+    let before = tree(&env.ws);
+    let ws_path = std::fs::canonicalize(&env.ws).expect("canonical ws");
+    let (ws, store, journal) = env.open();
+    let old = std::fs::read(env.ws.join("a.txt")).expect("a.txt");
+    let hash = store.put_bytes(&old).expect("pre-image");
+    let step = Step {
+        path: RelPath::new("a.txt").expect("path"),
+        before: Some(Node::File {
+            mode: 0o644,
+            size: old.len() as u64,
+            hash,
+        }),
+        after: Some(Node::File {
+            mode: 0o644,
+            size: 8,
+            hash: Hash::of(b"changed\n"),
+        }),
+        before_content: None,
+    };
+    let mut e = Entry {
+        version: JOURNAL_VERSION,
+        id: "0a1b2c3d4e5f6071".into(),
+        seq: 1,
+        workspace: ws_path,
+        op: Op::FileWrite,
+        state: EntryState::RolledBack,
+        created_unix_ms: 0,
+        steps: vec![step],
+    };
+    let jdir = env.state.join("journal");
+    std::fs::write(
+        jdir.join("0a1b2c3d4e5f6071.json"),
+        serde_json::to_vec(&e).expect("json"),
+    )
+    .expect("rolled-back entry");
+    e.seq = 2;
+    e.state = EntryState::Pending;
+    std::fs::write(
+        jdir.join("open").join("0a1b2c3d4e5f6071.pending.json"),
+        serde_json::to_vec(&e).expect("json"),
+    )
+    .expect("pending re-apply");
+    // The re-apply had reached the workspace.
+    std::fs::write(env.ws.join("a.txt"), "changed\n").expect("half-applied");
+    assert_eq!(journal.pending().expect("pending").len(), 1);
+    let report = recover(&ws, &store, &journal).expect("recover");
+    assert_eq!(report.rolled_back, vec!["0a1b2c3d4e5f6071".to_string()]);
     assert_tree("after recovery", &before, &tree(&env.ws));
+}
+
+/// Many files with one small content: the entry carries it once (the
+/// per-entry budget counts what is written), and undo restores them all.
+#[test]
+fn one_content_in_many_files_is_carried_once() {
+    let env = Env::new();
+    base_tree(&env.ws);
+    for i in 0..8 {
+        put(&env.ws, &format!("same/{i}.txt"), &[b'x'; 10_000], 0o644);
+    }
+    let before = tree(&env.ws);
+    let (upper, _) = env.overlay(
+        "ovl",
+        "for i in 0 1 2 3 4 5 6 7; do echo new > same/$i.txt; done",
+    );
+    let cs = Changeset::compute(&env.ws, &upper).expect("compute");
+    let (ws, store, journal) = env.open();
+    apply(&cs, &ws, &store, &journal, &ApplyOptions::default()).expect("apply");
+    let entry = journal.get(&cs.id).expect("entry");
+    let carried = entry
+        .steps
+        .iter()
+        .filter(|s| s.before_content.is_some())
+        .count();
+    assert_eq!(carried, 1, "{} steps", entry.steps.len());
+    undo(&cs.id, &ws, &store, &journal, &UndoOptions::default()).expect("undo");
+    assert_tree("after undo", &before, &tree(&env.ws));
 }
 
 /// A small file's pre-image rides in the journal entry itself, durable
