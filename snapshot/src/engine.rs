@@ -289,14 +289,7 @@ pub fn undo(
     journal: &Journal,
     opts: &UndoOptions,
 ) -> Result<Entry> {
-    let e = journal.get(id)?;
-    if e.state != EntryState::Complete {
-        return Err(Error::EntryState {
-            id: e.id,
-            state: e.state.name(),
-            what: "only a complete entry can be undone",
-        });
-    }
+    let e = undoable(journal, id)?;
     if e.workspace != ws.path() {
         return Err(Error::EntryState {
             id: e.id,
@@ -466,6 +459,19 @@ fn store_carried(store: &Store, steps: &[Step]) -> Result<()> {
     Ok(())
 }
 
+/// Entry `id`, if it can be undone (it is complete).
+fn undoable(journal: &Journal, id: &str) -> Result<Entry> {
+    let e = journal.get(id)?;
+    if e.state != EntryState::Complete {
+        return Err(Error::EntryState {
+            id: e.id,
+            state: e.state.name(),
+            what: "only a complete entry can be undone",
+        });
+    }
+    Ok(e)
+}
+
 /// Whether every `File` pre-image of `steps` is in the store or carried
 /// by one of them. Pre-images are durable before the workspace is touched
 /// (and `gc` keeps a pending entry's blobs), so an entry for which this is
@@ -561,14 +567,7 @@ fn run_locked(
     // expired it since), and puts the pre-images it carries in the store
     // here, where no recovery can sweep the temporaries away mid-way.
     if let Check::Undo { of, .. } = check {
-        let e = journal.get(of)?;
-        if e.state != EntryState::Complete {
-            return Err(Error::EntryState {
-                id: e.id,
-                state: e.state.name(),
-                what: "only a complete entry can be undone",
-            });
-        }
+        let e = undoable(journal, of)?;
         store_carried(store, &e.steps)?;
     }
     targets.sort_by(|a, b| a.path.cmp(&b.path));
