@@ -104,42 +104,22 @@ impl OverlayRun {
         let work = dir.join("work");
         // A spare left by an earlier run that changed nothing: one rename
         // instead of three mkdirs now and four removals later.
-        if claim_spare(state, owner, &dir) {
-            return Ok(OverlayRun {
-                id,
-                dir,
-                upper,
-                work,
-                keep: false,
-                in_process: false,
-                owner,
-            });
-        }
-        let mkdir = |d: &Path| {
-            std::fs::DirBuilder::new()
-                .mode(0o700)
-                .create(d)
-                .map_err(|e| Error::io(format!("creating {}", d.display()), e))
-        };
-        // Three mkdirs: `runs` exists after the first run (the recursive
-        // builder tried every ancestor first, seven calls more).
-        if let Err(e) = mkdir(&dir) {
-            if runs.is_dir() {
-                return Err(e);
+        if !claim_spare(state, owner, &dir) {
+            // Three mkdirs: `runs` exists after the first run (the
+            // recursive builder tried every ancestor first, seven calls
+            // more).
+            if let Err(e) = make_dir(&dir) {
+                if runs.is_dir() {
+                    return Err(Error::io(format!("creating {}", dir.display()), e));
+                }
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(&dir)
+                    .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
             }
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(&dir)
-                .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
-        }
-        mkdir(&upper)?;
-        mkdir(&work)?;
-        if let Some((uid, gid)) = owner {
-            for d in [&upper, &work, &dir] {
-                chown(d, Some(uid), Some(gid))
-                    .map_err(|e| Error::io(format!("chown {}", d.display()), e))?;
-            }
+            make_layers(&dir, owner)
+                .map_err(|e| Error::io(format!("creating the layers in {}", dir.display()), e))?;
         }
         Ok(OverlayRun {
             id,
@@ -423,28 +403,40 @@ pub fn tidy(state: &Path, owner: Option<(u32, u32)>) {
     let id = retie_snapshot::new_id();
     let spare = state.join(SPARE);
     let tmp = spare.join(format!(".new-{id}"));
-    let mkdir = |d: &Path| std::fs::DirBuilder::new().mode(0o700).create(d);
     let made = (|| -> std::io::Result<()> {
-        if let Err(e) = mkdir(&tmp) {
+        if let Err(e) = make_dir(&tmp) {
             if e.kind() != std::io::ErrorKind::NotFound {
                 return Err(e);
             }
-            mkdir(&spare)?;
-            mkdir(&tmp)?;
+            make_dir(&spare)?;
+            make_dir(&tmp)?;
         }
-        let (upper, work) = (tmp.join("upper"), tmp.join("work"));
-        mkdir(&upper)?;
-        mkdir(&work)?;
-        if let Some((uid, gid)) = owner {
-            for d in [&upper, &work, &tmp] {
-                chown(d, Some(uid), Some(gid))?;
-            }
-        }
+        make_layers(&tmp, owner)?;
         std::fs::rename(&tmp, spare.join(format!("{}{id}.0", spare_prefix(owner))))
     })();
     if made.is_err() {
         remove_run_dir(&tmp);
     }
+}
+
+/// One directory of a run, private to its owner.
+fn make_dir(d: &Path) -> std::io::Result<()> {
+    std::fs::DirBuilder::new().mode(0o700).create(d)
+}
+
+/// The overlay's `upper` and `work` in run directory `dir` (which
+/// exists), all three given to `owner` when retie runs as root for
+/// someone else's workspace.
+fn make_layers(dir: &Path, owner: Option<(u32, u32)>) -> std::io::Result<()> {
+    let (upper, work) = (dir.join("upper"), dir.join("work"));
+    make_dir(&upper)?;
+    make_dir(&work)?;
+    if let Some((uid, gid)) = owner {
+        for d in [&upper, &work, dir] {
+            chown(d, Some(uid), Some(gid))?;
+        }
+    }
+    Ok(())
 }
 
 /// Remove every spare (`retie gc`).
@@ -534,15 +526,6 @@ pub struct Handled {
 /// made after `since` carries a time at or after it. A change made within
 /// the same tick just before the start also counts: conservative.
 pub fn changed_during_run(ws: &Path, cs: &Changeset, since: SystemTime) -> Vec<String> {
-    let ctime = |p: &Path| {
-        std::fs::symlink_metadata(p).ok().map(|m| {
-            UNIX_EPOCH
-                + Duration::new(
-                    u64::try_from(m.ctime()).unwrap_or(0),
-                    u32::try_from(m.ctime_nsec()).unwrap_or(0),
-                )
-        })
-    };
     let mut out = Vec::new();
     for c in cs
         .changes
@@ -550,13 +533,13 @@ pub fn changed_during_run(ws: &Path, cs: &Changeset, since: SystemTime) -> Vec<S
         .chain(cs.blocked.iter().map(|b| &b.change))
     {
         let p = ws.join(c.path.as_str());
-        let changed = match ctime(&p) {
+        let changed = match change_time(&p) {
             Some(t) => t >= since,
             None => p
                 .ancestors()
                 .skip(1)
                 .take_while(|a| a.starts_with(ws))
-                .find_map(&ctime)
+                .find_map(change_time)
                 // The workspace itself is gone: nothing can be applied.
                 .map_or(true, |t| t >= since),
         };
@@ -576,18 +559,19 @@ pub fn changed_during_run(ws: &Path, cs: &Changeset, since: SystemTime) -> Vec<S
 /// timestamps), which this machine saw run up to 6 ms ahead of the coarse
 /// clock, more than one tick.
 pub fn wait_past_changes_of(dirs: &[PathBuf]) {
-    let latest = dirs
-        .iter()
-        .filter_map(|d| std::fs::symlink_metadata(d).ok())
-        .map(|m| {
-            UNIX_EPOCH
-                + Duration::new(
-                    u64::try_from(m.ctime()).unwrap_or(0),
-                    u32::try_from(m.ctime_nsec()).unwrap_or(0),
-                )
-        })
-        .max();
+    let latest = dirs.iter().filter_map(|d| change_time(d)).max();
     wait_past(latest.unwrap_or_else(coarse_now));
+}
+
+/// `p`'s change time (ctime), not following a symlink.
+fn change_time(p: &Path) -> Option<SystemTime> {
+    std::fs::symlink_metadata(p).ok().map(|m| {
+        UNIX_EPOCH
+            + Duration::new(
+                u64::try_from(m.ctime()).unwrap_or(0),
+                u32::try_from(m.ctime_nsec()).unwrap_or(0),
+            )
+    })
 }
 
 /// Return once the coarse clock reads later than `t` (at most 100 ms: a
