@@ -76,7 +76,7 @@ pub struct OverlayRun {
 pub struct RunMeta {
     pub workspace: PathBuf,
     pub command: Vec<String>,
-    /// When the sandbox started, from [`coarse_now`]: the base the
+    /// When the sandbox started, from [`run_start`]: the base the
     /// command saw, for the conflict check of a later apply.
     pub started_ns: u128,
     pub created_ms: u128,
@@ -520,11 +520,8 @@ pub struct Handled {
 /// re-created during the run. This fires also on an unrelated entry added
 /// beside a path the command created: conservative, never silent.
 ///
-/// `since` must come from [`coarse_now`], read before the sandbox starts:
-/// the kernel stamps a change with its coarse clock or a finer one, never
-/// with less than the coarse clock's value at that moment, so every change
-/// made after `since` carries a time at or after it. A change made within
-/// the same tick just before the start also counts: conservative.
+/// `since` must come from [`run_start`], read before the sandbox starts:
+/// every change made after it carries a time at or after it.
 pub fn changed_during_run(ws: &Path, cs: &Changeset, since: SystemTime) -> Vec<String> {
     let mut out = Vec::new();
     for c in cs
@@ -563,15 +560,85 @@ pub fn wait_past_changes_of(dirs: &[PathBuf]) {
     wait_past(latest.unwrap_or_else(coarse_now));
 }
 
+/// The start of an overlay run, for [`changed_during_run`]: a time at or
+/// before that of every change made to the workspace from here on, and,
+/// where the filesystem allows, later than that of every change made
+/// before (so `chmod f && retie sandbox exec -- sh -c 'echo >> f'` is no
+/// conflict). Call it right before the sandbox starts.
+///
+/// Where the workspace shares a filesystem with multigrain timestamps
+/// (Linux 6.13+: ext4, xfs, btrfs, tmpfs) with retie's state, the start is
+/// a fine-grained change time retie makes the kernel hand out on a probe
+/// file there ([`fine_start`]): exact, and no wait. Elsewhere it is the
+/// coarse clock, read once the workspace's top and retie's own last apply
+/// lie in an earlier tick; a change made to an entry beneath the top in
+/// the same tick just before the start then counts as made during the run
+/// (conservative: a refusal, never a missed change).
+pub fn run_start(state: &Path, ws: &Path) -> SystemTime {
+    if let Some(t) = fine_start(state, ws) {
+        return t;
+    }
+    wait_past_last_apply(state, ws);
+    wait_past_changes_of(&[ws.to_path_buf()]);
+    coarse_now()
+}
+
+/// A fresh fine-grained change time, when the workspace's filesystem gives
+/// them. The kernel stamps a change with its coarse clock, or, when the
+/// inode's times were read since a change in the same tick, with the fine
+/// clock; it keeps the latest fine time it handed out as a floor under
+/// every later stamp, on every multigrain filesystem. So changing a probe
+/// file twice with a `stat` between yields a time later than every change
+/// made before and at or before every change made after. It is taken only
+/// when the probe lies on the workspace's own filesystem and the time it
+/// got is ahead of the coarse clock, which a filesystem stamping with the
+/// coarse clock alone never gives: there a time at or after the start
+/// could still be one made before it, and `None` sends the caller to the
+/// coarse clock.
+fn fine_start(state: &Path, ws: &Path) -> Option<SystemTime> {
+    use rustix::fs::{fchmod, fstat, open, stat, Mode, OFlags};
+    let dir = state.join("locks");
+    let probe = dir.join("clock");
+    let flags = OFlags::CREATE | OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let mode = Mode::RUSR | Mode::WUSR;
+    let fd = match open(&probe, flags, mode) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT) => {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&dir)
+                .ok()?;
+            open(&probe, flags, mode).ok()?
+        }
+        Err(_) => return None,
+    };
+    if fstat(&fd).ok()?.st_dev != stat(ws).ok()?.st_dev {
+        return None;
+    }
+    fchmod(&fd, mode).ok()?;
+    fstat(&fd).ok()?;
+    fchmod(&fd, mode).ok()?;
+    let st = fstat(&fd).ok()?;
+    let t = UNIX_EPOCH
+        + Duration::new(
+            u64::try_from(st.st_ctime).ok()?,
+            u32::try_from(st.st_ctime_nsec).ok()?,
+        );
+    (t > coarse_now()).then_some(t)
+}
+
 /// `p`'s change time (ctime), not following a symlink.
 fn change_time(p: &Path) -> Option<SystemTime> {
-    std::fs::symlink_metadata(p).ok().map(|m| {
-        UNIX_EPOCH
-            + Duration::new(
-                u64::try_from(m.ctime()).unwrap_or(0),
-                u32::try_from(m.ctime_nsec()).unwrap_or(0),
-            )
-    })
+    std::fs::symlink_metadata(p).ok().map(|m| ctime_of(&m))
+}
+
+fn ctime_of(m: &std::fs::Metadata) -> SystemTime {
+    UNIX_EPOCH
+        + Duration::new(
+            u64::try_from(m.ctime()).unwrap_or(0),
+            u32::try_from(m.ctime_nsec()).unwrap_or(0),
+        )
 }
 
 /// Return once the coarse clock reads later than `t` (at most 100 ms: a
@@ -902,6 +969,68 @@ pub fn root_owner(workspace: &Path) -> Result<Option<(u32, u32)>, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn ctime(p: &Path) -> SystemTime {
+        change_time(p).expect("ctime")
+    }
+
+    /// Change `p`'s inode after reading its times: the way to a
+    /// fine-grained change time.
+    fn change(p: &Path, i: u32) {
+        let _ = std::fs::metadata(p);
+        let mode = if i % 2 == 0 { 0o600 } else { 0o644 };
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    }
+
+    /// Every change made after a run's start carries a time at or after
+    /// it (else the conflict check would miss an edit made during the
+    /// run), and, where the start is fine-grained, every change made just
+    /// before carries an earlier one (else it would be refused as made
+    /// during the run).
+    #[test]
+    fn the_start_separates_changes_before_it_from_changes_after_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ws = dir.path().join("ws");
+        let state = dir.path().join("state");
+        std::fs::create_dir(&ws).expect("mkdir");
+        let (before, after) = (ws.join("before"), ws.join("after"));
+        std::fs::write(&before, "").expect("write");
+        std::fs::write(&after, "").expect("write");
+        let mut fine = 0;
+        for i in 0..300 {
+            change(&before, i);
+            change(&after, i);
+            change(&before, i + 1);
+            let fine_t = fine_start(&state, &ws);
+            let start = fine_t.unwrap_or_else(|| run_start(&state, &ws));
+            change(&after, i + 1);
+            assert!(
+                ctime(&after) >= start,
+                "{i}: a change after the start reads as made before it"
+            );
+            if fine_t.is_some() {
+                fine += 1;
+                assert!(
+                    ctime(&before) < start,
+                    "{i}: a change before the start reads as made after it"
+                );
+            }
+        }
+        eprintln!("fine-grained starts: {fine} of 300");
+        // Linux 6.13+ on ext4, xfs, btrfs or tmpfs: the exact start must
+        // be the one taken (almost always; the probe falls back when the
+        // tick turns between its two changes).
+        let fs = rustix::fs::statfs(&ws).expect("statfs").f_type as i64;
+        let multigrain_fs = [0xEF53, 0x5846_5342, 0x9123_683E, 0x0102_1994].contains(&fs);
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        let mut v = release
+            .split(|c: char| !c.is_ascii_digit())
+            .filter_map(|x| x.parse::<u32>().ok());
+        let kernel = (v.next().unwrap_or(0), v.next().unwrap_or(0));
+        if multigrain_fs && kernel >= (6, 13) {
+            assert!(fine >= 250, "only {fine} of 300 starts were fine-grained");
+        }
+    }
 
     /// After an apply's stamp, a run's start time is read only once the
     /// coarse clock has moved past it.

@@ -180,17 +180,13 @@ impl<'u> SandboxJob<'u> {
             run = Some(r);
         }
         let spec = builder.build()?;
-        if run.is_some() {
-            overlay::wait_past_last_apply(&self.state, &self.workspace);
-            // A workspace made or changed at its top just before (`mkdir
-            // p && retie sandbox exec -w p ...`) may carry a change time
-            // ahead of the coarse clock (multigrain timestamps): wait past
-            // it, or the run would read it as made during the run.
-            overlay::wait_past_changes_of(std::slice::from_ref(&self.workspace));
-        }
         // Every change to the real workspace from here on carries a ctime
         // at or after this (see overlay::changed_during_run).
-        let started = overlay::coarse_now();
+        let started = if run.is_some() {
+            overlay::run_start(&self.state, &self.workspace)
+        } else {
+            overlay::coarse_now()
+        };
         if let Some(r) = &run {
             r.write_meta(&RunMeta {
                 workspace: self.workspace.clone(),
