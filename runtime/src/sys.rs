@@ -216,6 +216,37 @@ pub fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
     rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(io::Error::from)
 }
 
+/// The go channel between the supervisor and init: a connected pair of
+/// UNIX stream sockets rather than a pipe, so the supervisor's writes can
+/// refuse to raise SIGPIPE ([`send_all`]): a CLI that keeps SIGPIPE's
+/// default (to end quietly in a closed pipeline) would otherwise die
+/// silently when init has already failed. Init reads it like a pipe: a
+/// byte, or EOF and HUP once the supervisor is gone.
+pub fn go_channel() -> io::Result<(OwnedFd, OwnedFd)> {
+    use rustix::net::{socketpair, AddressFamily, SocketFlags, SocketType};
+    socketpair(
+        AddressFamily::UNIX,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(io::Error::from)
+}
+
+/// Send all of `buf` on the socket `fd` without raising SIGPIPE (a closed
+/// peer is the error EPIPE), retrying on EINTR.
+pub fn send_all(fd: BorrowedFd<'_>, mut buf: &[u8]) -> io::Result<()> {
+    while !buf.is_empty() {
+        match rustix::net::send(fd, buf, rustix::net::SendFlags::NOSIGNAL) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => buf = &buf[n..],
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
 /// Write all of `buf` to `fd`, retrying on EINTR.
 pub fn write_all(fd: BorrowedFd<'_>, mut buf: &[u8]) -> io::Result<()> {
     while !buf.is_empty() {

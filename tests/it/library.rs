@@ -102,6 +102,39 @@ fn a_bad_profile_is_a_clear_error() {
     }
 }
 
+/// A set-up step that fails inside the sandbox, after the supervisor let
+/// init begin, is reported with its step and cause. init is gone by the
+/// time the supervisor releases the command; the release used to raise
+/// SIGPIPE, which the CLI keeps at its default, and retie died with 141
+/// and printed nothing (3 of 3 runs). Now it exits 125 and says why.
+#[test]
+fn a_set_up_failure_inside_the_sandbox_is_reported() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let p = s.root.path().join("bad-tmpfs.toml");
+        std::fs::write(
+            &p,
+            profile_with(
+                "tmpfs = [\"/tmp\", \"/var/tmp\"]",
+                "tmpfs = [\"/tmp\", \"/var/tmp\", \"/usr/retie-no-such-dir\"]",
+            ),
+        )
+        .expect("write");
+        for mode in ["overlay", "direct"] {
+            let o = s.exec(
+                &["--profile", path_str(&p), "--workspace-mode", mode],
+                &["true"],
+            );
+            assert_code(&o, 125, &format!("{leg:?} {mode}: set-up failure"));
+            let e = stderr(&o);
+            assert!(
+                e.contains("set-up failed") && e.contains("/usr/retie-no-such-dir"),
+                "{leg:?} {mode}: {e}"
+            );
+        }
+    }
+}
+
 #[test]
 fn profile_limits_are_applied() {
     for leg in legs() {

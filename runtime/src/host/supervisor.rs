@@ -84,7 +84,7 @@ pub fn start(spec: &SandboxSpec, stdio: Stdio) -> Result<Started> {
     let idmapped = idmap::prepare(spec)?;
     let ro_trees = open_trees(spec, &spec.ro_binds)?;
     let layered_trees = open_trees(spec, &spec.layered_binds)?;
-    let (go_r, go_w) = sys::pipe_cloexec().map_err(|e| RuntimeError::host("pipe", e))?;
+    let (go_r, go_w) = sys::go_channel().map_err(|e| RuntimeError::host("socketpair", e))?;
     let (status_r, status_w) = sys::pipe_cloexec().map_err(|e| RuntimeError::host("pipe", e))?;
     let stdio_fds = stdio_fds(stdio);
     if spec.identity.idmap_workspace {
@@ -168,7 +168,7 @@ pub fn start(spec: &SandboxSpec, stdio: Stdio) -> Result<Started> {
     };
     if let Some(go) = &started.go_w {
         // Set-up may begin; the command waits for a second byte.
-        sys::write_all(go.as_fd(), b"G")
+        sys::send_all(go.as_fd(), b"G")
             .map_err(|e| RuntimeError::host("releasing the sandbox's set-up", e))?;
     }
     Ok(started)
@@ -202,10 +202,16 @@ impl Started {
             return Err(RuntimeError::Cancelled { signal: sig });
         }
         let started = Instant::now();
-        if let Err(e) = sys::write_all(go_w.as_fd(), b"X") {
-            let _ = sys::pidfd_send_signal(&self.pidfd, Signal::KILL);
-            wait(pid);
-            return Err(RuntimeError::host("starting the sandboxed command", e));
+        match sys::send_all(go_w.as_fd(), b"X") {
+            Ok(()) => {}
+            // Init is gone: its set-up failed, and its report of why is
+            // in the status pipe, which `finish` reads.
+            Err(e) if e.raw_os_error() == Some(libc::EPIPE) => {}
+            Err(e) => {
+                let _ = sys::pidfd_send_signal(&self.pidfd, Signal::KILL);
+                wait(pid);
+                return Err(RuntimeError::host("starting the sandboxed command", e));
+            }
         }
         meanwhile();
         let pidfd = &self.pidfd;
