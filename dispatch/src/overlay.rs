@@ -212,6 +212,12 @@ impl OverlayRun {
     pub fn keep_because(&mut self, why: &str) {
         self.keep = true;
         self.set_kept(why);
+        // The overlay is volatile (no sync at its unmount): what the
+        // command left in a kept run is made durable here, so it can be
+        // applied after a crash (one syncfs, on this rare path only).
+        if let Ok(f) = std::fs::File::open(&self.upper) {
+            let _ = rustix::fs::syncfs(&f);
+        }
     }
 
     /// Keep the run's directories (the changes were not applied).
@@ -353,14 +359,23 @@ fn put_spare(dir: &Path, owner: Option<(u32, u32)>) -> bool {
     // (and, on a filesystem mounted with `discard`, a synchronous discard).
     // Moved to the trash now (two calls), it is removed while the next
     // run's command runs.
+    // It also holds the mark of the volatile mount (`incompat/volatile`),
+    // which refuses the next mount of this work directory: a directory
+    // whose `work/work` cannot be moved away is no spare.
     let ww = dir.join("work").join("work");
-    if std::fs::set_permissions(&ww, std::fs::Permissions::from_mode(0o700)).is_ok() {
+    if std::fs::symlink_metadata(&ww).is_ok() {
+        // Moving a directory to another parent rewrites its `..`: it must
+        // be writable (overlayfs makes it with mode 0).
+        let _ = std::fs::set_permissions(&ww, std::fs::Permissions::from_mode(0o700));
         let to = state.join(TRASH).join(format!("{id}-work"));
-        if std::fs::rename(&ww, &to).is_err() {
-            let _ = std::fs::DirBuilder::new()
+        let moved = std::fs::rename(&ww, &to).is_ok()
+            || (std::fs::DirBuilder::new()
                 .mode(0o700)
-                .create(state.join(TRASH));
-            let _ = std::fs::rename(&ww, &to);
+                .create(state.join(TRASH))
+                .is_ok()
+                && std::fs::rename(&ww, &to).is_ok());
+        if !moved {
+            return false;
         }
     }
     let init = retie_runtime::earlier_runs().last().copied().unwrap_or(0);
@@ -451,11 +466,30 @@ pub fn remove_spares(state: &Path) {
 
 /// Remove a run directory (overlay leaves `work/work` with mode 000).
 pub fn remove_run_dir(dir: &Path) {
-    let _ = std::fs::set_permissions(
-        dir.join("work").join("work"),
-        std::fs::Permissions::from_mode(0o700),
-    );
+    if std::fs::remove_dir_all(dir).is_ok() {
+        return;
+    }
+    // overlayfs makes its work directories with mode 0 (`work/work`, and
+    // `incompat/volatile` in it): opened up, then removed.
+    open_up(dir);
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Give every directory in the tree at `dir` (not following symlinks)
+/// mode 0700, so its owner can empty it.
+fn open_up(dir: &Path) {
+    let Ok(m) = std::fs::symlink_metadata(dir) else {
+        return;
+    };
+    if !m.is_dir() {
+        return;
+    }
+    let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            open_up(&e.path());
+        }
+    }
 }
 
 /// Remove the run directories finished runs left in the trash. Best

@@ -147,11 +147,17 @@ fn overlay_escape(p: &Path) -> String {
 
 /// The overlay: lower = the real workspace (read-only), writes go to the
 /// upper. `userxattr` is what a user namespace may use (and without it,
-/// deleting a lower directory fails with EIO). A stale work directory makes
-/// overlay mount read-only without an error, so the result is checked.
+/// deleting a lower directory fails with EIO). `volatile` (ADR 0411):
+/// without it, the overlay's unmount, when the sandbox ends, syncs the
+/// whole filesystem the upper lies on; the upper is a scratch layer whose
+/// changes reach the workspace only through retie's own synced apply, and
+/// a run that is kept is synced by the caller. The kernel marks the work
+/// directory (`work/work/incompat/volatile`) and refuses to mount it again
+/// until that is removed. A stale work directory makes overlay mount
+/// read-only without an error, so the result is checked.
 fn mount_overlay(at: &Path, lower: &Path, upper: &Path, work: &Path) -> StepResult {
     let opts = format!(
-        "lowerdir={},upperdir={},workdir={},userxattr",
+        "lowerdir={},upperdir={},workdir={},userxattr,volatile",
         overlay_escape(lower),
         overlay_escape(upper),
         overlay_escape(work)
