@@ -1,5 +1,5 @@
-//! `retie`: the command-line front of the sandbox runtime (and, as it
-//! grows, of the agent built on it).
+//! `retie`: the command-line front of the sandbox runtime, and (built as
+//! `retie-agent`) of the agent built on it (ADR 0412).
 //!
 //! `main` owns the exit codes. Everything that runs a sandbox does so from
 //! this single-threaded process; nothing here starts a thread before a
@@ -144,6 +144,10 @@ fn main() -> ExitCode {
         Command::Undo(args) => commands::undo::run_one(args),
         Command::UndoAll(args) => commands::undo::run_all(args),
         Command::LedgerDev(cmd) => ledger::dev::run(cmd),
+        // The agent's commands run in retie-agent (ADR 0412): `retie`
+        // hands them over, `retie-agent` runs them. The constant folds,
+        // so `retie` links none of the agent.
+        _ if !AGENT => exec_agent(),
         Command::Run(args) => commands::run::run(args),
         Command::Demo(args) => commands::demo::run(args),
         Command::Pending(args) => or_125(commands::pending::list(args)),
@@ -153,6 +157,48 @@ fn main() -> ExitCode {
         Command::Sessions(args) => or_125(commands::sessions::run(args)),
     };
     exit_code(code)
+}
+
+/// Whether this binary is `retie-agent`, the one with the agent's
+/// commands in it (`src/agent.rs` is a link to this file).
+const AGENT: bool = is_agent(env!("CARGO_BIN_NAME").as_bytes());
+
+const fn is_agent(name: &[u8]) -> bool {
+    let want = b"retie-agent";
+    if name.len() != want.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < want.len() {
+        if name[i] != want[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// Hand an agent command to `retie-agent`, beside this binary, with the
+/// same arguments (the same process: its terminal, signals and exit code).
+/// It returns only if that binary cannot be started.
+fn exec_agent() -> i32 {
+    use std::os::unix::process::CommandExt;
+    let agent = match std::env::current_exe() {
+        Ok(exe) => exe.with_file_name("retie-agent"),
+        Err(e) => {
+            eprintln!("retie: locating this binary, to start retie-agent beside it: {e}");
+            return EXIT_SANDBOX_FAILED;
+        }
+    };
+    let err = std::process::Command::new(&agent)
+        .arg0("retie")
+        .args(std::env::args_os().skip(1))
+        .exec();
+    eprintln!(
+        "retie: the agent's commands (run, demo, pending, approve, deny, revoke) are in retie-agent, which must sit beside retie: {}: {err}\n  fix: install both binaries (`cargo install --path .`, or `cargo build --release` builds both into target/)",
+        ui::visible(&agent.display().to_string())
+    );
+    EXIT_SANDBOX_FAILED
 }
 
 fn exit_code(code: i32) -> ExitCode {

@@ -322,3 +322,33 @@ fn command_line_fds_and_long_timeouts_are_checked() {
         assert!(stderr(&o).contains("--timeout"), "{leg:?}: {}", stderr(&o));
     }
 }
+
+/// `retie` hands the agent's commands to `retie-agent` beside it (ADR
+/// 0412): the same arguments, the same exit code. Without it there, the
+/// command is a clear error that names the fix, never a crash.
+#[test]
+fn the_agents_commands_go_to_retie_agent_beside_retie() {
+    let s = Scratch::new(Leg::Invoker);
+    // Through retie, the agent binary runs with the same arguments and its
+    // exit code comes back: no terminal and no prompt is its usage error.
+    let o = s
+        .retie()
+        .args(["run", "--provider", "script", "--script", "/nonexistent"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    assert_code(&o, 125, "retie run without a terminal");
+    assert!(stderr(&o).contains("needs -p PROMPT"), "{}", stderr(&o));
+    // retie alone, without retie-agent beside it.
+    let alone = tempfile::tempdir().expect("tempdir");
+    let bin = alone.path().join("retie");
+    std::fs::copy(env!("CARGO_BIN_EXE_retie"), &bin).expect("copy");
+    let o = std::process::Command::new(&bin)
+        .arg("demo")
+        .env("HOME", s.root.path())
+        .output()
+        .expect("retie demo");
+    assert_code(&o, 125, "retie demo without retie-agent");
+    let e = stderr(&o);
+    assert!(e.contains("retie-agent") && e.contains("fix:"), "{e}");
+}

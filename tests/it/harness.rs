@@ -50,9 +50,16 @@ fn shared() -> &'static Shared {
             .expect("tempdir");
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
             .expect("chmod");
+        // retie execs retie-agent, beside it, for the agent's commands.
+        for (from, name) in [
+            (env!("CARGO_BIN_EXE_retie"), "retie"),
+            (env!("CARGO_BIN_EXE_retie-agent"), "retie-agent"),
+        ] {
+            let to = dir.path().join(name);
+            std::fs::copy(from, &to).expect("copy retie");
+            std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        }
         let bin = dir.path().join("retie");
-        std::fs::copy(env!("CARGO_BIN_EXE_retie"), &bin).expect("copy retie");
-        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).expect("chmod");
         Shared { _dir: dir, bin }
     })
 }
