@@ -147,6 +147,7 @@ fn main() -> ExitCode {
         // The agent's commands run in retie-agent (ADR 0412): `retie`
         // hands them over, `retie-agent` runs them. The constant folds,
         // so `retie` links none of the agent.
+        Command::Sessions(args) => or_125(commands::sessions::run(args)),
         _ if !AGENT => exec_agent(),
         Command::Run(args) => commands::run::run(args),
         Command::Demo(args) => commands::demo::run(args),
@@ -154,7 +155,6 @@ fn main() -> ExitCode {
         Command::Approve(args) => or_125(commands::pending::approve(args)),
         Command::Deny(args) => or_125(commands::pending::deny(args)),
         Command::Revoke(args) => or_125(commands::pending::revoke(args)),
-        Command::Sessions(args) => or_125(commands::sessions::run(args)),
     };
     exit_code(code)
 }

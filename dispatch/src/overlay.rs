@@ -466,17 +466,27 @@ pub fn remove_spares(state: &Path) {
 
 /// Remove a run directory (overlay leaves `work/work` with mode 000).
 pub fn remove_run_dir(dir: &Path) {
-    if std::fs::remove_dir_all(dir).is_ok() {
-        return;
-    }
     // overlayfs makes its work directories with mode 0 (`work/work`, and
-    // `incompat/volatile` in it): opened up, then removed.
-    open_up(dir);
+    // `incompat/volatile` in it): opened up, then removed. Only overlay's
+    // own tree is walked, never `upper`: what the sandboxed command made
+    // is not chmod-ed by path (a command still running could swap a
+    // directory for a symlink to anywhere between the check and the
+    // chmod).
+    let own = if dir
+        .file_name()
+        .is_some_and(|n| n.to_string_lossy().ends_with("-work"))
+    {
+        dir.to_path_buf() // a run's `work/work`, moved to the trash alone
+    } else {
+        dir.join("work")
+    };
+    open_up(&own);
     let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Give every directory in the tree at `dir` (not following symlinks)
-/// mode 0700, so its owner can empty it.
+/// mode 0700, so its owner can empty it. Only for overlayfs's work
+/// directories, which no sandboxed command can reach.
 fn open_up(dir: &Path) {
     let Ok(m) = std::fs::symlink_metadata(dir) else {
         return;
@@ -609,12 +619,30 @@ pub fn wait_past_changes_of(dirs: &[PathBuf]) {
 /// the same tick just before the start then counts as made during the run
 /// (conservative: a refusal, never a missed change).
 pub fn run_start(state: &Path, ws: &Path) -> SystemTime {
-    if let Some(t) = fine_start(state, ws) {
-        return t;
-    }
+    let same_fs = match fine_start(state, ws) {
+        Some(Probe { t, fine: true }) => return t,
+        Some(Probe { fine: false, .. }) => true,
+        None => false,
+    };
     wait_past_last_apply(state, ws);
     wait_past_changes_of(&[ws.to_path_buf()]);
+    // On the workspace's own filesystem, a time stamped there now: cut to
+    // that filesystem's granularity like every later stamp (1 s on ext4
+    // with small inodes, 2 s on FAT), so none of them falls below it,
+    // which the clock's own reading could.
+    if same_fs {
+        if let Some(p) = fine_start(state, ws) {
+            return p.t;
+        }
+    }
     coarse_now()
+}
+
+/// What the probe got: the change time the kernel stamped, and whether it
+/// is ahead of the coarse clock (fine-grained).
+struct Probe {
+    t: SystemTime,
+    fine: bool,
 }
 
 /// A fresh fine-grained change time, when the workspace's filesystem gives
@@ -629,11 +657,14 @@ pub fn run_start(state: &Path, ws: &Path) -> SystemTime {
 /// coarse clock alone never gives: there a time at or after the start
 /// could still be one made before it, and `None` sends the caller to the
 /// coarse clock.
-fn fine_start(state: &Path, ws: &Path) -> Option<SystemTime> {
-    use rustix::fs::{fchmod, fstat, open, stat, Mode, OFlags};
+fn fine_start(state: &Path, ws: &Path) -> Option<Probe> {
+    use rustix::fs::{fchmod, fstat, open, stat, FileType, Mode, OFlags};
     let dir = state.join("locks");
     let probe = dir.join("clock");
-    let flags = OFlags::CREATE | OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    // NONBLOCK: a FIFO planted there must not hang every run (refused
+    // below, as anything but a regular file is).
+    let flags =
+        OFlags::CREATE | OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
     let mode = Mode::RUSR | Mode::WUSR;
     let fd = match open(&probe, flags, mode) {
         Ok(fd) => fd,
@@ -647,7 +678,10 @@ fn fine_start(state: &Path, ws: &Path) -> Option<SystemTime> {
         }
         Err(_) => return None,
     };
-    if fstat(&fd).ok()?.st_dev != stat(ws).ok()?.st_dev {
+    let st = fstat(&fd).ok()?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile
+        || st.st_dev != stat(ws).ok()?.st_dev
+    {
         return None;
     }
     fchmod(&fd, mode).ok()?;
@@ -659,7 +693,10 @@ fn fine_start(state: &Path, ws: &Path) -> Option<SystemTime> {
             u64::try_from(st.st_ctime).ok()?,
             u32::try_from(st.st_ctime_nsec).ok()?,
         );
-    (t > coarse_now()).then_some(t)
+    Some(Probe {
+        t,
+        fine: t > coarse_now(),
+    })
 }
 
 /// `p`'s change time (ctime), not following a symlink.
@@ -1016,6 +1053,33 @@ mod tests {
         std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).expect("chmod");
     }
 
+    /// Anything but a regular file at the probe's place (a FIFO would
+    /// block the open) sends the start to the coarse clock, at once.
+    #[test]
+    fn a_fifo_at_the_probe_does_not_hang_the_start() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (ws, state) = (dir.path().join("ws"), dir.path().join("state"));
+        std::fs::create_dir(&ws).expect("mkdir");
+        std::fs::create_dir_all(state.join("locks")).expect("mkdir");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            state.join("locks").join("clock"),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR,
+            0,
+        )
+        .expect("mkfifo");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (s2, w2) = (state.clone(), ws.clone());
+        std::thread::spawn(move || {
+            let _ = tx.send((fine_start(&s2, &w2).is_none(), run_start(&s2, &w2)));
+        });
+        let (refused, _) = rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("run_start hung on a FIFO");
+        assert!(refused, "a FIFO was taken as the probe");
+    }
+
     /// Every change made after a run's start carries a time at or after
     /// it (else the conflict check would miss an edit made during the
     /// run), and, where the start is fine-grained, every change made just
@@ -1035,7 +1099,7 @@ mod tests {
             change(&before, i);
             change(&after, i);
             change(&before, i + 1);
-            let fine_t = fine_start(&state, &ws);
+            let fine_t = fine_start(&state, &ws).filter(|p| p.fine).map(|p| p.t);
             let start = fine_t.unwrap_or_else(|| run_start(&state, &ws));
             change(&after, i + 1);
             assert!(

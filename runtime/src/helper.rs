@@ -77,8 +77,10 @@ pub fn run_via_helper_with(helper_exe: &Path, spec: &SandboxSpec, stdio: Stdio) 
         .map_err(|e| RuntimeError::Helper(format!("encoding the request: {e}")))?;
     let (reply_r, reply_w) =
         crate::sys::pipe_cloexec().map_err(|e| RuntimeError::host("pipe", e))?;
+    // A socket pair, written with MSG_NOSIGNAL: a helper that died at
+    // once must not raise SIGPIPE in a caller that keeps its default.
     let (request_r, request_w) =
-        crate::sys::pipe_cloexec().map_err(|e| RuntimeError::host("pipe", e))?;
+        crate::sys::go_channel().map_err(|e| RuntimeError::host("socketpair", e))?;
     let (w, r) = (reply_w.as_raw_fd(), request_r.as_raw_fd());
     let mut cmd = Command::new(helper_exe);
     cmd.arg("__sandbox-helper")
@@ -126,7 +128,7 @@ pub fn run_via_helper_with(helper_exe: &Path, spec: &SandboxSpec, stdio: Stdio) 
     // The helper reads the whole request before it does anything else, so
     // this write cannot wait on the reply. A helper that died at once
     // leaves a broken pipe: its (missing) reply tells the story.
-    let _ = crate::sys::write_all(std::os::fd::AsFd::as_fd(&request_w), &request);
+    let _ = crate::sys::send_all(std::os::fd::AsFd::as_fd(&request_w), &request);
     drop(request_w);
     let mut reply = String::new();
     std::fs::File::from(reply_r)

@@ -351,4 +351,11 @@ fn the_agents_commands_go_to_retie_agent_beside_retie() {
     assert_code(&o, 125, "retie demo without retie-agent");
     let e = stderr(&o);
     assert!(e.contains("retie-agent") && e.contains("fix:"), "{e}");
+    // Commands of retie's own stay in retie (`sessions` reads the ledger).
+    let o = std::process::Command::new(&bin)
+        .arg("sessions")
+        .env("XDG_STATE_HOME", s.root.path().join("no-state"))
+        .output()
+        .expect("retie sessions");
+    assert!(!stderr(&o).contains("retie-agent"), "{}", stderr(&o));
 }
