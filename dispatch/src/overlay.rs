@@ -69,6 +69,25 @@ pub struct OverlayRun {
     /// Who the directories belong to when retie runs as root for
     /// someone else's workspace (a spare is reused for the same owner).
     owner: Option<(u32, u32)>,
+    /// Held while the run is in use (see [`RunLock`]).
+    _lock: Option<RunLock>,
+}
+
+/// An exclusive `flock` on a run's directory, held by the process that
+/// runs it or applies it (and, inherited, by the sandbox's init while it
+/// lives), so `retie gc` never removes a run that is still going and two
+/// `retie changes` never work on one kept run at once. Released when the
+/// last holder closes it, a killed process included.
+pub struct RunLock(#[allow(dead_code)] std::fs::File);
+
+impl RunLock {
+    /// Take it without waiting; `None` if someone holds it (or the
+    /// directory cannot be opened).
+    pub fn take(dir: &Path) -> Option<RunLock> {
+        let f = std::fs::File::open(dir).ok()?;
+        rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).ok()?;
+        Some(RunLock(f))
+    }
 }
 
 /// What `retie changes` needs to know about a run it did not start.
@@ -121,6 +140,9 @@ impl OverlayRun {
             make_layers(&dir, owner)
                 .map_err(|e| Error::io(format!("creating the layers in {}", dir.display()), e))?;
         }
+        // A spare whose last init is still exiting may hold the lock for
+        // a moment: the run goes on, and gc sees it held all the same.
+        let lock = RunLock::take(&dir);
         Ok(OverlayRun {
             id,
             dir,
@@ -129,6 +151,7 @@ impl OverlayRun {
             keep: false,
             in_process: false,
             owner,
+            _lock: lock,
         })
     }
 
@@ -147,6 +170,11 @@ impl OverlayRun {
             .ok_or_else(|| {
                 Error::Invalid(format!("no kept run {id} (see `retie changes list`)"))
             })?;
+        let Some(lock) = RunLock::take(&dir) else {
+            return Err(Error::Invalid(format!(
+                "run {id} is in use by another retie (still running, or being applied or discarded)"
+            )));
+        };
         let run = OverlayRun {
             id: id.to_string(),
             upper: dir.join("upper"),
@@ -155,6 +183,7 @@ impl OverlayRun {
             keep: true,
             in_process: false,
             owner: None,
+            _lock: Some(lock),
         };
         Ok((run, meta))
     }

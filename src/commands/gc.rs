@@ -204,6 +204,11 @@ pub fn gc(args: GcArgs) -> Result<i32, CliError> {
     let mut run_bytes = 0;
     for r in runs(&state) {
         if run_due(&r, now.saturating_sub(cutoff)) {
+            // A run still going (its retie or its sandbox alive) holds
+            // its lock: never removed under it.
+            let Some(_lock) = retie_dispatch::overlay::RunLock::take(&r.path) else {
+                continue;
+            };
             if !args.dry_run {
                 retie_dispatch::overlay::remove_run_dir(&r.path);
             }

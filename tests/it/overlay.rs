@@ -930,3 +930,64 @@ fn back_to_back_runs_are_not_conflicts_with_retie_s_own_apply() {
         assert_eq!(read(&s, "g.txt").map(|t| t.lines().count()), Some(12));
     }
 }
+
+/// `retie gc` never removes a run that is still going: the process that
+/// runs it holds a lock on its directory. The run here is made to look
+/// forty days old (never kept, older than the 30 days kept by default:
+/// what gc removes); before the lock, gc took its directory from under
+/// the running command.
+#[test]
+fn gc_never_removes_a_run_that_is_still_going() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let child = s
+            .retie()
+            .args([
+                "sandbox",
+                "exec",
+                "--",
+                "sh",
+                "-c",
+                "echo made > made.txt; sleep 1.5",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let runs = s.home.join(".local/state/retie/runs");
+        let mut run = None;
+        for _ in 0..100 {
+            run = std::fs::read_dir(&runs)
+                .ok()
+                .and_then(|mut d| d.next())
+                .and_then(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| p.join("run.json").exists());
+            if run.is_some() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let run = run.expect("the run's directory");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let meta = run.join("run.json");
+        let mut m: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&meta).expect("run.json")).expect("json");
+        let forty_days_ago = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_millis()
+            - 40 * 24 * 3600 * 1000;
+        m["created_ms"] = serde_json::json!(forty_days_ago);
+        std::fs::write(&meta, serde_json::to_vec(&m).expect("json")).expect("backdate");
+        let o = s.retie().args(["gc"]).output().expect("gc");
+        assert_code(&o, 0, "gc");
+        assert!(
+            run.is_dir(),
+            "{leg:?}: gc removed a run that was still going"
+        );
+        let o = child.wait_with_output().expect("wait");
+        assert_code(&o, 0, &format!("{leg:?}: the run after gc"));
+        assert_eq!(read(&s, "made.txt").as_deref(), Some("made\n"));
+    }
+}
