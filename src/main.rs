@@ -144,10 +144,10 @@ fn main() -> ExitCode {
         Command::Undo(args) => commands::undo::run_one(args),
         Command::UndoAll(args) => commands::undo::run_all(args),
         Command::LedgerDev(cmd) => ledger::dev::run(cmd),
+        Command::Sessions(args) => or_125(commands::sessions::run(args)),
         // The agent's commands run in retie-agent (ADR 0412): `retie`
         // hands them over, `retie-agent` runs them. The constant folds,
         // so `retie` links none of the agent.
-        Command::Sessions(args) => or_125(commands::sessions::run(args)),
         _ if !AGENT => exec_agent(),
         Command::Run(args) => commands::run::run(args),
         Command::Demo(args) => commands::demo::run(args),
@@ -161,22 +161,7 @@ fn main() -> ExitCode {
 
 /// Whether this binary is `retie-agent`, the one with the agent's
 /// commands in it (`src/agent.rs` is a link to this file).
-const AGENT: bool = is_agent(env!("CARGO_BIN_NAME").as_bytes());
-
-const fn is_agent(name: &[u8]) -> bool {
-    let want = b"retie-agent";
-    if name.len() != want.len() {
-        return false;
-    }
-    let mut i = 0;
-    while i < want.len() {
-        if name[i] != want[i] {
-            return false;
-        }
-        i += 1;
-    }
-    true
-}
+const AGENT: bool = matches!(env!("CARGO_BIN_NAME").as_bytes(), b"retie-agent");
 
 /// Hand an agent command to `retie-agent`, beside this binary, with the
 /// same arguments (the same process: its terminal, signals and exit code).

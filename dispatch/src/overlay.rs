@@ -78,7 +78,9 @@ pub struct OverlayRun {
 /// lives), so `retie gc` never removes a run that is still going and two
 /// `retie changes` never work on one kept run at once. Released when the
 /// last holder closes it, a killed process included.
-pub struct RunLock(#[allow(dead_code)] std::fs::File);
+pub struct RunLock {
+    _file: std::fs::File,
+}
 
 impl RunLock {
     /// Take it without waiting; `None` if someone holds it (or the
@@ -86,7 +88,7 @@ impl RunLock {
     pub fn take(dir: &Path) -> Option<RunLock> {
         let f = std::fs::File::open(dir).ok()?;
         rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).ok()?;
-        Some(RunLock(f))
+        Some(RunLock { _file: f })
     }
 }
 
@@ -639,16 +641,17 @@ pub fn wait_past_changes_of(dirs: &[PathBuf]) {
 /// before (so `chmod f && retie sandbox exec -- sh -c 'echo >> f'` is no
 /// conflict). Call it right before the sandbox starts.
 ///
-/// Where the workspace shares a filesystem with multigrain timestamps
-/// (Linux 6.13+: ext4, xfs, btrfs, tmpfs) with retie's state, the start is
-/// a fine-grained change time retie makes the kernel hand out on a probe
-/// file there ([`fine_start`]): exact, and no wait. Elsewhere it is the
-/// coarse clock, read once the workspace's top and retie's own last apply
-/// lie in an earlier tick; a change made to an entry beneath the top in
-/// the same tick just before the start then counts as made during the run
-/// (conservative: a refusal, never a missed change).
+/// Where the workspace shares a filesystem with retie's state, the start
+/// is a change time retie has the kernel stamp on a probe file there
+/// ([`probe`], ADR 0409). When that time is fine-grained (Linux 6.13+) it
+/// is exact and taken at once. Otherwise retie first waits until the
+/// workspace's top and its own last apply lie in an earlier tick, then
+/// takes a second probe's time. On another filesystem it is the coarse
+/// clock after the same waits. In both fallbacks a change made beneath
+/// the top in the same tick just before the start counts as made during
+/// the run (conservative: a refusal, never a missed change).
 pub fn run_start(state: &Path, ws: &Path) -> SystemTime {
-    let same_fs = match fine_start(state, ws) {
+    let same_fs = match probe(state, ws) {
         Some(Probe { t, fine: true }) => return t,
         Some(Probe { fine: false, .. }) => true,
         None => false,
@@ -660,7 +663,7 @@ pub fn run_start(state: &Path, ws: &Path) -> SystemTime {
     // with small inodes, 2 s on FAT), so none of them falls below it,
     // which the clock's own reading could.
     if same_fs {
-        if let Some(p) = fine_start(state, ws) {
+        if let Some(p) = probe(state, ws) {
             return p.t;
         }
     }
@@ -674,19 +677,17 @@ struct Probe {
     fine: bool,
 }
 
-/// A fresh fine-grained change time, when the workspace's filesystem gives
-/// them. The kernel stamps a change with its coarse clock, or, when the
-/// inode's times were read since a change in the same tick, with the fine
-/// clock; it keeps the latest fine time it handed out as a floor under
-/// every later stamp, on every multigrain filesystem. So changing a probe
-/// file twice with a `stat` between yields a time later than every change
-/// made before and at or before every change made after. It is taken only
-/// when the probe lies on the workspace's own filesystem and the time it
-/// got is ahead of the coarse clock, which a filesystem stamping with the
-/// coarse clock alone never gives: there a time at or after the start
-/// could still be one made before it, and `None` sends the caller to the
-/// coarse clock.
-fn fine_start(state: &Path, ws: &Path) -> Option<Probe> {
+/// A change time stamped now on the workspace's own filesystem, or `None`
+/// when the probe file (`STATE/locks/clock`) is not a regular file there.
+/// The kernel stamps a change with its coarse clock, or, when the inode's
+/// times were read since a change in the same tick, with the fine clock;
+/// it keeps the latest fine time it handed out as a floor under every
+/// later stamp. So changing the probe twice with a `stat` between yields
+/// a time at or before every change made after, and, when it is ahead of
+/// the coarse clock (`fine`), later than every change made before. Any
+/// such time is a safe start: the filesystem's later stamps never fall
+/// below it, cut to its granularity the same way.
+fn probe(state: &Path, ws: &Path) -> Option<Probe> {
     use rustix::fs::{fchmod, fstat, open, stat, FileType, Mode, OFlags};
     let dir = state.join("locks");
     let probe = dir.join("clock");
@@ -730,15 +731,13 @@ fn fine_start(state: &Path, ws: &Path) -> Option<Probe> {
 
 /// `p`'s change time (ctime), not following a symlink.
 fn change_time(p: &Path) -> Option<SystemTime> {
-    std::fs::symlink_metadata(p).ok().map(|m| ctime_of(&m))
-}
-
-fn ctime_of(m: &std::fs::Metadata) -> SystemTime {
-    UNIX_EPOCH
-        + Duration::new(
-            u64::try_from(m.ctime()).unwrap_or(0),
-            u32::try_from(m.ctime_nsec()).unwrap_or(0),
-        )
+    std::fs::symlink_metadata(p).ok().map(|m| {
+        UNIX_EPOCH
+            + Duration::new(
+                u64::try_from(m.ctime()).unwrap_or(0),
+                u32::try_from(m.ctime_nsec()).unwrap_or(0),
+            )
+    })
 }
 
 /// Return once the coarse clock reads later than `t` (at most 100 ms: a
@@ -1101,7 +1100,7 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         let (s2, w2) = (state.clone(), ws.clone());
         std::thread::spawn(move || {
-            let _ = tx.send((fine_start(&s2, &w2).is_none(), run_start(&s2, &w2)));
+            let _ = tx.send((probe(&s2, &w2).is_none(), run_start(&s2, &w2)));
         });
         let (refused, _) = rx
             .recv_timeout(Duration::from_secs(5))
@@ -1128,7 +1127,7 @@ mod tests {
             change(&before, i);
             change(&after, i);
             change(&before, i + 1);
-            let fine_t = fine_start(&state, &ws).filter(|p| p.fine).map(|p| p.t);
+            let fine_t = probe(&state, &ws).filter(|p| p.fine).map(|p| p.t);
             let start = fine_t.unwrap_or_else(|| run_start(&state, &ws));
             change(&after, i + 1);
             assert!(
