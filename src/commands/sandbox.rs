@@ -301,22 +301,14 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
         &json!({ "tool": "bash", "args": { "command": line }, "effects": effects }).to_string(),
     )
     .map_err(|e| CliError::Usage(format!("the command cannot be put to the policy: {e}")))?;
-    // The ledger opens (key file, SQLite, WAL recovery: partly waiting on
-    // the disk) on its own thread while this one loads the policy; joined
-    // before anything is recorded. The prepared sandbox keeps its signals
-    // blocked, and the thread inherits that.
-    let (opened, policy) = std::thread::scope(|sc| {
-        let opening = sc.spawn(|| OpenLedger::open(&ledger_path));
-        let policy = Policy::shipped();
-        (opening.join(), policy)
-    });
-    let policy = policy.map_err(|e| CliError::Usage(format!("the shipped policy: {e}")))?;
-    let opened = opened.map_err(|_| {
-        CliError::io(
-            "opening the ledger",
-            std::io::Error::other("the thread that opened it panicked"),
-        )
-    })??;
+    // The ledger opens and the policy loads here, on this thread, while
+    // the sandbox's init sets itself up on the other CPU. A thread of their
+    // own was slower: on this 2-vCPU VM each hand-over between threads (the
+    // spawn, the join) waited 0.1-0.2 ms for a CPU to wake, more than the
+    // overlap won (ADR 0413).
+    let opened = OpenLedger::open(&ledger_path)?;
+    let policy =
+        Policy::shipped().map_err(|e| CliError::Usage(format!("the shipped policy: {e}")))?;
     let mut rec = Recorder::with_ledger(
         opened,
         SessionSpec {
