@@ -252,8 +252,9 @@ impl Changeset {
             .map_err(|e| Error::io("open", lower, e.into()))?;
         w.walk(ufd.as_fd(), Some(lfd.as_fd()), None, false)?;
         w.changes.sort_by(|a, b| a.path.cmp(&b.path));
-        let (changes, blocked) =
-            classify(w.changes, opts, &mut |dir| lower_has_head(&lower_root, dir));
+        let (changes, blocked) = classify(w.changes, opts, &mut |dir, name| {
+            lower_has(&lower_root, dir, name)
+        });
         Ok(Changeset {
             id: new_id(),
             lower: lower.to_path_buf(),
@@ -506,14 +507,15 @@ impl Walker {
     }
 }
 
-/// Whether directory `dir` (`None`: the root) of the lower holds a `HEAD`.
-/// An unexpected error counts as yes (the change is blocked, not applied).
-fn lower_has_head(root: &Root, dir: Option<&RelPath>) -> bool {
-    let Ok(head) = RelPath::child(dir, b"HEAD") else {
+/// Whether directory `dir` (`None`: the root) of the lower holds `name`
+/// (a `HEAD`, a git dir's `config`...). An unexpected error counts as yes
+/// (the change is blocked, not applied).
+fn lower_has(root: &Root, dir: Option<&RelPath>, name: &str) -> bool {
+    let Ok(entry) = RelPath::child(dir, name.as_bytes()) else {
         return false;
     };
-    match root.open_parent(&head) {
-        Ok(fd) => !matches!(fsx::lstat_at(fd.as_fd(), "HEAD"), Ok(None)),
+    match root.open_parent(&entry) {
+        Ok(fd) => !matches!(fsx::lstat_at(fd.as_fd(), name), Ok(None)),
         // Missing, not a directory, or beneath a symlink: nothing there.
         Err(Errno::NOENT) | Err(Errno::NOTDIR) | Err(Errno::LOOP) => false,
         Err(_) => true,
@@ -521,30 +523,31 @@ fn lower_has_head(root: &Root, dir: Option<&RelPath>) -> bool {
 }
 
 /// Splits changes into applicable and blocked (see [`BlockReason`]).
-/// `lower_head(dir)`: whether `dir` holds a `HEAD` in the lower.
+/// `lower_has(dir, name)`: whether `dir` holds `name` in the lower.
 fn classify(
     changes: Vec<Change>,
     opts: &ComputeOptions,
-    lower_head: &mut dyn FnMut(Option<&RelPath>) -> bool,
+    lower_has: &mut dyn FnMut(Option<&RelPath>, &str) -> bool,
 ) -> (Vec<Change>, Vec<Blocked>) {
-    // Directories that hold a HEAD after the change: created or modified
-    // by the changeset, or already in the lower (asked lazily, once).
-    let new_heads: BTreeSet<Option<RelPath>> = changes
+    // What a directory holds after the change: created or modified by the
+    // changeset, or already in the lower (asked lazily, once each).
+    let made: BTreeSet<(Option<RelPath>, &str)> = changes
         .iter()
-        .filter(|c| c.path.file_name() == "HEAD" && c.new.is_some())
-        .map(|c| c.path.parent())
+        .filter(|c| c.new.is_some())
+        .map(|c| (c.path.parent(), c.path.file_name()))
         .collect();
-    let mut asked: BTreeMap<Option<RelPath>, bool> = BTreeMap::new();
-    let mut has_head = |dir: Option<&RelPath>| {
-        let key = dir.cloned();
-        if new_heads.contains(&key) {
+    let mut asked: BTreeMap<(Option<RelPath>, String), bool> = BTreeMap::new();
+    let mut holds = |dir: Option<&RelPath>, name: &str| {
+        if made.contains(&(dir.cloned(), name)) {
             return true;
         }
-        *asked.entry(key).or_insert_with(|| lower_head(dir))
+        *asked
+            .entry((dir.cloned(), name.to_owned()))
+            .or_insert_with(|| lower_has(dir, name))
     };
     let mut reasons: BTreeMap<RelPath, BlockReason> = BTreeMap::new();
     for c in &changes {
-        if let Some(r) = block_reason(c, opts, &mut has_head) {
+        if let Some(r) = block_reason(c, opts, &mut holds) {
             reasons.insert(c.path.clone(), r);
         }
     }
@@ -604,14 +607,15 @@ fn classify(
 fn block_reason(
     c: &Change,
     opts: &ComputeOptions,
-    has_head: &mut dyn FnMut(Option<&RelPath>) -> bool,
+    holds: &mut dyn FnMut(Option<&RelPath>, &str) -> bool,
 ) -> Option<BlockReason> {
     // Protected paths: every change, deletions included.
     if opts.protected.iter().any(|p| c.path.starts_with(p)) {
         return Some(BlockReason::Protected);
     }
     // Plants: anything but a deletion (see `plants`).
-    plants::matching(&c.path, c.new.as_ref(), opts.home_workspace, has_head)
+    let created = c.base.is_none();
+    plants::matching(&c.path, c.new.as_ref(), created, opts.home_workspace, holds)
         .map(|(p, _)| BlockReason::Plant(p.name.to_owned()))
 }
 
@@ -677,7 +681,7 @@ mod tests {
                 file("src/main.rs", true, true),
             ],
             &opts(&[".retie"], false),
-            &mut |_| false,
+            &mut |_, _| false,
         );
         let okp: Vec<_> = ok.iter().map(|c| c.path.as_str()).collect();
         assert_eq!(okp, vec![".git/HEAD", "src/main.rs"]);
@@ -706,13 +710,17 @@ mod tests {
                 file("plain/config", false, true),
             ],
             &opts(&[], false),
-            &mut |_| false,
+            &mut |_, _| false,
         );
+        // The new HEAD is blocked too: a config is beside it.
         assert_eq!(
             names(&blocked),
-            vec![("evil/config".to_owned(), "git_dir_anywhere".to_owned())]
+            vec![
+                ("evil/HEAD".to_owned(), "git_dir_completed".to_owned()),
+                ("evil/config".to_owned(), "git_dir_anywhere".to_owned())
+            ]
         );
-        assert_eq!(ok.len(), 3);
+        assert_eq!(ok.len(), 2);
         // HEAD already in the lower: asked once per directory.
         let mut asked = Vec::new();
         let (_, blocked) = classify(
@@ -721,9 +729,9 @@ mod tests {
                 file("old/hooks/post-update", false, true),
             ],
             &opts(&[], false),
-            &mut |d| {
+            &mut |d, name| {
                 asked.push(d.map(|p| p.to_string()));
-                d.map(RelPath::as_str) == Some("old")
+                name == "HEAD" && d.map(RelPath::as_str) == Some("old")
             },
         );
         assert_eq!(blocked.len(), 2, "{blocked:?}");
@@ -744,7 +752,7 @@ mod tests {
                 file(".git/hooks/x", true, false),
             ],
             &opts(&[], false),
-            &mut |_| true,
+            &mut |_, _| true,
         );
         assert!(blocked.is_empty(), "{blocked:?}");
         assert_eq!(ok.len(), 4);
@@ -756,7 +764,7 @@ mod tests {
                 file("other", true, false),
             ],
             &opts(&["st/ledger"], false),
-            &mut |_| false,
+            &mut |_, _| false,
         );
         assert_eq!(
             names(&blocked),
@@ -773,7 +781,7 @@ mod tests {
         let (ok, blocked) = classify(
             vec![dir("st", false, true), file("st/a", false, true)],
             &opts(&["st"], false),
-            &mut |_| false,
+            &mut |_, _| false,
         );
         assert!(ok.is_empty());
         assert_eq!(blocked.len(), 2);
@@ -787,7 +795,7 @@ mod tests {
         let (ok, blocked) = classify(
             vec![sg, file("shared/f", false, true)],
             &opts(&[], false),
-            &mut |_| false,
+            &mut |_, _| false,
         );
         assert!(ok.is_empty());
         assert_eq!(
@@ -810,9 +818,9 @@ mod tests {
                 file(".ssh/config", false, true),
             ]
         };
-        let (ok, _) = classify(changes(), &opts(&[], false), &mut |_| false);
+        let (ok, _) = classify(changes(), &opts(&[], false), &mut |_, _| false);
         assert_eq!(ok.len(), 2);
-        let (ok, blocked) = classify(changes(), &opts(&[], true), &mut |_| false);
+        let (ok, blocked) = classify(changes(), &opts(&[], true), &mut |_, _| false);
         assert!(ok.is_empty());
         assert_eq!(
             names(&blocked),

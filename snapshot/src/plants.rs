@@ -40,6 +40,11 @@ pub enum Rule {
     /// workspace, or created by the changeset), matches one of the patterns:
     /// a git directory planted anywhere.
     InGitDir(&'static [&'static str]),
+    /// A `HEAD` the changeset creates (none in the real workspace) in a
+    /// directory that holds one of these (in the real workspace, or created
+    /// by the changeset): the last piece of a git directory planted over
+    /// several runs, its config or hooks first.
+    HeadBeside(&'static [&'static str]),
     /// The new state is a file or directory with the setuid or setgid bit.
     SetId,
 }
@@ -48,7 +53,7 @@ impl Rule {
     /// The patterns (none for [`Rule::SetId`]).
     pub fn patterns(&self) -> &'static [&'static str] {
         match self {
-            Rule::Path(p) | Rule::NotDir(p) | Rule::InGitDir(p) => p,
+            Rule::Path(p) | Rule::NotDir(p) | Rule::InGitDir(p) | Rule::HeadBeside(p) => p,
             Rule::SetId => &[],
         }
     }
@@ -138,6 +143,15 @@ pub static PLANTS: &[Plant] = &[
                  repository: git accepts bare repositories by default, safe.bareRepository=all); \
                  its config (core.fsmonitor, core.hooksPath) and hooks run as soon as git is used \
                  in it or with --git-dir",
+    },
+    Plant {
+        name: "git_dir_completed",
+        scope: Scope::Always,
+        rule: Rule::HeadBeside(&["config", "config.worktree", "commondir", "hooks"]),
+        reason: "a HEAD added beside a config, commondir or hooks that are already there (put \
+                 there by an earlier run, when no HEAD made them part of a git dir) turns that \
+                 directory into a git dir, and its config and hooks run as soon as git is used \
+                 in it",
     },
     Plant {
         name: "hg_config",
@@ -346,26 +360,29 @@ pub fn plant(name: &str) -> Option<&'static Plant> {
 }
 
 /// The plant entry `path` (with new state `new`) matches, and the pattern
-/// that matched (`None` for [`Rule::SetId`]). `home`: the workspace is a
-/// home directory. `has_head(dir)`: whether `dir` (`None`: the workspace
-/// root) holds a `HEAD` in the real workspace or in the changeset; only
-/// asked when a [`Rule::InGitDir`] pattern could match beneath `dir`.
+/// that matched (`None` for [`Rule::SetId`]). `created`: `path` is not in
+/// the real workspace. `home`: the workspace is a home directory.
+/// `holds(dir, name)`: whether `dir` (`None`: the workspace root) holds
+/// `name` in the real workspace or in the changeset; only asked for a
+/// `HEAD` when a [`Rule::InGitDir`] pattern could match beneath `dir`, and
+/// for a [`Rule::HeadBeside`] name when `path` is a created `HEAD`.
 pub(crate) fn matching(
     path: &RelPath,
     new: Option<&Node>,
+    created: bool,
     home: bool,
-    has_head: &mut dyn FnMut(Option<&RelPath>) -> bool,
+    holds: &mut dyn FnMut(Option<&RelPath>, &str) -> bool,
 ) -> Option<(&'static Plant, Option<&'static str>)> {
     // A deletion cannot plant anything.
     let new = new?;
     let comps: Vec<&str> = path.components().collect();
     // Exact matches first, so that a symlink is reported under the entry
     // it names (a `.git` symlink is `git_file`, not `git_hooks`).
-    if let Some(m) = matching_pass(&comps, new, home, has_head, false) {
+    if let Some(m) = matching_pass(&comps, new, created, home, holds, false) {
         return Some(m);
     }
     if matches!(new, Node::Symlink { .. }) {
-        return matching_pass(&comps, new, home, has_head, true);
+        return matching_pass(&comps, new, created, home, holds, true);
     }
     None
 }
@@ -375,8 +392,9 @@ pub(crate) fn matching(
 fn matching_pass(
     comps: &[&str],
     new: &Node,
+    created: bool,
     home: bool,
-    has_head: &mut dyn FnMut(Option<&RelPath>) -> bool,
+    holds: &mut dyn FnMut(Option<&RelPath>, &str) -> bool,
     lead: bool,
 ) -> Option<(&'static Plant, Option<&'static str>)> {
     let hit = |pat: &str, comps: &[&str]| {
@@ -418,9 +436,27 @@ fn matching_pass(
                             Err(_) => continue,
                         },
                     };
-                    if has_head(dir.as_ref()) {
+                    if holds(dir.as_ref(), "HEAD") {
                         return Some((plant, Some(p)));
                     }
+                }
+            }
+            Rule::HeadBeside(names) => {
+                let Some((&"HEAD", parent)) = comps.split_last() else {
+                    continue;
+                };
+                if lead || !created || new.is_dir() {
+                    continue;
+                }
+                let dir = match parent {
+                    [] => None,
+                    _ => match RelPath::new(&parent.join("/")) {
+                        Ok(d) => Some(d),
+                        Err(_) => continue,
+                    },
+                };
+                if let Some(n) = names.iter().find(|n| holds(dir.as_ref(), n)) {
+                    return Some((plant, Some(n)));
                 }
             }
             Rule::SetId => {
@@ -605,6 +641,34 @@ mod tests {
         ),
         ("git_dir_anywhere", "x/hooks", New::Link, false, &["x"]),
         ("git_dir_anywhere", "config", New::File, false, &[""]),
+        (
+            "git_dir_completed",
+            "a/HEAD",
+            New::File,
+            false,
+            &["a/config"],
+        ),
+        (
+            "git_dir_completed",
+            "b.git/HEAD",
+            New::Link,
+            false,
+            &["b.git/config.worktree"],
+        ),
+        (
+            "git_dir_completed",
+            "HEAD",
+            New::File,
+            false,
+            &["commondir"],
+        ),
+        (
+            "git_dir_completed",
+            "x/y/HEAD",
+            New::File,
+            false,
+            &["x/y/hooks"],
+        ),
         ("hg_config", "repo/.hg/hgrc", New::File, false, &[]),
         ("direnv_envrc", ".envrc", New::File, false, &[]),
         ("direnv_envrc", "deep/dir/.envrc", New::File, false, &[]),
@@ -802,14 +866,49 @@ mod tests {
         ("shared", New::DirMode(0o1777), false, &[]),
     ];
 
+    /// `heads`: directories holding a `HEAD`, and `DIR/NAME` (or `NAME`
+    /// at the root) for any other name a directory holds.
+    fn holder<'a>(heads: &'a [&'a str]) -> impl FnMut(Option<&RelPath>, &str) -> bool + 'a {
+        move |d, name| {
+            let dir = d.map(RelPath::as_str).unwrap_or("");
+            if name == "HEAD" {
+                heads.contains(&dir)
+            } else {
+                let full = if dir.is_empty() {
+                    name.to_owned()
+                } else {
+                    format!("{dir}/{name}")
+                };
+                heads.contains(&full.as_str())
+            }
+        }
+    }
+
     fn run(path: &str, new: New, home: bool, heads: &[&str]) -> Option<(&'static str, String)> {
-        let heads: BTreeSet<&str> = heads.iter().copied().collect();
         let p = RelPath::new(path).expect("valid case path");
         let n = node(new);
-        matching(&p, Some(&n), home, &mut |d| {
-            heads.contains(d.map(RelPath::as_str).unwrap_or(""))
-        })
-        .map(|(pl, pat)| (pl.name, pat.unwrap_or("").to_owned()))
+        matching(&p, Some(&n), true, home, &mut holder(heads))
+            .map(|(pl, pat)| (pl.name, pat.unwrap_or("").to_owned()))
+    }
+
+    #[test]
+    fn a_head_beside_git_parts_is_a_plant_only_when_it_is_new() {
+        let p = RelPath::new("sub/HEAD").expect("valid");
+        let n = node(New::File);
+        let got = |created: bool, held: &[&str]| {
+            matching(&p, Some(&n), created, false, &mut holder(held)).map(|m| m.0.name)
+        };
+        assert_eq!(got(true, &["sub/config"]), Some("git_dir_completed"));
+        // An existing repository's HEAD changes (git checkout): no plant.
+        assert_eq!(got(false, &["sub/config"]), None);
+        // A HEAD with nothing of a git dir beside it: no plant.
+        assert_eq!(got(true, &["config", "other/config"]), None);
+        // A HEAD directory is not a HEAD file.
+        let d = node(New::Dir);
+        assert_eq!(
+            matching(&p, Some(&d), true, false, &mut holder(&["sub/hooks"])).map(|m| m.0.name),
+            None
+        );
     }
 
     #[test]
@@ -873,10 +972,7 @@ mod tests {
     fn deletions_are_never_plants() {
         for (_, path, _, home, heads) in CASES {
             let p = RelPath::new(path).expect("valid");
-            let heads: BTreeSet<&str> = heads.iter().copied().collect();
-            let got = matching(&p, None, *home, &mut |d| {
-                heads.contains(d.map(RelPath::as_str).unwrap_or(""))
-            });
+            let got = matching(&p, None, true, *home, &mut holder(heads));
             assert!(
                 got.is_none(),
                 "deleting {path} matched {:?}",

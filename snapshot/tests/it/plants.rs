@@ -95,6 +95,16 @@ const CASES: &[Case] = &[
         blocked: &["data/repo/config"],
     },
     Case {
+        // The same plant over two runs: config (no HEAD beside it, so an
+        // ordinary file) applied by an earlier run, HEAD by this one.
+        plant: "git_dir_completed",
+        home: false,
+        lower: "mkdir -p sub/objects sub/refs; \
+                printf '[core]\\n\\tbare = false\\n\\tworktree = .\\n\\tfsmonitor = \"touch pwned\"\\n' > sub/config",
+        ops: "echo 'ref: refs/heads/main' > sub/HEAD",
+        blocked: &["sub/HEAD"],
+    },
+    Case {
         plant: "hg_config",
         home: false,
         lower: "",
@@ -402,6 +412,9 @@ fn a_whole_new_git_dir_is_caught_and_applies_only_when_allowed() {
         ("proj/.git/config", plant("git_config")),
         ("proj/.git/hooks", plant("git_hooks")),
         ("proj/.git/hooks/post-checkout", plant("git_hooks")),
+        // A new HEAD beside a new config: the whole git dir waits for
+        // consent, not a HEAD that a later run's config would complete.
+        ("proj/.git/HEAD", plant("git_dir_completed")),
     ] {
         assert!(
             blocked.contains(&(p.to_owned(), r.clone())),
@@ -410,7 +423,8 @@ fn a_whole_new_git_dir_is_caught_and_applies_only_when_allowed() {
     }
     let (ws, store, journal) = env.open();
     apply(&cs, &ws, &store, &journal, &ApplyOptions::default()).expect("apply");
-    assert!(env.ws.join("proj/.git/HEAD").exists());
+    assert!(env.ws.join("proj/.git/objects").exists());
+    assert!(!env.ws.join("proj/.git/HEAD").exists());
     assert!(!env.ws.join("proj/.git/config").exists());
     assert!(!env.ws.join("proj/.git/hooks").exists());
     let env2 = Env::new();
