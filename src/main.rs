@@ -197,7 +197,7 @@ fn or_125(r: Result<i32, error::CliError>) -> i32 {
     match r {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("retie: {e}");
+            crate::ui::say_error(&e);
             e.exit_code()
         }
     }

@@ -826,6 +826,21 @@ impl ApplyLock {
     }
 }
 
+/// A failure before anything was applied (the changes could not be read,
+/// the workspace could not be locked): the command's work is kept as a
+/// run, never thrown away with the run's directory, and the person is told
+/// where it is.
+fn kept_on_failure(run: &mut OverlayRun, hooks: &mut dyn ChangesHooks, e: Error) -> Error {
+    run.keep_because("its changes could not be read or applied");
+    hooks.say(&format!(
+        "the command's changes were not applied and are kept as run {} (`retie changes show {}`, `discard`; the files are in {})",
+        run.id,
+        run.id,
+        visible(&run.upper.to_string_lossy())
+    ));
+    e
+}
+
 /// Compute the changeset of `run` and do what `mode` says. `started` is
 /// when the sandbox was started. `before_apply` runs right before the
 /// changes reach the workspace (the ledger writes the intent and undo plan
@@ -858,7 +873,10 @@ pub fn handle(
         protected,
         home_workspace,
     };
-    let mut cs = Changeset::compute_with(&ws_path, &run.upper, &opts).map_err(snap)?;
+    let mut cs = match Changeset::compute_with(&ws_path, &run.upper, &opts) {
+        Ok(cs) => cs,
+        Err(e) => return Err(kept_on_failure(run, hooks, snap(e))),
+    };
     // retie's own files are never applied, not even with --allow-blocked.
     let (never, blocked): (Vec<_>, Vec<_>) = std::mem::take(&mut cs.blocked)
         .into_iter()
@@ -887,7 +905,10 @@ pub fn handle(
             failure: None,
         });
     }
-    let _lock = ApplyLock::take(state, &ws_path)?;
+    let _lock = match ApplyLock::take(state, &ws_path) {
+        Ok(l) => l,
+        Err(e) => return Err(kept_on_failure(run, hooks, e)),
+    };
     let stale = changed_during_run(&ws_path, &cs, started);
     if !stale.is_empty() && mode != ChangesMode::Discard {
         return Ok(conflict(run, base, stale));

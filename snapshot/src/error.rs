@@ -1,6 +1,6 @@
 //! The crate's one error type. Every variant that concerns a file names it.
 
-use std::fmt;
+use std::fmt::{self, Write as _};
 use std::io;
 use std::path::PathBuf;
 
@@ -25,7 +25,7 @@ pub struct Mismatch {
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A system call on a path failed.
-    #[error("{op} {}", path.display())]
+    #[error("{op} {}", Shown(&path.to_string_lossy()))]
     Io {
         /// What was being done ("open", "rename", ...).
         op: &'static str,
@@ -38,7 +38,8 @@ pub enum Error {
     /// Resolving a workspace path would cross a symlink, a magic link or
     /// leave the workspace (openat2 answered ELOOP or EXDEV).
     #[error(
-        "refusing to resolve {path} inside the workspace: a component is a symlink or leaves it"
+        "refusing to resolve {} inside the workspace: a component is a symlink or leaves it",
+        Shown(path.as_str())
     )]
     Boundary {
         /// The workspace-relative path.
@@ -57,7 +58,7 @@ pub enum Error {
     },
     /// A path in the workspace holds a fifo, socket or device node where a
     /// file, symlink or directory was expected.
-    #[error("{path} is a special file ({what}); refusing to touch it")]
+    #[error("{} is a special file ({what}); refusing to touch it", Shown(path.as_str()))]
     SpecialFile {
         /// The workspace-relative path.
         path: RelPath,
@@ -81,7 +82,7 @@ pub enum Error {
     },
     /// A change needs a parent directory that will not exist, or removes a
     /// directory that holds entries outside the changeset.
-    #[error("cannot apply {path}: {reason}; nothing applied")]
+    #[error("cannot apply {}: {reason}; nothing applied", Shown(path.as_str()))]
     Unapplicable {
         /// The workspace-relative path.
         path: RelPath,
@@ -90,7 +91,10 @@ pub enum Error {
     },
     /// The content source (upper layer or blob) no longer has the content the
     /// changeset recorded.
-    #[error("content of {path} changed since it was hashed (expected blake3 {expected})")]
+    #[error(
+        "content of {} changed since it was hashed (expected blake3 {expected})",
+        Shown(path)
+    )]
     SourceChanged {
         /// The path (workspace-relative for the upper, blob path for the store).
         path: String,
@@ -126,7 +130,7 @@ pub enum Error {
         ids: Vec<String>,
     },
     /// A journal file could not be read or written as JSON.
-    #[error("journal file {}", path.display())]
+    #[error("journal file {}", Shown(&path.to_string_lossy()))]
     Journal {
         /// The journal file.
         path: PathBuf,
@@ -142,7 +146,10 @@ pub enum Error {
         id: String,
     },
     /// Applying failed part-way; the entry was rolled back to its pre-images.
-    #[error("applying {id} failed at {path}; rolled back, nothing applied")]
+    #[error(
+        "applying {id} failed at {}; rolled back, nothing applied",
+        Shown(path)
+    )]
     RolledBack {
         /// The journal entry id.
         id: String,
@@ -154,7 +161,10 @@ pub enum Error {
     },
     /// Applying failed and rolling back failed too: the entry stays pending
     /// and `recover` must be run.
-    #[error("applying {id} failed and rollback failed at {path}; run recovery")]
+    #[error(
+        "applying {id} failed and rollback failed at {}; run recovery",
+        Shown(path)
+    )]
     RollbackFailed {
         /// The journal entry id.
         id: String,
@@ -212,8 +222,61 @@ impl fmt::Display for PathList<'_> {
             if i > 0 {
                 f.write_str(", ")?;
             }
-            f.write_str(m.path.as_str())?;
+            write!(f, "{}", Shown(m.path.as_str()))?;
         }
         Ok(())
+    }
+}
+
+/// A name from the workspace (which a sandboxed command chose) as it may
+/// reach a terminal in an error message: every control character (C0 with
+/// `\n` and `\r`, DEL, C1), bidirectional override and invisible format
+/// character shown as an escape, the backslash doubled, so that a file
+/// name cannot move the cursor, set a window title or fake a line of
+/// retie's output. The same rule as `retie_ledger::display::visible`,
+/// which this crate does not depend on.
+pub struct Shown<'a>(pub &'a str);
+
+impl fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for c in self.0.chars() {
+            let hidden = c.is_control()
+                || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+                    | '\u{200b}'..='\u{200f}' | '\u{2028}' | '\u{2029}' | '\u{feff}');
+            match c {
+                '\\' => f.write_str("\\\\")?,
+                '\n' => f.write_str("\\n")?,
+                '\r' => f.write_str("\\r")?,
+                '\t' => f.write_str("\\t")?,
+                '\x1b' => f.write_str("\\e")?,
+                c if hidden && (c as u32) < 0x100 => write!(f, "\\x{:02x}", c as u32)?,
+                c if hidden => write!(f, "\\u{{{:x}}}", c as u32)?,
+                c => f.write_char(c)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_in_errors_cannot_drive_the_terminal() {
+        let name = "x\u{1b}]0;PWNED\u{7}\u{1b}[2K\rretie: undo complete\n\u{202e}\\";
+        let e = Error::SpecialFile {
+            path: RelPath::new(name).expect("a valid relative path"),
+            what: "fifo",
+        };
+        let shown = e.to_string();
+        assert!(
+            !shown.chars().any(|c| c.is_control() || c == '\u{202e}'),
+            "{shown:?}"
+        );
+        assert!(
+            shown.starts_with(r"x\e]0;PWNED\x07\e[2K\rretie: undo complete\n\u{202e}\\ is"),
+            "{shown}"
+        );
     }
 }

@@ -38,7 +38,7 @@ pub struct Terminal;
 
 impl JobUi for Terminal {
     fn say(&mut self, line: &str) {
-        eprintln!("retie: {line}");
+        crate::ui::say_error(&line);
     }
     fn review(
         &mut self,

@@ -30,7 +30,7 @@ pub fn run(args: HelperArgs) -> i32 {
         return match print_request(&args) {
             Ok(()) => 0,
             Err(e) => {
-                eprintln!("retie: {e}");
+                crate::ui::say_error(&e);
                 crate::error::EXIT_FAILED
             }
         };

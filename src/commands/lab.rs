@@ -104,7 +104,7 @@ pub fn run(cmd: LabCmd) -> i32 {
     match r {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("retie: {e}");
+            crate::ui::say_error(&e);
             retie_runtime::EXIT_SANDBOX_FAILED
         }
     }

@@ -22,7 +22,7 @@ pub fn run(a: LogArgs) -> i32 {
     {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("retie: {e}");
+            crate::ui::say_error(&e);
             return crate::error::EXIT_FAILED;
         }
     };

@@ -164,7 +164,7 @@ pub fn run(args: RunArgs) -> i32 {
     match run_inner(args, None, None) {
         Ok(r) => finish(&r, json_out),
         Err(e) => {
-            eprintln!("retie: {e}");
+            crate::ui::say_error(&e);
             if json_out {
                 println!("{}", json!({"status": "error", "error": e.to_string()}));
             }

@@ -188,7 +188,7 @@ struct ApplyHooks<'a, 'r> {
 
 impl overlay::ChangesHooks for ApplyHooks<'_, '_> {
     fn say(&mut self, line: &str) {
-        eprintln!("retie: {line}");
+        crate::ui::say_error(&line);
     }
     fn review(&mut self, _: &Changeset, _: &Path, _: &Path, _: bool) -> Option<bool> {
         None
@@ -270,7 +270,7 @@ fn apply(state: &Path, id: &str, allow_blocked: bool) -> Result<i32, CliError> {
     match d? {
         Dispatched::Ran { output, .. } => match output.failure {
             Some(msg) => {
-                eprintln!("retie: {msg}");
+                crate::ui::say_error(&msg);
                 Ok(retie_runtime::EXIT_SANDBOX_FAILED)
             }
             None => Ok(0),

@@ -146,7 +146,11 @@ fn exec(args: ExecArgs) -> i32 {
             let mut v = outcome_json(&outcome);
             if let Some(h) = changes {
                 if let Some(msg) = &h.failure {
-                    eprintln!("retie: {msg} (the command exited {})", outcome.exit_code);
+                    eprintln!(
+                        "retie: {} (the command exited {})",
+                        crate::ui::error_text(msg),
+                        outcome.exit_code
+                    );
                     code = EXIT_SANDBOX_FAILED;
                     if let Some(o) = v.as_object_mut() {
                         o.insert("exit_code".into(), json!(code));
@@ -165,7 +169,7 @@ fn exec(args: ExecArgs) -> i32 {
         }
         Err(e) => {
             let code = e.exit_code();
-            eprintln!("retie: {e}");
+            crate::ui::say_error(&e);
             if json {
                 emit_json(
                     json_fd,

@@ -94,7 +94,7 @@ pub fn explain(args: ExplainArgs) -> i32 {
     match explain_inner(&args) {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("retie: {e}");
+            crate::ui::say_error(&e);
             retie_runtime::EXIT_SANDBOX_FAILED
         }
     }

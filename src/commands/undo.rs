@@ -80,7 +80,7 @@ fn run(
     match run_inner(ledger_arg, json_out, pick) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("retie: {e}");
+            crate::ui::say_error(&e);
             crate::error::EXIT_FAILED
         }
     }
@@ -156,11 +156,17 @@ fn run_inner(
 fn print_result(a: &model::Action, r: &Value) {
     let res = r["result"].as_str().unwrap_or("?");
     let mut line = format!("action {}: {res}", a.id);
+    // The paths (and a refusal's reason, which may name them) are the
+    // sandboxed command's file names: shown escaped.
     if let Some(why) = r.get("why").and_then(Value::as_str) {
-        line.push_str(&format!(" ({why})"));
+        line.push_str(&format!(" ({})", crate::ui::visible(why)));
     }
     if let Some(paths) = r.get("paths").and_then(Value::as_array) {
-        let ps: Vec<&str> = paths.iter().filter_map(Value::as_str).collect();
+        let ps: Vec<String> = paths
+            .iter()
+            .filter_map(Value::as_str)
+            .map(crate::ui::visible)
+            .collect();
         line.push_str(&format!(": changed since: {}", ps.join(", ")));
     }
     line.push_str(&format!("  [{}]", a.command()));

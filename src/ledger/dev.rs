@@ -69,7 +69,7 @@ pub fn run(cmd: DevCmd) -> i32 {
     match r {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("retie: {e}");
+            crate::ui::say_error(&e);
             crate::error::EXIT_FAILED
         }
     }

@@ -2,6 +2,19 @@
 
 pub use retie_ledger::display::{shell_line, visible, visible_line};
 
+/// An error message as it reaches the terminal: each line through
+/// [`visible`], so that a name inside it (a file the sandboxed command
+/// made, a path from a changeset) cannot move the cursor, set a title or
+/// fake a line; the message's own line breaks (`\n  fix: ...`) stay.
+pub fn error_text(msg: &str) -> String {
+    msg.split('\n').map(visible).collect::<Vec<_>>().join("\n")
+}
+
+/// `retie: MESSAGE` on standard error, through [`error_text`].
+pub fn say_error(msg: &dyn std::fmt::Display) {
+    eprintln!("retie: {}", error_text(&msg.to_string()));
+}
+
 /// Print a table with a header row, columns padded to their widest cell.
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
@@ -89,4 +102,17 @@ pub fn prose(s: &str) -> String {
         .map(visible_line)
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+#[cfg(test)]
+mod error_text_tests {
+    use super::error_text;
+
+    #[test]
+    fn error_text_escapes_all_but_its_own_line_breaks() {
+        assert_eq!(
+            error_text("open upper x\u{1b}[2J\u{1b}]0;t\u{7}\n  fix: chmod"),
+            "open upper x\\e[2J\\e]0;t\\x07\n  fix: chmod"
+        );
+    }
 }

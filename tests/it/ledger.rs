@@ -1010,3 +1010,45 @@ fn gc_keeps_what_undo_needs_and_removes_the_rest() {
         assert!(st["ledger"]["bytes"].as_u64().unwrap_or(0) > 0, "{st}");
     }
 }
+
+/// A file name the sandboxed command chose reaches the terminal escaped
+/// when `retie undo` refuses and names it. Found by an attack pass: the
+/// name set the window title, erased the line and printed a fake
+/// "retie: undo complete".
+#[test]
+fn undo_shows_the_commands_file_names_escaped() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let made = s.exec(
+            &[],
+            &[
+                "sh",
+                "-c",
+                "echo 1 > \"$(printf 'x\\033]0;PWNED\\007\\033[2K\\rretie: undo complete')\"",
+            ],
+        );
+        assert_code(&made, 0, "the first run");
+        let id = last_session(&s)["actions"][0]["id"].to_string();
+        let edited = s.exec(
+            &[],
+            &[
+                "python3",
+                "-c",
+                "import os\nfor n in os.listdir('.'):\n    open(n, 'w').write('2')",
+            ],
+        );
+        assert_code(&edited, 0, "the second run");
+        let o = run(&s, &["undo", &id]);
+        assert_code(&o, 1, "the undo is refused: the file changed since");
+        let out = stdout(&o);
+        assert!(out.contains("changed since"), "{leg:?}: {out}");
+        assert!(
+            !out.contains('\u{1b}') && !out.contains('\u{7}') && !out.contains('\r'),
+            "{leg:?}: a control character reached the terminal: {out:?}"
+        );
+        assert!(
+            out.contains(r"x\e]0;PWNED\x07\e[2K\rretie: undo complete"),
+            "{leg:?}: {out}"
+        );
+    }
+}

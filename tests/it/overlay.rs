@@ -991,3 +991,53 @@ fn gc_never_removes_a_run_that_is_still_going() {
         assert_eq!(read(&s, "made.txt").as_deref(), Some("made\n"));
     }
 }
+
+/// A changeset that cannot be computed (here: a symlink whose target is
+/// not UTF-8) loses nothing: the command's work is kept as a run, listed,
+/// and named on the terminal. Found by an attack pass: the run's
+/// directory went to the trash, and `result.txt` with it.
+#[test]
+fn a_changeset_that_cannot_be_read_keeps_the_commands_work() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let o = s.exec(
+            &[],
+            &[
+                "sh",
+                "-c",
+                "echo work > result.txt; ln -s \"$(printf 'bad\\377')\" odd-link",
+            ],
+        );
+        assert_code(&o, 125, "an unreadable changeset");
+        assert!(
+            stderr(&o).contains("kept as run"),
+            "{leg:?}: {}",
+            stderr(&o)
+        );
+        assert!(!s.ws.join("result.txt").exists(), "nothing is applied");
+        let o = s
+            .retie()
+            .args(["changes", "list", "--json"])
+            .output()
+            .expect("list");
+        assert_code(&o, 0, "list");
+        let listed: serde_json::Value =
+            serde_json::from_slice(&o.stdout).expect("changes list --json");
+        let run = listed["runs"][0]["run"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{leg:?}: no kept run listed: {listed}"))
+            .to_string();
+        let upper = s
+            .home
+            .join(".local/state/retie/runs")
+            .join(&run)
+            .join("upper");
+        assert_eq!(
+            std::fs::read_to_string(upper.join("result.txt"))
+                .ok()
+                .as_deref(),
+            Some("work\n"),
+            "{leg:?}: the command's work is in the kept run"
+        );
+    }
+}

@@ -67,7 +67,7 @@ pub fn run(args: RunArgs) -> i32 {
     match chat(args) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("retie: {e}");
+            crate::ui::say_error(&e);
             EXIT_USAGE
         }
     }
