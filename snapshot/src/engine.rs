@@ -872,7 +872,13 @@ fn transition(
                     let mut f = File::from(fd);
                     let (h, _) = fsx::hash_stream(&mut f, None)
                         .map_err(|e| (path.to_string(), Error::io("read", path.as_str(), e)))?;
-                    if h == *hash {
+                    // Same content: only the mode may change, in place.
+                    // Not on an inode with other links: one may be outside
+                    // the workspace (a hard-linked package store, a local
+                    // clone's objects), and a chmod here would change it
+                    // there too. Such a file gets a new inode below, as a
+                    // changed file does.
+                    if h == *hash && (fsx::perm(&st) == *mode || st.st_nlink <= 1) {
                         if fsx::perm(&st) != *mode {
                             rustix::fs::fchmod(&f, Mode::from_raw_mode(*mode))
                                 .map_err(|e| (path.to_string(), Error::at("chmod", path, e)))?;

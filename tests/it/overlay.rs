@@ -1041,3 +1041,30 @@ fn a_changeset_that_cannot_be_read_keeps_the_commands_work() {
         );
     }
 }
+
+/// A mode change applied to a file with another hard link (one outside the
+/// workspace) never reaches the other link: the file gets a new inode.
+/// Found by an attack pass: `chmod 0777 linked` in the sandbox made the
+/// outside file world-writable.
+#[test]
+fn a_mode_change_never_reaches_a_hard_link_outside_the_workspace() {
+    use std::os::unix::fs::PermissionsExt;
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let outside = s.root.path().join("store-file");
+        std::fs::write(&outside, "s\n").expect("write outside");
+        std::fs::set_permissions(&outside, std::fs::Permissions::from_mode(0o600))
+            .expect("chmod outside");
+        if leg == Leg::Nobody {
+            std::os::unix::fs::chown(&outside, Some(65534), Some(65534)).expect("chown");
+        }
+        std::fs::hard_link(&outside, s.ws.join("linked")).expect("link");
+        let o = s.exec(&[], &["chmod", "0755", "linked"]);
+        assert_code(&o, 0, "chmod in the sandbox");
+        let mode =
+            |p: &std::path::Path| std::fs::metadata(p).expect("stat").permissions().mode() & 0o7777;
+        assert_eq!(mode(&outside), 0o600, "{leg:?}: the outside link changed");
+        assert_eq!(mode(&s.ws.join("linked")), 0o755, "{leg:?}: not applied");
+        assert_eq!(read(&s, "linked").as_deref(), Some("s\n"));
+    }
+}
