@@ -14,6 +14,7 @@ use crate::overlay::{
     self, ChangesHooks, ChangesMode, Handled, OverlayRun, Recording, RunMeta, Snapshots,
 };
 use crate::{Error, Executor, Step, UndoPlan};
+use retie_ledger::display::visible;
 
 /// How the workspace is presented.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,6 +167,16 @@ impl<'u> SandboxJob<'u> {
             .builder
             .take()
             .ok_or_else(|| Error::Invalid("a sandbox job runs once".into()))?;
+        // In direct mode the command works on the real tree: it cannot see
+        // a masked directory, but it can rename one of its ancestors, and
+        // the next run would then start a new ledger and key where the
+        // command chose (an attack pass did). Refused, not weakened.
+        if let (JobMode::Direct, Some(dir)) = (&self.mode, self.protect.first()) {
+            return Err(Error::Invalid(format!(
+                "retie's own directory {} lies inside the workspace: a command run in direct mode could move it away and have retie start a new ledger and key where the command chose. Use the overlay mode (the default), or keep retie's state, config and ledger outside the workspace (XDG_STATE_HOME, XDG_CONFIG_HOME, --ledger)",
+                visible(&dir.to_string_lossy())
+            )));
+        }
         for dir in &self.protect {
             builder = builder.mask(dir);
         }

@@ -607,29 +607,39 @@ fn a_ledger_inside_the_workspace_is_masked_from_the_command() {
     for leg in legs() {
         let s = Scratch::new(leg);
         let inside = s.ws.join("sub/ledger.db");
-        for mode in ["overlay", "direct"] {
-            let o = s.exec(
-                &["--workspace-mode", mode, "--ledger", path_str(&inside)],
-                &[
-                    "sh",
-                    "-c",
-                    "ls -A sub 2>&1; echo forged > sub/ledger.db 2>/dev/null && echo WROTE; echo ran > ran.txt",
-                ],
-            );
-            assert_code(&o, 0, &format!("{mode}: ledger inside the workspace"));
-            let out = stdout(&o);
-            assert!(
-                !out.contains("ledger.db") && !out.contains("WROTE"),
-                "{leg:?} {mode}: the command reached the ledger:\n{out}"
-            );
-            assert_eq!(
-                std::fs::read_to_string(s.ws.join("ran.txt"))
-                    .ok()
-                    .as_deref(),
-                Some("ran\n")
-            );
-            std::fs::remove_file(s.ws.join("ran.txt")).expect("rm");
-        }
+        let mode = "overlay";
+        let o = s.exec(
+            &["--workspace-mode", mode, "--ledger", path_str(&inside)],
+            &[
+                "sh",
+                "-c",
+                "ls -A sub 2>&1; echo forged > sub/ledger.db 2>/dev/null && echo WROTE; echo ran > ran.txt",
+            ],
+        );
+        assert_code(&o, 0, &format!("{mode}: ledger inside the workspace"));
+        let out = stdout(&o);
+        assert!(
+            !out.contains("ledger.db") && !out.contains("WROTE"),
+            "{leg:?} {mode}: the command reached the ledger:\n{out}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(s.ws.join("ran.txt"))
+                .ok()
+                .as_deref(),
+            Some("ran\n")
+        );
+        std::fs::remove_file(s.ws.join("ran.txt")).expect("rm");
+        // Direct mode: the command could rename `sub` (the mask moves
+        // with it) and have the next run start a new ledger where it
+        // chose (an attack pass did, with HOME as the workspace): refused.
+        let o = s.exec(
+            &["--workspace-mode", "direct", "--ledger", path_str(&inside)],
+            &["sh", "-c", "mv sub sub-moved; echo ran > ran.txt"],
+        );
+        assert_code(&o, 125, "direct mode with the ledger inside the workspace");
+        assert!(stderr(&o).contains("direct mode"), "{}", stderr(&o));
+        assert!(!s.ws.join("ran.txt").exists(), "{leg:?}: the command ran");
+        assert!(s.ws.join("sub").exists(), "{leg:?}: sub was moved");
         assert!(inside.exists(), "{leg:?}: nothing was recorded");
         let o = s
             .retie()
