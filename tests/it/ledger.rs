@@ -726,7 +726,12 @@ fn retie_dirs_inside_the_workspace_are_masked_and_a_replaced_key_is_refused() {
         assert_code(&o, 0, "first run");
         let key = s.home.join(".config/retie/user.key");
         let original = std::fs::read(&key).expect("user key");
-        for mode in ["overlay", "direct"] {
+        let o = home_exec("direct", "echo ran > ran.txt");
+        assert_code(&o, 125, "direct mode with retie's dirs in the workspace");
+        assert!(stderr(&o).contains("direct mode"), "{}", stderr(&o));
+        assert!(!s.home.join("ran.txt").exists(), "{leg:?}: the command ran");
+        {
+            let mode = "overlay";
             let o = home_exec(
                 mode,
                 "cat .config/retie/user.key 2>&1; ls -A .config/retie .local/state/retie 2>&1; \
