@@ -78,8 +78,20 @@ pub fn verify(path: &Path) -> Result<Report> {
         return Err(Error::Missing(path.to_path_buf()));
     }
     let mut problems: Vec<Problem> = Vec::new();
-    let rows = match open_ro(path).and_then(|c| read_rows(&c)) {
-        Ok(r) => r,
+    let read = open_ro(path).and_then(|c| Ok((read_rows(&c)?, quick_check(&c)?)));
+    let rows = match read {
+        Ok((r, damage)) => {
+            // A damaged page the entries' own pages do not use (an index)
+            // still means the file was changed outside SQLite: retie's
+            // writes then fail, and `intact` would be a lie.
+            if let Some(d) = damage {
+                problems.push(Problem {
+                    seq: None,
+                    what: format!("the database file is damaged (SQLite's quick_check: {d})"),
+                });
+            }
+            r
+        }
         // The machine, not the ledger: a full disk, an I/O error, no
         // permission, a lock held too long. Nothing was read, so nothing
         // is judged: an error that names the cause, never "tampered".
@@ -473,6 +485,19 @@ fn cannot_read(e: &rusqlite::Error) -> bool {
                 | C::OutOfMemory
         )
     )
+}
+
+/// SQLite's own check of every page (b-trees of the table and its
+/// index): `None` when it says "ok", else what it found (the first lines).
+fn quick_check(c: &Connection) -> rusqlite::Result<Option<String>> {
+    let mut st = c.prepare("PRAGMA quick_check(5)")?;
+    let lines: Vec<String> = st
+        .query_map([], |r| r.get::<_, String>(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(match lines.as_slice() {
+        [ok] if ok == "ok" => None,
+        _ => Some(lines.join("; ")),
+    })
 }
 
 fn open_ro(path: &Path) -> rusqlite::Result<Connection> {

@@ -1067,3 +1067,45 @@ fn undo_shows_the_commands_file_names_escaped() {
         );
     }
 }
+
+/// A damaged page that the entries themselves do not use (the session
+/// index) is not "intact": `verify` runs SQLite's page check too. Found by
+/// an attack pass: `verify` said intact while every later run failed on
+/// the malformed database.
+#[test]
+fn a_damaged_index_page_is_not_intact() {
+    let s = Scratch::new(Leg::Invoker);
+    for i in 0..3 {
+        let o = s.exec(&[], &["sh", "-c", &format!("echo {i} > f{i}")]);
+        assert_code(&o, 0, "a run");
+    }
+    let db = default_ledger(&s);
+    let (root, page_size) = {
+        let c = rusqlite::Connection::open(&db).expect("open");
+        c.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .expect("checkpoint");
+        let root: i64 = c
+            .query_row(
+                "SELECT rootpage FROM sqlite_master WHERE name = 'entries_session'",
+                [],
+                |r| r.get(0),
+            )
+            .expect("the index's root page");
+        let size: i64 = c
+            .query_row("PRAGMA page_size", [], |r| r.get(0))
+            .expect("page size");
+        (root, size)
+    };
+    let (code, v) = verify_json(&s, &db);
+    assert_eq!(code, 0, "before: {v}");
+    // The page's type byte (offset 0 of any page but the first) set to a
+    // value no b-tree page has.
+    let mut bytes = std::fs::read(&db).expect("read db");
+    let at = usize::try_from((root - 1) * page_size).expect("offset");
+    bytes[at] = 0x55;
+    std::fs::write(&db, bytes).expect("write db");
+    let (code, v) = verify_json(&s, &db);
+    assert_ne!(code, 0, "after: {v}");
+    assert_eq!(v["intact"], false, "{v}");
+    assert!(v.to_string().contains("damaged"), "{v}");
+}
