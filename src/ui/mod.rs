@@ -2,12 +2,25 @@
 
 pub use retie_ledger::display::{shell_line, visible, visible_line};
 
-/// An error message as it reaches the terminal: each line through
-/// [`visible`], so that a name inside it (a file the sandboxed command
-/// made, a path from a changeset) cannot move the cursor, set a title or
-/// fake a line; the message's own line breaks (`\n  fix: ...`) stay.
+/// An error message as it reaches the terminal: every character
+/// [`visible`] would escape is escaped, so that a name inside it (a file
+/// the sandboxed command made, a path from a changeset) cannot move the
+/// cursor, set a title or fake a line; the message's own line breaks
+/// (`\n  fix: ...`) stay. Backslashes are not doubled: the names inside
+/// were escaped where they were put in the message (a second doubling
+/// would show `\\e` for an escape).
 pub fn error_text(msg: &str) -> String {
-    msg.split('\n').map(visible).collect::<Vec<_>>().join("\n")
+    let mut out = String::with_capacity(msg.len());
+    let mut buf = [0u8; 4];
+    for c in msg.chars() {
+        let one: &str = c.encode_utf8(&mut buf);
+        if c == '\n' || c == '\\' || visible(one) == one {
+            out.push(c);
+        } else {
+            out.push_str(&visible(one));
+        }
+    }
+    out
 }
 
 /// `retie: MESSAGE` on standard error, through [`error_text`].
@@ -114,5 +127,8 @@ mod error_text_tests {
             error_text("open upper x\u{1b}[2J\u{1b}]0;t\u{7}\n  fix: chmod"),
             "open upper x\\e[2J\\e]0;t\\x07\n  fix: chmod"
         );
+        // An escape already made where the name entered the message is
+        // not escaped again.
+        assert_eq!(error_text(r"open upper x\e[2J"), r"open upper x\e[2J");
     }
 }
