@@ -85,10 +85,23 @@ fn list(state: &Path, as_json: bool) -> Result<i32, CliError> {
             d.filter_map(|e| e.ok())
                 .filter_map(|e| {
                     let id = e.file_name().to_string_lossy().into_owned();
-                    let meta: RunMeta = std::fs::read(e.path().join("run.json"))
+                    let mut meta: RunMeta = std::fs::read(e.path().join("run.json"))
                         .ok()
                         .and_then(|b| serde_json::from_slice(&b).ok())?;
-                    meta.kept.is_some().then_some((id, meta))
+                    if meta.kept.is_none() {
+                        // Not kept and nobody's: its retie was stopped
+                        // (kill -9, a crash) before the run ended. Listed
+                        // when the command left anything, so that it can
+                        // be shown, applied or discarded like a kept run.
+                        let dir = e.path();
+                        let wrote = std::fs::read_dir(dir.join("upper"))
+                            .is_ok_and(|mut d| d.next().is_some());
+                        if !wrote || retie_dispatch::overlay::RunLock::take(&dir).is_none() {
+                            return None;
+                        }
+                        meta.kept = Some("interrupted: retie stopped before the run ended".into());
+                    }
+                    Some((id, meta))
                 })
                 .collect()
         })

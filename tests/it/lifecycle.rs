@@ -87,3 +87,54 @@ fn start_sleepers(s: &Scratch, script: &str, m: &str) -> std::process::Child {
     );
     child
 }
+
+/// A run whose retie was killed is listed by `retie changes list` (as
+/// interrupted), so its work can be shown, applied or discarded; before,
+/// only `show` found it, by an id nobody printed.
+#[test]
+fn a_run_whose_retie_was_killed_is_listed_as_interrupted() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let m = marker();
+        let mut child = start_sleepers(&s, &format!("echo work > result.txt; sleep {m}"), &m);
+        child.kill().expect("kill");
+        let _ = child.wait();
+        assert!(
+            wait_until(3.0, || pids_with(&m).is_empty()),
+            "{leg:?}: orphans"
+        );
+        // The sandbox's init held the run's lock too; it is gone once the
+        // namespace is.
+        let listed = || {
+            let o = s
+                .retie()
+                .args(["changes", "list", "--json"])
+                .output()
+                .expect("list");
+            serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap_or_default()
+        };
+        assert!(
+            wait_until(3.0, || listed()["runs"][0]["why"]
+                .as_str()
+                .is_some_and(|w| w.starts_with("interrupted"))),
+            "{leg:?}: {}",
+            listed()
+        );
+        let run = listed()["runs"][0]["run"]
+            .as_str()
+            .expect("run id")
+            .to_string();
+        let o = s
+            .retie()
+            .args(["changes", "apply", &run])
+            .output()
+            .expect("apply");
+        assert_code(&o, 0, "apply the interrupted run");
+        assert_eq!(
+            std::fs::read_to_string(s.ws.join("result.txt"))
+                .ok()
+                .as_deref(),
+            Some("work\n")
+        );
+    }
+}
