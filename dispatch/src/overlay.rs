@@ -865,13 +865,19 @@ pub fn handle(
         .filter_map(|d| d.strip_prefix(&ws_path).ok())
         .filter_map(|rel| RelPath::new(&rel.to_string_lossy()).ok())
         .collect();
-    // A home workspace: its shell start-up files, .ssh... are plants too.
-    let home_workspace = std::env::var_os("HOME")
-        .and_then(|h| std::fs::canonicalize(h).ok())
-        .is_some_and(|h| h == ws_path);
+    // A home workspace: its shell start-up files, .ssh... are plants too,
+    // and so are they beneath a home the workspace holds.
+    let home = std::env::var_os("HOME").and_then(|h| std::fs::canonicalize(h).ok());
+    let home_workspace = home.as_ref().is_some_and(|h| *h == ws_path);
+    let home_dir = home
+        .as_ref()
+        .and_then(|h| h.strip_prefix(&ws_path).ok())
+        .filter(|rel| !rel.as_os_str().is_empty())
+        .and_then(|rel| RelPath::new(&rel.to_string_lossy()).ok());
     let opts = ComputeOptions {
         protected,
         home_workspace,
+        home_dir,
     };
     let mut cs = match Changeset::compute_with(&ws_path, &run.upper, &opts) {
         Ok(cs) => cs,

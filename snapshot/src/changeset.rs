@@ -199,6 +199,10 @@ pub struct ComputeOptions {
     /// apply too. The caller decides (e.g. workspace == the invoking
     /// user's `$HOME`).
     pub home_workspace: bool,
+    /// The home directory lies at this path inside the workspace (a
+    /// workspace that holds `$HOME`): the [`crate::Scope::Home`] entries
+    /// apply beneath it, relative to it.
+    pub home_dir: Option<RelPath>,
 }
 
 /// Everything a command changed in the workspace, computed from the upper.
@@ -615,7 +619,12 @@ fn block_reason(
     }
     // Plants: anything but a deletion (see `plants`).
     let created = c.base.is_none();
-    plants::matching(&c.path, c.new.as_ref(), created, opts.home_workspace, holds)
+    let home = if opts.home_workspace {
+        Some("")
+    } else {
+        opts.home_dir.as_ref().map(RelPath::as_str)
+    };
+    plants::matching(&c.path, c.new.as_ref(), created, home, holds)
         .map(|(p, _)| BlockReason::Plant(p.name.to_owned()))
 }
 
@@ -658,6 +667,7 @@ mod tests {
                 .map(|p| RelPath::new(p).expect("valid"))
                 .collect(),
             home_workspace: home,
+            home_dir: None,
         }
     }
 

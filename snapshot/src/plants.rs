@@ -65,7 +65,9 @@ pub enum Scope {
     /// Every workspace.
     Always,
     /// Only when the workspace is a home directory
-    /// ([`crate::ComputeOptions::home_workspace`]).
+    /// ([`crate::ComputeOptions::home_workspace`]), or beneath the home
+    /// directory a workspace holds ([`crate::ComputeOptions::home_dir`]),
+    /// relative to it.
     Home,
 }
 
@@ -361,7 +363,8 @@ pub fn plant(name: &str) -> Option<&'static Plant> {
 
 /// The plant entry `path` (with new state `new`) matches, and the pattern
 /// that matched (`None` for [`Rule::SetId`]). `created`: `path` is not in
-/// the real workspace. `home`: the workspace is a home directory.
+/// the real workspace. `home`: where the home directory is in the
+/// workspace (`Some("")`: the workspace is one; `None`: there is none).
 /// `holds(dir, name)`: whether `dir` (`None`: the workspace root) holds
 /// `name` in the real workspace or in the changeset; only asked for a
 /// `HEAD` when a [`Rule::InGitDir`] pattern could match beneath `dir`, and
@@ -370,7 +373,7 @@ pub(crate) fn matching(
     path: &RelPath,
     new: Option<&Node>,
     created: bool,
-    home: bool,
+    home: Option<&str>,
     holds: &mut dyn FnMut(Option<&RelPath>, &str) -> bool,
 ) -> Option<(&'static Plant, Option<&'static str>)> {
     // A deletion cannot plant anything.
@@ -393,10 +396,16 @@ fn matching_pass(
     comps: &[&str],
     new: &Node,
     created: bool,
-    home: bool,
+    home: Option<&str>,
     holds: &mut dyn FnMut(Option<&RelPath>, &str) -> bool,
     lead: bool,
 ) -> Option<(&'static Plant, Option<&'static str>)> {
+    // The path relative to the home directory, when it lies beneath one.
+    let in_home: Option<&[&str]> = home.and_then(|h| {
+        let prefix: Vec<&str> = h.split('/').filter(|c| !c.is_empty()).collect();
+        (comps.len() > prefix.len() && comps[..prefix.len()] == prefix[..])
+            .then(|| &comps[prefix.len()..])
+    });
     let hit = |pat: &str, comps: &[&str]| {
         let p: Vec<&str> = pat.split('/').collect();
         if lead {
@@ -406,9 +415,13 @@ fn matching_pass(
         }
     };
     for plant in PLANTS {
-        if plant.scope == Scope::Home && !home {
-            continue;
-        }
+        let comps = match plant.scope {
+            Scope::Always => comps,
+            Scope::Home => match in_home {
+                Some(rest) => rest,
+                None => continue,
+            },
+        };
         match plant.rule {
             Rule::Path(pats) => {
                 if let Some(p) = pats.iter().find(|p| hit(p, comps)) {
@@ -887,8 +900,28 @@ mod tests {
     fn run(path: &str, new: New, home: bool, heads: &[&str]) -> Option<(&'static str, String)> {
         let p = RelPath::new(path).expect("valid case path");
         let n = node(new);
-        matching(&p, Some(&n), true, home, &mut holder(heads))
+        matching(&p, Some(&n), true, home.then_some(""), &mut holder(heads))
             .map(|(pl, pat)| (pl.name, pat.unwrap_or("").to_owned()))
+    }
+
+    #[test]
+    fn home_entries_apply_beneath_a_home_the_workspace_holds() {
+        let n = node(New::File);
+        let got = |path: &str, home: Option<&str>| {
+            let p = RelPath::new(path).expect("valid");
+            matching(&p, Some(&n), true, home, &mut holder(&[])).map(|m| m.0.name)
+        };
+        assert_eq!(got("alice/.bashrc", Some("alice")), Some("shell_startup"));
+        assert_eq!(
+            got("users/alice/.ssh/authorized_keys", Some("users/alice")),
+            Some("ssh")
+        );
+        // Beside the home, or the home directory itself: no home entry.
+        assert_eq!(got("bob/.bashrc", Some("alice")), None);
+        assert_eq!(got("alice", Some("alice")), None);
+        assert_eq!(got("alicex/.bashrc", Some("alice")), None);
+        // Always-entries still match from the workspace root.
+        assert_eq!(got("alice/.envrc", Some("alice")), Some("direnv_envrc"));
     }
 
     #[test]
@@ -896,7 +929,7 @@ mod tests {
         let p = RelPath::new("sub/HEAD").expect("valid");
         let n = node(New::File);
         let got = |created: bool, held: &[&str]| {
-            matching(&p, Some(&n), created, false, &mut holder(held)).map(|m| m.0.name)
+            matching(&p, Some(&n), created, None, &mut holder(held)).map(|m| m.0.name)
         };
         assert_eq!(got(true, &["sub/config"]), Some("git_dir_completed"));
         // An existing repository's HEAD changes (git checkout): no plant.
@@ -906,7 +939,7 @@ mod tests {
         // A HEAD directory is not a HEAD file.
         let d = node(New::Dir);
         assert_eq!(
-            matching(&p, Some(&d), true, false, &mut holder(&["sub/hooks"])).map(|m| m.0.name),
+            matching(&p, Some(&d), true, None, &mut holder(&["sub/hooks"])).map(|m| m.0.name),
             None
         );
     }
@@ -972,7 +1005,7 @@ mod tests {
     fn deletions_are_never_plants() {
         for (_, path, _, home, heads) in CASES {
             let p = RelPath::new(path).expect("valid");
-            let got = matching(&p, None, true, *home, &mut holder(heads));
+            let got = matching(&p, None, true, home.then_some(""), &mut holder(heads));
             assert!(
                 got.is_none(),
                 "deleting {path} matched {:?}",

