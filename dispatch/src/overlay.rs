@@ -826,6 +826,24 @@ impl ApplyLock {
     }
 }
 
+/// How the plant table applies to the canonical workspace `ws`: a home
+/// workspace's shell start-up files, .ssh... are plants too, and so are
+/// they beneath a `$HOME` the workspace holds.
+pub fn plant_options(ws: &Path) -> ComputeOptions {
+    let home = std::env::var_os("HOME").and_then(|h| std::fs::canonicalize(h).ok());
+    let home_workspace = home.as_deref() == Some(ws);
+    let home_dir = home
+        .as_ref()
+        .and_then(|h| h.strip_prefix(ws).ok())
+        .filter(|rel| !rel.as_os_str().is_empty())
+        .and_then(|rel| RelPath::new(&rel.to_string_lossy()).ok());
+    ComputeOptions {
+        protected: Vec::new(),
+        home_workspace,
+        home_dir,
+    }
+}
+
 /// A failure before anything was applied (the changes could not be read,
 /// the workspace could not be locked): the command's work is kept as a
 /// run, never thrown away with the run's directory, and the person is told
@@ -865,19 +883,9 @@ pub fn handle(
         .filter_map(|d| d.strip_prefix(&ws_path).ok())
         .filter_map(|rel| RelPath::new(&rel.to_string_lossy()).ok())
         .collect();
-    // A home workspace: its shell start-up files, .ssh... are plants too,
-    // and so are they beneath a home the workspace holds.
-    let home = std::env::var_os("HOME").and_then(|h| std::fs::canonicalize(h).ok());
-    let home_workspace = home.as_ref().is_some_and(|h| *h == ws_path);
-    let home_dir = home
-        .as_ref()
-        .and_then(|h| h.strip_prefix(&ws_path).ok())
-        .filter(|rel| !rel.as_os_str().is_empty())
-        .and_then(|rel| RelPath::new(&rel.to_string_lossy()).ok());
     let opts = ComputeOptions {
         protected,
-        home_workspace,
-        home_dir,
+        ..plant_options(&ws_path)
     };
     let mut cs = match Changeset::compute_with(&ws_path, &run.upper, &opts) {
         Ok(cs) => cs,

@@ -511,6 +511,44 @@ impl Walker {
     }
 }
 
+/// The plant that writing one regular file at `path` in the workspace at
+/// `lower` would be, by the same table and rules as a changeset's (the
+/// agent's write and edit tools, which change the workspace without a
+/// changeset): `None` when it is none. `opts` as for
+/// [`Changeset::compute_with`] (its `protected` is not looked at).
+pub fn plant_of_file_write(
+    lower: &Path,
+    path: &RelPath,
+    size: u64,
+    opts: &ComputeOptions,
+) -> Result<Option<&'static crate::Plant>> {
+    let root = Root::open(lower)?;
+    // What is there now decides whether it is created (a HEAD file new,
+    // or replacing a directory, completes a git dir).
+    let base_is_file =
+        lower_has(&root, path.parent().as_ref(), path.file_name()) && !lower_is_dir(&root, path);
+    let new = Node::File {
+        mode: 0o644,
+        size,
+        hash: crate::Hash::of(b""),
+    };
+    let home = if opts.home_workspace {
+        Some("")
+    } else {
+        opts.home_dir.as_ref().map(RelPath::as_str)
+    };
+    let mut holds = |dir: Option<&RelPath>, name: &str| lower_has(&root, dir, name);
+    Ok(plants::matching(path, Some(&new), !base_is_file, home, &mut holds).map(|(p, _)| p))
+}
+
+/// Whether `path` is a directory in the lower (an error counts as no).
+fn lower_is_dir(root: &Root, path: &RelPath) -> bool {
+    root.open_parent(path)
+        .ok()
+        .and_then(|fd| fsx::lstat_at(fd.as_fd(), path.file_name()).ok().flatten())
+        .is_some_and(|st| fsx::ftype(&st) == rustix::fs::FileType::Directory)
+}
+
 /// Whether directory `dir` (`None`: the root) of the lower holds `name`
 /// (a `HEAD`, a git dir's `config`...). An unexpected error counts as yes
 /// (the change is blocked, not applied).
@@ -618,7 +656,11 @@ fn block_reason(
         return Some(BlockReason::Protected);
     }
     // Plants: anything but a deletion (see `plants`).
-    let created = c.base.is_none();
+    // Created: nothing but (at most) a directory was there. A HEAD file
+    // that replaces a HEAD directory completes a git dir as surely as a
+    // new one (an attack pass: mkdir HEAD in one run, the file in the
+    // next).
+    let created = c.base.as_ref().is_none_or(Node::is_dir);
     let home = if opts.home_workspace {
         Some("")
     } else {

@@ -52,7 +52,8 @@ mod relpath;
 mod store;
 
 pub use changeset::{
-    BlockReason, Blocked, Change, ChangeKind, Changeset, ComputeOptions, RefuseReason, Refused,
+    plant_of_file_write, BlockReason, Blocked, Change, ChangeKind, Changeset, ComputeOptions,
+    RefuseReason, Refused,
 };
 pub use engine::{
     apply, apply_alongside, record_file_write, record_file_write_as, recover, undo, ApplyOptions,

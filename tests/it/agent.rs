@@ -1021,3 +1021,54 @@ fn session_through_server(
         "{label}: undo-all did not restore the start"
     );
 }
+
+/// A model never plants code through the write and edit tools: a git
+/// config or hook, an .envrc, a HEAD that completes a git dir. Found by an
+/// attack pass: `edit .git/config` added core.fsmonitor with no question
+/// asked, and `git status` on the host ran it.
+#[test]
+fn the_write_tools_never_plant_code_that_runs_outside_the_sandbox() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let git = s.ws.join(".git");
+        std::fs::create_dir_all(git.join("hooks")).expect("mkdir .git/hooks");
+        std::fs::write(git.join("HEAD"), "ref: refs/heads/main\n").expect("HEAD");
+        std::fs::write(git.join("config"), "[core]\n\tbare = false\n").expect("config");
+        std::fs::create_dir_all(s.ws.join("sub")).expect("mkdir sub");
+        std::fs::write(s.ws.join("sub/config"), "[core]\n\tfsmonitor = x\n").expect("sub/config");
+        if leg == Leg::Nobody {
+            let _ = std::process::Command::new("chown")
+                .args(["-R", "65534:65534"])
+                .arg(&s.ws)
+                .status();
+        }
+        let script = write_script(
+            &s,
+            serde_json::json!([
+                {"tool_calls": [
+                    {"name": "edit", "arguments": {"path": ".git/config", "old_string": "bare = false", "new_string": "bare = false\n\tfsmonitor = \"touch pwned\""}},
+                    {"name": "write", "arguments": {"path": ".git/hooks/pre-commit", "content": "#!/bin/sh\ntouch pwned\n"}},
+                    {"name": "write", "arguments": {"path": ".envrc", "content": "touch pwned\n"}},
+                    {"name": "write", "arguments": {"path": "sub/HEAD", "content": "ref: refs/heads/main\n"}},
+                    {"name": "write", "arguments": {"path": "notes.txt", "content": "fine\n"}}
+                ]},
+                {"text": "done"}
+            ]),
+        );
+        let o = agent(&s, &script, &["--autonomy", "auto", "--yes"]);
+        assert_code(&o, 0, "retie run");
+        let acts = report(&o)["actions"].as_array().expect("actions").clone();
+        assert_eq!(acts.len(), 5, "{acts:?}");
+        for a in &acts[..4] {
+            assert_ne!(a["status"], "ok", "{leg:?}: a plant was written: {a}");
+        }
+        assert_eq!(acts[4]["status"], "ok", "{leg:?}: {}", acts[4]);
+        assert_eq!(
+            std::fs::read_to_string(git.join("config")).expect("config"),
+            "[core]\n\tbare = false\n"
+        );
+        for p in [".git/hooks/pre-commit", ".envrc", "sub/HEAD"] {
+            assert!(!s.ws.join(p).exists(), "{leg:?}: {p} was written");
+        }
+    }
+}

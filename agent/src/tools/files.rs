@@ -338,6 +338,31 @@ pub(crate) fn prepare_write(t: &Tools, p: &mut Prepared) -> Result<(), String> {
             }
         }
     };
+    // A file that runs code outside the sandbox (a git hook or config, an
+    // .envrc, a home's start-up files: the plant table a sandboxed
+    // command's changes are held to) is never written by a tool call. An
+    // attack pass had a model plant core.fsmonitor through `edit
+    // .git/config`, unasked, and `git status` on the host ran it.
+    match retie_snapshot::plant_of_file_write(
+        &t.workspace,
+        &rel,
+        new.len() as u64,
+        &retie_dispatch::overlay::plant_options(&t.workspace),
+    ) {
+        Ok(None) => {}
+        Ok(Some(plant)) => {
+            return Err(format!(
+                "{tool}: refused: {raw:?} runs code outside the sandbox ({}: {}); the agent never writes it, a person can",
+                plant.name, plant.reason
+            ))
+        }
+        Err(e) => {
+            return Err(format!(
+                "{tool}: refused: whether {raw:?} is safe to write could not be checked ({})",
+                guard_error(&raw, e)
+            ))
+        }
+    }
     let old_text = old
         .as_deref()
         .map(String::from_utf8_lossy)

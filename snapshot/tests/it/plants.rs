@@ -105,6 +105,17 @@ const CASES: &[Case] = &[
         blocked: &["sub/HEAD"],
     },
     Case {
+        // Three runs: config, then HEAD as a directory (no HEAD file, so no
+        // git dir), then the directory replaced by the file (an attack
+        // pass went through this way).
+        plant: "git_dir_completed",
+        home: false,
+        lower: "mkdir -p evil/objects evil/refs/heads evil/HEAD; \
+                printf '[core]\\n\\tworktree = ..\\n\\tfsmonitor = \"touch pwned\"\\n' > evil/config",
+        ops: "rmdir evil/HEAD; echo 'ref: refs/heads/main' > evil/HEAD",
+        blocked: &["evil/HEAD"],
+    },
+    Case {
         plant: "hg_config",
         home: false,
         lower: "",
