@@ -95,6 +95,18 @@ pub static PLANTS: &[Plant] = &[
                  repository; a hook made executable (mode change) is activated too",
     },
     Plant {
+        name: "git_sequencer",
+        scope: Scope::Always,
+        rule: Rule::Path(&[
+            "**/.git/rebase-merge/**",
+            "**/.git/rebase-apply/**",
+            "**/.git/sequencer/**",
+        ]),
+        reason: "a rebase, cherry-pick or revert in progress: its todo list runs `exec` lines \
+                 as shell commands at the next `git rebase --continue` (or cherry-pick/revert \
+                 --continue) on the host",
+    },
+    Plant {
         name: "git_config",
         scope: Scope::Always,
         rule: Rule::Path(&[
@@ -171,6 +183,28 @@ pub static PLANTS: &[Plant] = &[
                  a whitelist in direnv.toml skips the question",
     },
     Plant {
+        name: "mise_config",
+        scope: Scope::Always,
+        rule: Rule::Path(&[
+            "**/mise.toml",
+            "**/.mise.toml",
+            "**/mise.local.toml",
+            "**/.mise.local.toml",
+            "**/.mise/config.toml",
+            "**/.tool-versions",
+        ]),
+        reason: "mise runs a project's [hooks], [env] _.source scripts and tasks on entering \
+                 the directory or running a tool, behind a `mise trust` prompt like direnv's \
+                 (.tool-versions selects the tools and plugins it installs and runs)",
+    },
+    Plant {
+        name: "emacs_dir_locals",
+        scope: Scope::Always,
+        rule: Rule::Path(&["**/.dir-locals.el", "**/.dir-locals-2.el"]),
+        reason: "Emacs applies directory-local variables to every file opened beneath, \
+                 `eval` forms included, after one prompt people answer by habit",
+    },
+    Plant {
         name: "vscode_tasks",
         scope: Scope::Always,
         rule: Rule::Path(&["**/.vscode/tasks.json"]),
@@ -239,9 +273,15 @@ pub static PLANTS: &[Plant] = &[
             ".zlogout",
             ".inputrc",
             ".config/fish/**",
+            ".bash_completion",
+            ".bash_completion.d/**",
+            ".local/share/bash-completion/**",
+            ".pam_environment",
         ]),
         reason: "every login or interactive shell sources these (.bash_aliases from Debian's \
-                 .bashrc; .inputrc macros type commands into bash)",
+                 .bashrc; .inputrc macros type commands into bash; bash-completion, which \
+                 Debian's .bashrc loads, sources ~/.bash_completion and the user's completion \
+                 scripts; PAM reads ~/.pam_environment at login)",
     },
     Plant {
         name: "ssh",
@@ -300,6 +340,36 @@ pub static PLANTS: &[Plant] = &[
         ]),
         reason: "editors run their start-up files, plugins and installed extensions (VS Code's \
                  user settings and tasks) every time they start",
+    },
+    Plant {
+        name: "tool_user_config",
+        scope: Scope::Home,
+        rule: Rule::Path(&[
+            ".tmux.conf",
+            ".config/tmux/**",
+            ".gnupg/**",
+            ".aws/config",
+            ".aws/credentials",
+            ".kube/**",
+            ".docker/config.json",
+            ".npmrc",
+            ".cargo/config",
+            ".cargo/config.toml",
+            ".ipython/**",
+            ".jupyter/**",
+            ".gdbinit",
+            ".config/gdb/**",
+            ".Rprofile",
+            ".psqlrc",
+            ".local/share/applications/**",
+            ".config/mimeapps.list",
+        ]),
+        reason: "tools run commands their user config names: tmux's run-shell and hooks, \
+                 gpg-agent's pinentry-program, the AWS CLI's credential_process, kubectl's \
+                 exec plugins, docker's credential helpers, npm's script-shell and \
+                 node-options, cargo's runners and aliases, IPython's startup scripts, gdb's \
+                 and R's start-up files, psql's \\! lines, desktop entries and the MIME \
+                 handlers that open files with them",
     },
     Plant {
         name: "direnv_user",
@@ -684,6 +754,129 @@ mod tests {
         ),
         ("hg_config", "repo/.hg/hgrc", New::File, false, &[]),
         ("direnv_envrc", ".envrc", New::File, false, &[]),
+        (
+            "git_sequencer",
+            ".git/rebase-merge/git-rebase-todo",
+            New::File,
+            false,
+            &[],
+        ),
+        (
+            "git_sequencer",
+            "sub/.git/rebase-apply/patch",
+            New::File,
+            false,
+            &[],
+        ),
+        (
+            "git_sequencer",
+            ".git/sequencer/todo",
+            New::File,
+            false,
+            &[],
+        ),
+        ("mise_config", "mise.toml", New::File, false, &[]),
+        ("mise_config", "a/.mise.toml", New::File, false, &[]),
+        ("mise_config", "mise.local.toml", New::File, false, &[]),
+        ("mise_config", ".mise.local.toml", New::File, false, &[]),
+        ("mise_config", ".mise/config.toml", New::File, false, &[]),
+        ("mise_config", ".tool-versions", New::File, false, &[]),
+        ("emacs_dir_locals", ".dir-locals.el", New::File, false, &[]),
+        (
+            "emacs_dir_locals",
+            "src/.dir-locals-2.el",
+            New::File,
+            false,
+            &[],
+        ),
+        ("shell_startup", ".bash_completion", New::File, true, &[]),
+        (
+            "shell_startup",
+            ".bash_completion.d/x",
+            New::File,
+            true,
+            &[],
+        ),
+        (
+            "shell_startup",
+            ".local/share/bash-completion/completions/ls",
+            New::File,
+            true,
+            &[],
+        ),
+        ("shell_startup", ".pam_environment", New::File, true, &[]),
+        ("tool_user_config", ".tmux.conf", New::File, true, &[]),
+        (
+            "tool_user_config",
+            ".config/tmux/tmux.conf",
+            New::File,
+            true,
+            &[],
+        ),
+        (
+            "tool_user_config",
+            ".gnupg/gpg-agent.conf",
+            New::File,
+            true,
+            &[],
+        ),
+        ("tool_user_config", ".aws/config", New::File, true, &[]),
+        ("tool_user_config", ".aws/credentials", New::File, true, &[]),
+        ("tool_user_config", ".kube/config", New::File, true, &[]),
+        (
+            "tool_user_config",
+            ".docker/config.json",
+            New::File,
+            true,
+            &[],
+        ),
+        ("tool_user_config", ".npmrc", New::File, true, &[]),
+        ("tool_user_config", ".cargo/config", New::File, true, &[]),
+        (
+            "tool_user_config",
+            ".cargo/config.toml",
+            New::File,
+            true,
+            &[],
+        ),
+        (
+            "tool_user_config",
+            ".ipython/profile_default/startup/a.py",
+            New::File,
+            true,
+            &[],
+        ),
+        (
+            "tool_user_config",
+            ".jupyter/jupyter_server_config.py",
+            New::File,
+            true,
+            &[],
+        ),
+        ("tool_user_config", ".gdbinit", New::File, true, &[]),
+        (
+            "tool_user_config",
+            ".config/gdb/gdbinit",
+            New::File,
+            true,
+            &[],
+        ),
+        ("tool_user_config", ".Rprofile", New::File, true, &[]),
+        ("tool_user_config", ".psqlrc", New::File, true, &[]),
+        (
+            "tool_user_config",
+            ".local/share/applications/x.desktop",
+            New::File,
+            true,
+            &[],
+        ),
+        (
+            "tool_user_config",
+            ".config/mimeapps.list",
+            New::File,
+            true,
+            &[],
+        ),
         ("direnv_envrc", "deep/dir/.envrc", New::File, false, &[]),
         ("vscode_tasks", ".vscode/tasks.json", New::File, false, &[]),
         ("vscode_tasks", ".vscode", New::Link, false, &[]),

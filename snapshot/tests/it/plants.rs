@@ -116,6 +116,36 @@ const CASES: &[Case] = &[
         blocked: &["evil/HEAD"],
     },
     Case {
+        // A rebase in progress whose todo runs a command at --continue.
+        plant: "git_sequencer",
+        home: false,
+        lower: "mkdir -p .git",
+        ops: "mkdir -p .git/rebase-merge; echo 'exec touch pwned' > .git/rebase-merge/git-rebase-todo",
+        blocked: &[".git/rebase-merge", ".git/rebase-merge/git-rebase-todo"],
+    },
+    Case {
+        plant: "mise_config",
+        home: false,
+        lower: "",
+        ops: "printf '[hooks]\\nenter = \"touch pwned\"\\n' > mise.toml",
+        blocked: &["mise.toml"],
+    },
+    Case {
+        plant: "emacs_dir_locals",
+        home: false,
+        lower: "",
+        ops: "echo '((nil . ((eval . (shell-command \"touch pwned\")))))' > .dir-locals.el",
+        blocked: &[".dir-locals.el"],
+    },
+    Case {
+        plant: "tool_user_config",
+        home: true,
+        lower: "",
+        ops: "mkdir -p .aws .gnupg; printf '[default]\\ncredential_process = touch pwned\\n' > .aws/config; \
+              echo 'pinentry-program /tmp/evil' > .gnupg/gpg-agent.conf",
+        blocked: &[".aws/config", ".gnupg", ".gnupg/gpg-agent.conf"],
+    },
+    Case {
         plant: "hg_config",
         home: false,
         lower: "",
