@@ -256,7 +256,8 @@ impl Changeset {
             .map_err(|e| Error::io("open", lower, e.into()))?;
         w.walk(ufd.as_fd(), Some(lfd.as_fd()), None, false)?;
         w.changes.sort_by(|a, b| a.path.cmp(&b.path));
-        let (changes, blocked) = classify(w.changes, opts, &mut |dir, name| {
+        let named = named_by_git_config(&lower_root, lower);
+        let (changes, blocked) = classify(w.changes, opts, &named, &mut |dir, name| {
             lower_has(&lower_root, dir, name)
         });
         Ok(Changeset {
@@ -523,6 +524,10 @@ pub fn plant_of_file_write(
     opts: &ComputeOptions,
 ) -> Result<Option<&'static crate::Plant>> {
     let root = Root::open(lower)?;
+    let named = named_by_git_config(&root, lower);
+    if let Some((_, plant)) = named.iter().find(|(p, _)| path.starts_with(p)) {
+        return Ok(crate::plants::plant(plant));
+    }
     // What is there now decides whether it is created (a HEAD file new,
     // or replacing a directory, completes a git dir).
     let base_is_file =
@@ -564,11 +569,121 @@ fn lower_has(root: &Root, dir: Option<&RelPath>, name: &str) -> bool {
     }
 }
 
+/// What the workspace repository's own config (`.git/config` in the
+/// lower) names inside the workspace: its hooks directory
+/// (`core.hooksPath`) and the files it includes (`include.path`,
+/// `includeIf.*.path`), each with the plant entry it falls under. A
+/// change there is what git runs or reads as config, and `.git/config`
+/// itself is blocked, so the command cannot point them elsewhere. An
+/// unreadable config names nothing: it is blocked as `git_config` when
+/// changed, and git reads nothing else from it.
+fn named_by_git_config(root: &Root, lower: &Path) -> Vec<(RelPath, &'static str)> {
+    let Ok(config) = RelPath::new(".git/config") else {
+        return Vec::new();
+    };
+    let text = root
+        .open_parent(&config)
+        .ok()
+        .and_then(|dir| fsx::open_file_at(dir.as_fd(), "config").ok())
+        .and_then(|fd| {
+            use std::io::Read;
+            let mut t = String::new();
+            std::fs::File::from(fd)
+                .take(1 << 20)
+                .read_to_string(&mut t)
+                .ok()
+                .map(|_| t)
+        });
+    let Some(text) = text else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (section, key, value) in git_config_entries(&text) {
+        let (plant, base) = match (section.as_str(), key.as_str()) {
+            ("core", "hookspath") => ("git_hooks_path", None),
+            ("include", "path") => ("git_config_include", Some(".git")),
+            (s, "path") if s.starts_with("includeif") => ("git_config_include", Some(".git")),
+            _ => continue,
+        };
+        if let Some(rel) = workspace_path(lower, base, &value) {
+            out.push((rel, plant));
+        }
+    }
+    out
+}
+
+/// `(section, key, value)` of a git config file, section and key in lower
+/// case (`includeif "gitdir:x"` keeps its subsection after the name).
+fn git_config_entries(text: &str) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    let mut section = String::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if let Some(rest) = line.strip_prefix('[') {
+            let name = rest.split(']').next().unwrap_or("");
+            section = name.trim().to_ascii_lowercase();
+            continue;
+        }
+        if line.starts_with('#') || line.starts_with(';') {
+            continue;
+        }
+        let Some((k, v)) = line.split_once('=') else {
+            continue;
+        };
+        let v = v.trim();
+        let v = v
+            .strip_prefix('"')
+            .and_then(|v| v.strip_suffix('"'))
+            .unwrap_or(v);
+        out.push((
+            section.clone(),
+            k.trim().to_ascii_lowercase(),
+            v.to_string(),
+        ));
+    }
+    out
+}
+
+/// `value` (a path from the repository's config: absolute, or relative to
+/// `base`, a workspace-relative directory, or to the workspace root) as a
+/// workspace-relative path, when it lies inside the workspace at `lower`.
+fn workspace_path(lower: &Path, base: Option<&str>, value: &str) -> Option<RelPath> {
+    if value.starts_with('~') {
+        return None;
+    }
+    let joined: PathBuf = if Path::new(value).is_absolute() {
+        PathBuf::from(value)
+    } else {
+        let mut p = lower.to_path_buf();
+        if let Some(b) = base {
+            p.push(b);
+        }
+        p.push(value);
+        p
+    };
+    // Lexically, as git does: `..` removes the component before it.
+    let mut norm = PathBuf::new();
+    for c in joined.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                norm.pop();
+            }
+            std::path::Component::CurDir => {}
+            c => norm.push(c),
+        }
+    }
+    let rel = norm.strip_prefix(lower).ok()?;
+    RelPath::new(&rel.to_string_lossy()).ok()
+}
+
 /// Splits changes into applicable and blocked (see [`BlockReason`]).
-/// `lower_has(dir, name)`: whether `dir` holds `name` in the lower.
+/// `named`: what the repository's config names (see
+/// [`named_by_git_config`]). `lower_has(dir, name)`: whether `dir` holds
+/// `name` in the lower.
 fn classify(
     changes: Vec<Change>,
     opts: &ComputeOptions,
+    named: &[(RelPath, &'static str)],
     lower_has: &mut dyn FnMut(Option<&RelPath>, &str) -> bool,
 ) -> (Vec<Change>, Vec<Blocked>) {
     // What a directory holds after the change: created or modified by the
@@ -589,7 +704,12 @@ fn classify(
     };
     let mut reasons: BTreeMap<RelPath, BlockReason> = BTreeMap::new();
     for c in &changes {
-        if let Some(r) = block_reason(c, opts, &mut holds) {
+        let by_config = named
+            .iter()
+            .find(|(p, _)| c.new.is_some() && c.path.starts_with(p));
+        if let Some((_, plant)) = by_config {
+            reasons.insert(c.path.clone(), BlockReason::Plant((*plant).to_owned()));
+        } else if let Some(r) = block_reason(c, opts, &mut holds) {
             reasons.insert(c.path.clone(), r);
         }
     }
@@ -733,6 +853,7 @@ mod tests {
                 file("src/main.rs", true, true),
             ],
             &opts(&[".retie"], false),
+            &[],
             &mut |_, _| false,
         );
         let okp: Vec<_> = ok.iter().map(|c| c.path.as_str()).collect();
@@ -762,6 +883,7 @@ mod tests {
                 file("plain/config", false, true),
             ],
             &opts(&[], false),
+            &[],
             &mut |_, _| false,
         );
         // The new HEAD is blocked too: a config is beside it.
@@ -781,6 +903,7 @@ mod tests {
                 file("old/hooks/post-update", false, true),
             ],
             &opts(&[], false),
+            &[],
             &mut |d, name| {
                 asked.push(d.map(|p| p.to_string()));
                 name == "HEAD" && d.map(RelPath::as_str) == Some("old")
@@ -804,6 +927,7 @@ mod tests {
                 file(".git/hooks/x", true, false),
             ],
             &opts(&[], false),
+            &[],
             &mut |_, _| true,
         );
         assert!(blocked.is_empty(), "{blocked:?}");
@@ -816,6 +940,7 @@ mod tests {
                 file("other", true, false),
             ],
             &opts(&["st/ledger"], false),
+            &[],
             &mut |_, _| false,
         );
         assert_eq!(
@@ -833,6 +958,7 @@ mod tests {
         let (ok, blocked) = classify(
             vec![dir("st", false, true), file("st/a", false, true)],
             &opts(&["st"], false),
+            &[],
             &mut |_, _| false,
         );
         assert!(ok.is_empty());
@@ -847,6 +973,7 @@ mod tests {
         let (ok, blocked) = classify(
             vec![sg, file("shared/f", false, true)],
             &opts(&[], false),
+            &[],
             &mut |_, _| false,
         );
         assert!(ok.is_empty());
@@ -870,9 +997,9 @@ mod tests {
                 file(".ssh/config", false, true),
             ]
         };
-        let (ok, _) = classify(changes(), &opts(&[], false), &mut |_, _| false);
+        let (ok, _) = classify(changes(), &opts(&[], false), &[], &mut |_, _| false);
         assert_eq!(ok.len(), 2);
-        let (ok, blocked) = classify(changes(), &opts(&[], true), &mut |_, _| false);
+        let (ok, blocked) = classify(changes(), &opts(&[], true), &[], &mut |_, _| false);
         assert!(ok.is_empty());
         assert_eq!(
             names(&blocked),
@@ -881,5 +1008,32 @@ mod tests {
                 (".ssh/config".to_owned(), "ssh".to_owned()),
             ]
         );
+    }
+}
+
+#[cfg(test)]
+mod git_config_tests {
+    use super::*;
+
+    #[test]
+    fn the_repositorys_config_names_its_hooks_dir_and_includes() {
+        let text = "[core]\n\tbare = false\n\thooksPath = \".husky/_\"\n\
+                    [include]\n\tpath = ../shared.gitconfig\n\
+                    [includeIf \"gitdir:~/w/\"]\n\tpath = /ws/team/git.cfg\n\
+                    [include]\n\tpath = ~/.gitconfig-extra\n\
+                    # path = commented\n[alias]\n\tpath = not-an-include\n";
+        let got: Vec<(String, String, String)> = git_config_entries(text);
+        assert!(got.contains(&("core".into(), "hookspath".into(), ".husky/_".into())));
+        let lower = Path::new("/ws");
+        let hooks = workspace_path(lower, None, ".husky/_").map(|p| p.to_string());
+        assert_eq!(hooks.as_deref(), Some(".husky/_"));
+        let inc = workspace_path(lower, Some(".git"), "../shared.gitconfig").map(|p| p.to_string());
+        assert_eq!(inc.as_deref(), Some("shared.gitconfig"));
+        let abs = workspace_path(lower, Some(".git"), "/ws/team/git.cfg").map(|p| p.to_string());
+        assert_eq!(abs.as_deref(), Some("team/git.cfg"));
+        // Outside the workspace, or in a home: nothing of the workspace's.
+        assert_eq!(workspace_path(lower, None, "/etc/hooks"), None);
+        assert_eq!(workspace_path(lower, Some(".git"), "../../x"), None);
+        assert_eq!(workspace_path(lower, None, "~/.hooks"), None);
     }
 }

@@ -45,6 +45,10 @@ pub enum Rule {
     /// by the changeset): the last piece of a git directory planted over
     /// several runs, its config or hooks first.
     HeadBeside(&'static [&'static str]),
+    /// The path is, or lies beneath, a path the real repository's
+    /// `.git/config` names for this key (`core.hooksPath`, `include.path`):
+    /// what git runs or reads as config, wherever the config points.
+    NamedByGitConfig(&'static str),
     /// The new state is a file or directory with the setuid or setgid bit.
     SetId,
 }
@@ -54,7 +58,7 @@ impl Rule {
     pub fn patterns(&self) -> &'static [&'static str] {
         match self {
             Rule::Path(p) | Rule::NotDir(p) | Rule::InGitDir(p) | Rule::HeadBeside(p) => p,
-            Rule::SetId => &[],
+            Rule::SetId | Rule::NamedByGitConfig(_) => &[],
         }
     }
 }
@@ -93,6 +97,20 @@ pub static PLANTS: &[Plant] = &[
         rule: Rule::Path(&["**/.git/hooks/**"]),
         reason: "git runs hooks on commit, checkout, merge, rebase and push in the real \
                  repository; a hook made executable (mode change) is activated too",
+    },
+    Plant {
+        name: "git_hooks_path",
+        scope: Scope::Always,
+        rule: Rule::NamedByGitConfig("core.hooksPath"),
+        reason: "the repository's config moved its hooks (core.hooksPath, as husky does) into \
+                 the workspace: git runs what is there on commit, checkout, merge and push",
+    },
+    Plant {
+        name: "git_config_include",
+        scope: Scope::Always,
+        rule: Rule::NamedByGitConfig("include.path"),
+        reason: "the repository's config includes this file (include.path, includeIf): it is \
+                 git config, with core.fsmonitor, core.hooksPath and aliases that run commands",
     },
     Plant {
         name: "git_sequencer",
@@ -542,6 +560,9 @@ fn matching_pass(
                     return Some((plant, Some(n)));
                 }
             }
+            // Decided against the real repository's config
+            // (`changeset::named_by_git_config`), not by the path alone.
+            Rule::NamedByGitConfig(_) => {}
             Rule::SetId => {
                 let mode = match new {
                     Node::File { mode, .. } | Node::Dir { mode } => *mode,
@@ -1161,6 +1182,9 @@ mod tests {
         for plant in PLANTS {
             let pats: Vec<&str> = match plant.rule {
                 Rule::SetId => vec![""],
+                // Tested against a real config: changeset's tests and the
+                // overlay cases.
+                Rule::NamedByGitConfig(_) => continue,
                 r => r.patterns().to_vec(),
             };
             for p in pats {

@@ -1033,7 +1033,11 @@ fn the_write_tools_never_plant_code_that_runs_outside_the_sandbox() {
         let git = s.ws.join(".git");
         std::fs::create_dir_all(git.join("hooks")).expect("mkdir .git/hooks");
         std::fs::write(git.join("HEAD"), "ref: refs/heads/main\n").expect("HEAD");
-        std::fs::write(git.join("config"), "[core]\n\tbare = false\n").expect("config");
+        std::fs::write(
+            git.join("config"),
+            "[core]\n\tbare = false\n\thooksPath = .husky\n",
+        )
+        .expect("config");
         std::fs::create_dir_all(s.ws.join("sub")).expect("mkdir sub");
         std::fs::write(s.ws.join("sub/config"), "[core]\n\tfsmonitor = x\n").expect("sub/config");
         if leg == Leg::Nobody {
@@ -1050,6 +1054,7 @@ fn the_write_tools_never_plant_code_that_runs_outside_the_sandbox() {
                     {"name": "write", "arguments": {"path": ".git/hooks/pre-commit", "content": "#!/bin/sh\ntouch pwned\n"}},
                     {"name": "write", "arguments": {"path": ".envrc", "content": "touch pwned\n"}},
                     {"name": "write", "arguments": {"path": "sub/HEAD", "content": "ref: refs/heads/main\n"}},
+                    {"name": "write", "arguments": {"path": ".husky/pre-commit", "content": "#!/bin/sh\ntouch pwned\n"}},
                     {"name": "write", "arguments": {"path": "notes.txt", "content": "fine\n"}}
                 ]},
                 {"text": "done"}
@@ -1058,16 +1063,21 @@ fn the_write_tools_never_plant_code_that_runs_outside_the_sandbox() {
         let o = agent(&s, &script, &["--autonomy", "auto", "--yes"]);
         assert_code(&o, 0, "retie run");
         let acts = report(&o)["actions"].as_array().expect("actions").clone();
-        assert_eq!(acts.len(), 5, "{acts:?}");
-        for a in &acts[..4] {
+        assert_eq!(acts.len(), 6, "{acts:?}");
+        for a in &acts[..5] {
             assert_ne!(a["status"], "ok", "{leg:?}: a plant was written: {a}");
         }
-        assert_eq!(acts[4]["status"], "ok", "{leg:?}: {}", acts[4]);
+        assert_eq!(acts[5]["status"], "ok", "{leg:?}: {}", acts[5]);
         assert_eq!(
             std::fs::read_to_string(git.join("config")).expect("config"),
-            "[core]\n\tbare = false\n"
+            "[core]\n\tbare = false\n\thooksPath = .husky\n"
         );
-        for p in [".git/hooks/pre-commit", ".envrc", "sub/HEAD"] {
+        for p in [
+            ".git/hooks/pre-commit",
+            ".envrc",
+            "sub/HEAD",
+            ".husky/pre-commit",
+        ] {
             assert!(!s.ws.join(p).exists(), "{leg:?}: {p} was written");
         }
     }

@@ -116,6 +116,25 @@ const CASES: &[Case] = &[
         blocked: &["evil/HEAD"],
     },
     Case {
+        // The repository keeps its hooks in the workspace (husky's
+        // core.hooksPath): a hook written there runs on the next commit.
+        plant: "git_hooks_path",
+        home: false,
+        lower: "mkdir -p .git; echo 'ref: refs/heads/main' > .git/HEAD; \
+                printf '[core]\\n\\thooksPath = .husky/_\\n' > .git/config",
+        ops: "mkdir -p .husky/_; printf '#!/bin/sh\\ntouch pwned\\n' > .husky/_/pre-commit",
+        blocked: &[".husky/_", ".husky/_/pre-commit"],
+    },
+    Case {
+        // The repository's config includes a file in the workspace.
+        plant: "git_config_include",
+        home: false,
+        lower: "mkdir -p .git; echo 'ref: refs/heads/main' > .git/HEAD; \
+                printf '[include]\\n\\tpath = ../team.gitconfig\\n' > .git/config",
+        ops: "printf '[core]\\n\\tfsmonitor = \"touch pwned\"\\n' > team.gitconfig",
+        blocked: &["team.gitconfig"],
+    },
+    Case {
         // A rebase in progress whose todo runs a command at --continue.
         plant: "git_sequencer",
         home: false,
