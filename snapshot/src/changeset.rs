@@ -256,7 +256,12 @@ impl Changeset {
             .map_err(|e| Error::io("open", lower, e.into()))?;
         w.walk(ufd.as_fd(), Some(lfd.as_fd()), None, false)?;
         w.changes.sort_by(|a, b| a.path.cmp(&b.path));
-        let named = named_by_git_config(&lower_root, lower);
+        // Only a run that changed something needs the repository's config.
+        let named = if w.changes.is_empty() {
+            Vec::new()
+        } else {
+            named_by_git_config(lower)?
+        };
         let (changes, blocked) = classify(w.changes, opts, &named, &mut |dir, name| {
             lower_has(&lower_root, dir, name)
         });
@@ -524,7 +529,7 @@ pub fn plant_of_file_write(
     opts: &ComputeOptions,
 ) -> Result<Option<&'static crate::Plant>> {
     let root = Root::open(lower)?;
-    let named = named_by_git_config(&root, lower);
+    let named = named_by_git_config(lower)?;
     if let Some((_, plant)) = named.iter().find(|(p, _)| path.starts_with(p)) {
         return Ok(crate::plants::plant(plant));
     }
@@ -570,46 +575,120 @@ fn lower_has(root: &Root, dir: Option<&RelPath>, name: &str) -> bool {
 }
 
 /// What the workspace repository's own config (`.git/config` in the
-/// lower) names inside the workspace: its hooks directory
-/// (`core.hooksPath`) and the files it includes (`include.path`,
-/// `includeIf.*.path`), each with the plant entry it falls under. A
-/// change there is what git runs or reads as config, and `.git/config`
-/// itself is blocked, so the command cannot point them elsewhere. An
-/// unreadable config names nothing: it is blocked as `git_config` when
-/// changed, and git reads nothing else from it.
-fn named_by_git_config(root: &Root, lower: &Path) -> Vec<(RelPath, &'static str)> {
-    let Ok(config) = RelPath::new(".git/config") else {
-        return Vec::new();
-    };
-    let text = root
-        .open_parent(&config)
-        .ok()
-        .and_then(|dir| fsx::open_file_at(dir.as_fd(), "config").ok())
-        .and_then(|fd| {
-            use std::io::Read;
-            let mut t = String::new();
-            std::fs::File::from(fd)
-                .take(1 << 20)
-                .read_to_string(&mut t)
-                .ok()
-                .map(|_| t)
-        });
-    let Some(text) = text else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for (section, key, value) in git_config_entries(&text) {
-        let (plant, base) = match (section.as_str(), key.as_str()) {
-            ("core", "hookspath") => ("git_hooks_path", None),
-            ("include", "path") => ("git_config_include", Some(".git")),
-            (s, "path") if s.starts_with("includeif") => ("git_config_include", Some(".git")),
-            _ => continue,
-        };
-        if let Some(rel) = workspace_path(lower, base, &value) {
+/// lower, and every config file it includes that lies in the workspace)
+/// names inside the workspace: its hooks directory (`core.hooksPath`)
+/// and the files it includes (`include.path`, `includeIf.*.path`), each
+/// with the plant entry it falls under. A change there is what git runs
+/// or reads as config, and `.git/config` itself is blocked, so the
+/// command cannot point them elsewhere.
+///
+/// git itself reads the files (`git config --file F --no-includes`), so
+/// that its own rules (keys on the section line, comments, quotes,
+/// continuation lines, other encodings) decide; a file git cannot read
+/// is an error (the run is kept, never applied half-checked). Without a
+/// git to run, nothing runs the hooks either; the simple reading below
+/// is used then.
+fn named_by_git_config(lower: &Path) -> Result<Vec<(RelPath, &'static str)>> {
+    let mut out: Vec<(RelPath, &'static str)> = Vec::new();
+    let mut queue: Vec<RelPath> = RelPath::new(".git/config").into_iter().collect();
+    let mut seen: BTreeSet<RelPath> = BTreeSet::new();
+    while let Some(file) = queue.pop() {
+        if seen.len() >= 16 || !seen.insert(file.clone()) {
+            continue;
+        }
+        let abs = lower.join(file.as_str());
+        if !abs.is_file() {
+            continue;
+        }
+        // Relative include paths are relative to the including file's
+        // directory; a hooks path to the working tree's root.
+        let dir = file.parent().map(|d| d.to_string());
+        for (key, value) in git_config_values(&abs)? {
+            let (plant, base) = if key == "core.hookspath" {
+                ("git_hooks_path", None)
+            } else {
+                ("git_config_include", dir.as_deref())
+            };
+            let Some(rel) = workspace_path(lower, base, &value) else {
+                continue;
+            };
+            // husky (v9) sets `.husky/_`, whose dispatchers run the hook
+            // scripts in the directory above: those are hooks too.
+            if plant == "git_hooks_path" && rel.file_name() == "_" {
+                if let Some(parent) = rel.parent() {
+                    out.push((parent, plant));
+                }
+            }
+            if plant == "git_config_include" {
+                queue.push(rel.clone());
+            }
             out.push((rel, plant));
         }
     }
-    out
+    Ok(out)
+}
+
+/// `(key, value)` for `core.hooksPath`, `include.path` and
+/// `includeIf.*.path` in the config file `path`, keys in lower case, as
+/// git reads them.
+fn git_config_values(path: &Path) -> Result<Vec<(String, String)>> {
+    let run = std::process::Command::new("git")
+        .args(["config", "--file"])
+        .arg(path)
+        .args([
+            "--no-includes",
+            "--null",
+            "--get-regexp",
+            r"^(core\.hookspath|include\.path|includeif\..*\.path)$",
+        ])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .stdin(std::process::Stdio::null())
+        .output();
+    let out = match run {
+        Ok(o) => o,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let text = std::fs::read(path).unwrap_or_default();
+            let text = String::from_utf8_lossy(&text);
+            return Ok(git_config_entries(&text)
+                .into_iter()
+                .filter_map(|(section, key, value)| {
+                    let key = match (section.as_str(), key.as_str()) {
+                        ("core", "hookspath") => "core.hookspath".to_string(),
+                        ("include", "path") => "include.path".to_string(),
+                        (s, "path") if s.starts_with("includeif") => format!("{s}.path"),
+                        _ => return None,
+                    };
+                    Some((key, value))
+                })
+                .collect());
+        }
+        Err(e) => return Err(Error::io("run git config on", path, e)),
+    };
+    match out.status.code() {
+        Some(0) => {}
+        // No such key.
+        Some(1) => return Ok(Vec::new()),
+        _ => {
+            return Err(Error::io(
+                "read with git config (so its hooks and includes are known)",
+                path,
+                std::io::Error::other(String::from_utf8_lossy(&out.stderr).trim().to_string()),
+            ))
+        }
+    }
+    Ok(out
+        .stdout
+        .split(|b| *b == 0)
+        .filter(|e| !e.is_empty())
+        .filter_map(|e| {
+            let e = String::from_utf8_lossy(e);
+            let (k, v) = e.split_once('\n')?;
+            Some((k.to_ascii_lowercase(), v.to_string()))
+        })
+        .collect())
 }
 
 /// `(section, key, value)` of a git config file, section and key in lower
@@ -704,10 +783,17 @@ fn classify(
     };
     let mut reasons: BTreeMap<RelPath, BlockReason> = BTreeMap::new();
     for c in &changes {
-        let by_config = named
-            .iter()
-            .find(|(p, _)| c.new.is_some() && c.path.starts_with(p));
-        if let Some((_, plant)) = by_config {
+        // At or beneath what the repository's config names; or above it
+        // and no longer a directory (a symlink there would lead the named
+        // path elsewhere, into what the command made).
+        let by_config = named.iter().find(|(p, _)| {
+            c.new
+                .as_ref()
+                .is_some_and(|n| c.path.starts_with(p) || (p.starts_with(&c.path) && !n.is_dir()))
+        });
+        // retie's own files first: never applied, even with --allow-blocked.
+        let protected = opts.protected.iter().any(|p| c.path.starts_with(p));
+        if let (Some((_, plant)), false) = (by_config, protected) {
             reasons.insert(c.path.clone(), BlockReason::Plant((*plant).to_owned()));
         } else if let Some(r) = block_reason(c, opts, &mut holds) {
             reasons.insert(c.path.clone(), r);
@@ -1014,6 +1100,61 @@ mod tests {
 #[cfg(test)]
 mod git_config_tests {
     use super::*;
+
+    /// git's own reading decides (a second review found four configs the
+    /// simple reading missed, and an include it did not follow).
+    #[test]
+    fn what_git_reads_is_what_is_named() {
+        if std::process::Command::new("git")
+            .arg("--version")
+            .output()
+            .is_err()
+        {
+            eprintln!("skipped: no git");
+            return;
+        }
+        let ws = tempfile::tempdir().expect("tempdir");
+        let lower = ws.path();
+        std::fs::create_dir_all(lower.join(".git")).expect("mkdir");
+        let configs = [
+            "[core] hooksPath = .githooks\n",
+            "[core]\n\thooksPath = .githooks # a comment\n",
+            "[core]\n\thooksPath = .git\\\nhooks\n",
+            "[core]\n\thooksPath = \".git\"hooks\n",
+        ];
+        let latin1: &[u8] = b"[user]\n\tname = Jos\xe9\n[core]\n\thooksPath = .githooks\n";
+        for c in configs.iter().map(|c| c.as_bytes()).chain([latin1]) {
+            std::fs::write(lower.join(".git/config"), c).expect("write config");
+            let got = named_by_git_config(lower).expect("read");
+            assert!(
+                got.iter()
+                    .any(|(p, n)| p.as_str() == ".githooks" && *n == "git_hooks_path"),
+                "{}: {got:?}",
+                String::from_utf8_lossy(c)
+            );
+        }
+        // An include in the workspace is followed; what it names counts.
+        std::fs::write(
+            lower.join(".git/config"),
+            "[include]\n\tpath = ../shared.gitconfig\n",
+        )
+        .expect("write config");
+        std::fs::write(
+            lower.join("shared.gitconfig"),
+            "[core]\n\thooksPath = .husky/_\n",
+        )
+        .expect("write include");
+        let got = named_by_git_config(lower).expect("read");
+        for want in ["shared.gitconfig", ".husky/_", ".husky"] {
+            assert!(
+                got.iter().any(|(p, _)| p.as_str() == want),
+                "{want}: {got:?}"
+            );
+        }
+        // A config git cannot read is an error, not "nothing named".
+        std::fs::write(lower.join(".git/config"), "[core\n\thooksPath = x\n").expect("write");
+        assert!(named_by_git_config(lower).is_err());
+    }
 
     #[test]
     fn the_repositorys_config_names_its_hooks_dir_and_includes() {

@@ -489,11 +489,26 @@ fn matching_pass(
     lead: bool,
 ) -> Option<(&'static Plant, Option<&'static str>)> {
     // The path relative to the home directory, when it lies beneath one.
-    let in_home: Option<&[&str]> = home.and_then(|h| {
-        let prefix: Vec<&str> = h.split('/').filter(|c| !c.is_empty()).collect();
+    let prefix: Vec<&str> = home
+        .map(|h| h.split('/').filter(|c| !c.is_empty()).collect())
+        .unwrap_or_default();
+    let in_home: Option<&[&str]> = home.and_then(|_| {
         (comps.len() > prefix.len() && comps[..prefix.len()] == prefix[..])
             .then(|| &comps[prefix.len()..])
     });
+    // The home directory a workspace holds, or a directory above it, no
+    // longer a directory: a symlink there puts a home of the command's
+    // making in its place, start-up files and all.
+    if home.is_some()
+        && !prefix.is_empty()
+        && !new.is_dir()
+        && comps.len() <= prefix.len()
+        && comps[..] == prefix[..comps.len()]
+    {
+        if let Some(p) = PLANTS.iter().find(|p| p.name == "shell_startup") {
+            return Some((p, None));
+        }
+    }
     let hit = |pat: &str, comps: &[&str]| {
         let p: Vec<&str> = pat.split('/').collect();
         if lead {
@@ -1130,9 +1145,18 @@ mod tests {
             got("users/alice/.ssh/authorized_keys", Some("users/alice")),
             Some("ssh")
         );
-        // Beside the home, or the home directory itself: no home entry.
+        // Beside the home: no home entry.
         assert_eq!(got("bob/.bashrc", Some("alice")), None);
-        assert_eq!(got("alice", Some("alice")), None);
+        // The home itself, or a directory above it, made anything but a
+        // directory (a symlink to a home of the command's making): a plant.
+        assert_eq!(got("alice", Some("alice")), Some("shell_startup"));
+        assert_eq!(got("users", Some("users/alice")), Some("shell_startup"));
+        let dir = node(New::Dir);
+        let p = RelPath::new("alice").expect("valid");
+        assert_eq!(
+            matching(&p, Some(&dir), true, Some("alice"), &mut holder(&[])).map(|m| m.0.name),
+            None
+        );
         assert_eq!(got("alicex/.bashrc", Some("alice")), None);
         // Always-entries still match from the workspace root.
         assert_eq!(got("alice/.envrc", Some("alice")), Some("direnv_envrc"));

