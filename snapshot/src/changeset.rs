@@ -600,6 +600,15 @@ fn named_by_git_config(lower: &Path) -> Result<Vec<(RelPath, &'static str)>> {
         if !abs.is_file() {
             continue;
         }
+        // Most configs name neither: then git need not be asked (a key
+        // is written whole, in any case, never split or escaped).
+        if let Ok(bytes) = std::fs::read(&abs) {
+            let lower_bytes = bytes.to_ascii_lowercase();
+            let has = |w: &[u8]| lower_bytes.windows(w.len()).any(|x| x == w);
+            if !has(b"hookspath") && !has(b"include") {
+                continue;
+            }
+        }
         // Relative include paths are relative to the including file's
         // directory; a hooks path to the working tree's root.
         let dir = file.parent().map(|d| d.to_string());
