@@ -205,6 +205,18 @@ pub struct ComputeOptions {
     pub home_dir: Option<RelPath>,
 }
 
+impl ComputeOptions {
+    /// Where the home directory is in the workspace, as the plant table
+    /// reads it: `Some("")` for a home workspace, `None` for no home.
+    fn home(&self) -> Option<&str> {
+        if self.home_workspace {
+            Some("")
+        } else {
+            self.home_dir.as_ref().map(RelPath::as_str)
+        }
+    }
+}
+
 /// Everything a command changed in the workspace, computed from the upper.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Changeset {
@@ -542,13 +554,8 @@ pub fn plant_of_file_write(
         size,
         hash: crate::Hash::of(b""),
     };
-    let home = if opts.home_workspace {
-        Some("")
-    } else {
-        opts.home_dir.as_ref().map(RelPath::as_str)
-    };
     let mut holds = |dir: Option<&RelPath>, name: &str| lower_has(&root, dir, name);
-    Ok(plants::matching(path, Some(&new), !base_is_file, home, &mut holds).map(|(p, _)| p))
+    Ok(plants::matching(path, Some(&new), !base_is_file, opts.home(), &mut holds).map(|(p, _)| p))
 }
 
 /// Whether `path` is a directory in the lower (an error counts as no).
@@ -593,8 +600,16 @@ fn named_by_git_config(lower: &Path) -> Result<Vec<(RelPath, &'static str)>> {
     let mut queue: Vec<RelPath> = RelPath::new(".git/config").into_iter().collect();
     let mut seen: BTreeSet<RelPath> = BTreeSet::new();
     while let Some(file) = queue.pop() {
-        if seen.len() >= 16 || !seen.insert(file.clone()) {
+        if !seen.insert(file.clone()) {
             continue;
+        }
+        // Loudly, not a silent stop: what lies past it would go unread.
+        if seen.len() > 16 {
+            return Err(Error::io(
+                "read the repository's config (over 16 included files)",
+                lower.join(file.as_str()),
+                std::io::Error::other("too many included config files"),
+            ));
         }
         let abs = lower.join(file.as_str());
         if !abs.is_file() {
@@ -876,12 +891,7 @@ fn block_reason(
     // new one (an attack pass: mkdir HEAD in one run, the file in the
     // next).
     let created = c.base.as_ref().is_none_or(Node::is_dir);
-    let home = if opts.home_workspace {
-        Some("")
-    } else {
-        opts.home_dir.as_ref().map(RelPath::as_str)
-    };
-    plants::matching(&c.path, c.new.as_ref(), created, home, holds)
+    plants::matching(&c.path, c.new.as_ref(), created, opts.home(), holds)
         .map(|(p, _)| BlockReason::Plant(p.name.to_owned()))
 }
 

@@ -40,7 +40,8 @@ pub enum Rule {
     /// workspace, or created by the changeset), matches one of the patterns:
     /// a git directory planted anywhere.
     InGitDir(&'static [&'static str]),
-    /// A `HEAD` the changeset creates (none in the real workspace) in a
+    /// A `HEAD` file the changeset creates (none in the real workspace, or
+    /// a directory there) in a
     /// directory that holds one of these (in the real workspace, or created
     /// by the changeset): the last piece of a git directory planted over
     /// several runs, its config or hooks first.
@@ -505,7 +506,7 @@ fn matching_pass(
         && comps.len() <= prefix.len()
         && comps[..] == prefix[..comps.len()]
     {
-        if let Some(p) = PLANTS.iter().find(|p| p.name == "shell_startup") {
+        if let Some(p) = plant("shell_startup") {
             return Some((p, None));
         }
     }
