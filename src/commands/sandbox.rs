@@ -356,7 +356,7 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
         &mut CommandLine,
         &mut job,
     );
-    if let Err(e) = rec.finish() {
+    if let Err(e) = rec.finish_at_exit() {
         eprintln!("retie: warning: the ledger session could not be closed: {e}");
     }
     match d? {
