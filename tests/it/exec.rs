@@ -281,6 +281,42 @@ fn the_command_starts_with_default_signal_dispositions() {
             "{leg:?}: blocked signals leak in:\n{out}"
         );
         assert!(out.contains("pipe-ok"));
+
+        // retie itself started with signals ignored (as under `nohup`, or
+        // a shell's background job): the command still starts with none.
+        let mut cmd = s.retie();
+        cmd.args(["sandbox", "exec", "-w"])
+            .arg(&s.ws)
+            .args(["--", "sh", "-c", "grep -E '^SigIgn' /proc/self/status"])
+            .stdin(std::process::Stdio::null());
+        // SAFETY: between fork and exec the child only calls signal(2),
+        // which is async-signal-safe, with constant arguments.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                for sig in [
+                    libc::SIGHUP,
+                    libc::SIGINT,
+                    libc::SIGQUIT,
+                    libc::SIGUSR1,
+                    libc::SIGUSR2,
+                    libc::SIGPIPE,
+                    libc::SIGALRM,
+                    libc::SIGTERM,
+                    libc::SIGTSTP,
+                    libc::SIGRTMIN() + 3,
+                ] {
+                    libc::signal(sig, libc::SIG_IGN);
+                }
+                Ok(())
+            });
+        }
+        let o = cmd.output().expect("run retie");
+        assert_code(&o, 0, "signals, retie started with some ignored");
+        let out = stdout(&o);
+        assert!(
+            out.contains("SigIgn:\t0000000000000000"),
+            "{leg:?}: signals ignored by retie's caller stay ignored in the command:\n{out}"
+        );
     }
 }
 

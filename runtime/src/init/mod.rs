@@ -64,6 +64,9 @@ pub struct InitArgs<'a> {
 /// Run as PID 1 and never return.
 pub fn main(args: InitArgs<'_>) -> ! {
     let status = args.status.as_fd();
+    // While the supervisor writes our id maps: what the command's child
+    // must reset (see command::dispositions_to_reset).
+    let reset = crate::command::dispositions_to_reset();
     match setup_and_wait(&args) {
         Ok(enforced) => {
             let ready = Report::Ready {
@@ -95,7 +98,8 @@ pub fn main(args: InitArgs<'_>) -> ! {
     drop(args.go);
     // Everything the command's child needs, built before it exists: it
     // shares our memory until it execs and must not allocate.
-    let mut spawn = crate::command::Spawn::prepare(&args.spec.argv, &args.spec.env, &args.stdio);
+    let mut spawn =
+        crate::command::Spawn::prepare(&args.spec.argv, &args.spec.env, &args.stdio, reset);
     // SAFETY: init is single-threaded. We sleep until the child has exec'd
     // or exited (CLONE_VFORK); it has made itself a group leader by then.
     let pid = match unsafe { spawn.spawn() } {
