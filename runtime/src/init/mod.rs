@@ -64,10 +64,18 @@ pub struct InitArgs<'a> {
 /// Run as PID 1 and never return.
 pub fn main(args: InitArgs<'_>) -> ! {
     let status = args.status.as_fd();
-    // While the supervisor writes our id maps: what the command's child
-    // must reset (see command::dispositions_to_reset).
+    // While the supervisor writes our id maps (init has nothing else to do
+    // until then), the work that needs neither them nor the new root: the
+    // seccomp filter compiled, and everything the command's child will
+    // need built (it shares our memory until it execs and must not
+    // allocate), with the signals it must reset (see
+    // command::dispositions_to_reset). All of it was on the path from the
+    // supervisor's go to the command (issue 10).
+    let filters = seccomp::compile_all(&args.spec.net);
     let reset = crate::command::dispositions_to_reset();
-    match setup_and_wait(&args) {
+    let mut spawn =
+        crate::command::Spawn::prepare(&args.spec.argv, &args.spec.env, &args.stdio, reset);
+    match setup_and_wait(&args, filters) {
         Ok(enforced) => {
             let ready = Report::Ready {
                 landlock_abi: enforced.abi,
@@ -96,10 +104,6 @@ pub fn main(args: InitArgs<'_>) -> ! {
     drop(args.ro_trees);
     drop(args.layered_trees);
     drop(args.go);
-    // Everything the command's child needs, built before it exists: it
-    // shares our memory until it execs and must not allocate.
-    let mut spawn =
-        crate::command::Spawn::prepare(&args.spec.argv, &args.spec.env, &args.stdio, reset);
     // SAFETY: init is single-threaded. We sleep until the child has exec'd
     // or exited (CLONE_VFORK); it has made itself a group leader by then.
     let pid = match unsafe { spawn.spawn() } {
@@ -129,7 +133,10 @@ pub fn main(args: InitArgs<'_>) -> ! {
 }
 
 /// The set-up recipe. Each line is one step, in the order it must run.
-fn setup_and_wait(args: &InitArgs<'_>) -> StepResult<landlock::Enforced> {
+fn setup_and_wait(
+    args: &InitArgs<'_>,
+    filters: StepResult<seccomp::Filters>,
+) -> StepResult<landlock::Enforced> {
     let spec = args.spec;
     // A dying supervisor takes the sandbox with it.
     arm_parent_death()?;
@@ -185,8 +192,8 @@ fn setup_and_wait(args: &InitArgs<'_>) -> StepResult<landlock::Enforced> {
     // network was wired before this process existed (host::net_stage, run
     // by the supervisor's net stage); init has no capability over it.
     rlimits::apply(&spec.limits)?;
-    // Compile the filter while allocation and failure are still cheap.
-    let filters = seccomp::compile_all(&spec.net)?;
+    // Compiled before set-up began (see `main`); a failure is this step's.
+    let filters = filters?;
     caps::drop_all()?;
     let enforced = landlock::restrict(spec, args.kernel_abi)?;
     fds::cloexec_all()?;
