@@ -245,9 +245,9 @@ impl Step<'_> {
         self.rec.checkpoint_meanwhile();
     }
 
-    /// The ledger to fold with `retie_ledger::fold_wal` (on a thread of
-    /// the caller's, while the command runs), when a fold is due.
-    pub fn take_fold(&mut self) -> Option<std::path::PathBuf> {
+    /// A fold of the ledger's WAL to run (`retie_ledger::Fold::run`, on a
+    /// thread of the caller's, while the command runs; it folds when due).
+    pub fn take_fold(&mut self) -> Option<retie_ledger::Fold> {
         self.rec.take_fold()
     }
 

@@ -650,7 +650,7 @@ impl Recorder {
     }
 
     /// See [`crate::Step::take_fold`].
-    pub fn take_fold(&mut self) -> Option<std::path::PathBuf> {
+    pub fn take_fold(&mut self) -> Option<retie_ledger::Fold> {
         self.ledger.take_fold()
     }
 

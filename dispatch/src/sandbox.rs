@@ -240,8 +240,8 @@ impl<'u> SandboxJob<'u> {
                 tidying.0 = std::thread::Builder::new()
                     .name("tidy".into())
                     .spawn(move || {
-                        if let Some(ledger) = fold {
-                            let _ = retie_ledger::fold_wal(&ledger);
+                        if let Some(fold) = fold {
+                            let _ = fold.run();
                         }
                         overlay::tidy(&state, owner);
                     })

@@ -36,9 +36,9 @@ pub const DOMAIN_CHECKPOINT: &[u8] = b"retie/ledger/checkpoint/v1\0";
 pub const CHECKPOINT_EVERY: u64 = 1000;
 
 /// Entries between two folds of the WAL by a process that has a moment to
-/// spare ([`Ledger::take_fold`]): about every fourth sandboxed
-/// command, well before SQLite's automatic checkpoint (64 pages) would
-/// land inside a commit someone waits for.
+/// spare ([`Ledger::take_fold`], [`Fold::run`]): about every fourth
+/// sandboxed command, well before SQLite's automatic checkpoint (64 pages)
+/// would land inside a commit someone waits for.
 pub const FOLD_EVERY: u64 = 24;
 
 /// Everything that can go wrong in the ledger.
@@ -492,6 +492,57 @@ pub fn fold_wal(path: &Path) -> Result<()> {
         .map_err(sql)
 }
 
+/// A fold of a ledger's WAL that a process may run ([`Ledger::take_fold`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fold {
+    path: PathBuf,
+    /// The last entry the process appended.
+    head: u64,
+}
+
+impl Fold {
+    /// Fold the WAL ([`fold_wal`]) when [`FOLD_EVERY`] or more entries came
+    /// after the last fold any process recorded (the file
+    /// `LEDGER.folded`, the head it folded at; a missing or unreadable one,
+    /// or one ahead of this head, counts as no fold), and record this one.
+    /// Whether it folded.
+    ///
+    /// The record is what makes the fold happen: a process that only
+    /// looked at its own commits missed every multiple of FOLD_EVERY that
+    /// fell in a commit after it had asked, and with a fixed number of
+    /// entries per `sandbox exec` that was always the same commit. No
+    /// fold then ran at all; the WAL grew to SQLite's automatic checkpoint
+    /// (64 pages), which ran inside a commit someone waited for, and every
+    /// process's open read up to 64 pages to rebuild the WAL's index.
+    /// The record needs no sync: losing it costs one early fold.
+    pub fn run(&self) -> Result<bool> {
+        let marker = marker_path(&self.path);
+        let last = std::fs::read_to_string(&marker)
+            .ok()
+            .and_then(|t| t.trim().parse::<u64>().ok());
+        if last.is_some_and(|l| l <= self.head && self.head < l.saturating_add(FOLD_EVERY)) {
+            return Ok(false);
+        }
+        fold_wal(&self.path)?;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&marker)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, self.head.to_string().as_bytes()))
+            .map_err(|e| Error::io(format!("writing {}", marker.display()), e))?;
+        Ok(true)
+    }
+}
+
+/// Where the head of the last fold of the ledger at `path` is recorded.
+fn marker_path(path: &Path) -> PathBuf {
+    let mut m = path.as_os_str().to_owned();
+    m.push(".folded");
+    PathBuf::from(m)
+}
+
 /// Sync the WAL of the ledger at `path` (all its committed entries reach
 /// the disk). No WAL, nothing to sync: the database file holds everything
 /// and SQLite synced it when it moved the pages there.
@@ -523,9 +574,9 @@ pub struct Ledger {
     /// The newest checkpoint this process wrote (one naming the same
     /// head again is not written twice).
     written: Option<Checkpoint>,
-    /// This process's commits crossed a multiple of [`FOLD_EVERY`]
-    /// entries: a fold of the WAL is due ([`Ledger::take_fold`]).
-    fold_due: bool,
+    /// The last entry this process appended, until [`Ledger::take_fold`]
+    /// hands it on.
+    appended: Option<u64>,
 }
 
 /// Whether an append must be on disk before it returns.
@@ -630,7 +681,7 @@ impl Ledger {
             user: user.cloned(),
             synced: None,
             written: None,
-            fold_due: false,
+            appended: None,
         };
         if create {
             // A ledger is created whole, schema included (see
@@ -854,11 +905,13 @@ impl Ledger {
                 source: err,
             })?;
             crossed |= seq as u64 % CHECKPOINT_EVERY == 0;
-            self.fold_due |= seq as u64 % FOLD_EVERY == 0;
             prev = hash.to_vec();
             out.push(Appended { seq });
         }
         tx.commit().map_err(|e| self.sql(e))?;
+        if let Some(last) = out.last() {
+            self.appended = Some(last.seq.max(0) as u64);
+        }
         if synced {
             self.synced = Some((seq.max(0) as u64, prev.clone()));
         }
@@ -990,12 +1043,15 @@ impl Ledger {
             .unwrap_or((0, vec![0; 32])))
     }
 
-    /// Whether a fold of the WAL into the database is due (this process's
-    /// commits crossed a multiple of [`FOLD_EVERY`] entries; asked once):
-    /// the path to hand [`fold_wal`]. A caller with time to spare (the CLI,
-    /// while the sandboxed command runs) folds it on a thread of its own.
-    pub fn take_fold(&mut self) -> Option<PathBuf> {
-        std::mem::take(&mut self.fold_due).then(|| self.path.clone())
+    /// A fold of the WAL to run ([`Fold::run`], which decides whether one
+    /// is due), once this process has appended something; asked once. A
+    /// caller with time to spare (the CLI, while the sandboxed command
+    /// runs) runs it on a thread of its own.
+    pub fn take_fold(&mut self) -> Option<Fold> {
+        self.appended.take().map(|head| Fold {
+            path: self.path.clone(),
+            head,
+        })
     }
 
     /// Write a user-signed checkpoint of the current head to the file next
@@ -1299,15 +1355,16 @@ mod tests {
         assert_eq!(cp.count, l.head().expect("head").0);
     }
 
-    /// A process folds the WAL into the database only once its commits
-    /// crossed a multiple of FOLD_EVERY entries, and the fold moves the
-    /// WAL's pages into the database file.
+    /// A fold runs once FOLD_EVERY entries came after the last recorded
+    /// one, whichever process appended them: a crossing in a commit made
+    /// after a process took its fold (the outcome's, in `sandbox exec`)
+    /// is folded by the next process. The fold moves the WAL's pages into
+    /// the database file.
     #[test]
     fn the_wal_is_folded_into_the_database_once_due() {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = dir.path().join("l.db");
         let user = key(7);
-        let mut l = Ledger::open(&db, true, Some(&user)).expect("open");
         let note = |i: u64| NewEntry {
             session: "s".into(),
             actor: Actor::Person,
@@ -1315,24 +1372,41 @@ mod tests {
             payload: serde_json::json!({ "i": i, "pad": "x".repeat(200) }),
             key: user.clone(),
         };
-        let head = l.head().expect("head").0;
-        let short = FOLD_EVERY - head % FOLD_EVERY - 1;
-        l.append_batch(|_| (0..short).map(note).collect())
-            .expect("append");
         let size = || std::fs::metadata(&db).expect("db").len();
-        let before = size();
-        assert_eq!(l.take_fold(), None, "a fold due too early");
-        assert_eq!(size(), before);
-        l.append_batch(|_| vec![note(99)]).expect("append");
-        assert_eq!(l.head().expect("head").0 % FOLD_EVERY, 0);
-        let due = l.take_fold().expect("a fold is due");
+        let mut l = Ledger::open(&db, true, Some(&user)).expect("open");
+        assert_eq!(l.take_fold(), None, "nothing appended, nothing to fold");
+        l.append_batch(|_| (0..20).map(note).collect())
+            .expect("append");
+        let first = l.take_fold().expect("a fold to run");
         assert_eq!(l.take_fold(), None, "asked once");
-        fold_wal(&due).expect("fold");
-        assert!(size() > before, "the due fold moved nothing");
+        let before = size();
+        assert!(first.run().expect("fold"), "no fold recorded yet: due");
+        assert!(size() > before, "the fold moved nothing");
+        let folded_at = l.head().expect("head").0;
+
+        // A process that appends fewer than FOLD_EVERY entries after it:
+        // not due.
+        l.append_batch(|_| (0..FOLD_EVERY - 2).map(|i| note(100 + i)).collect())
+            .expect("append");
+        let early = l.take_fold().expect("a fold to run");
+        let before = size();
+        assert!(!early.run().expect("fold"), "a fold due too early");
+        assert_eq!(size(), before);
+
+        // Its last entries cross the mark after it took its fold (the
+        // outcome's commit): the next process folds them.
+        l.append_batch(|_| (200..220).map(note).collect())
+            .expect("append");
+        assert!(l.head().expect("head").0 >= folded_at + FOLD_EVERY);
         drop(l);
         let mut l = Ledger::open(&db, true, Some(&user)).expect("reopen");
-        assert_eq!(l.head().expect("head").0, head + short + 1);
-        assert_eq!(l.take_fold(), None, "nothing due in a new process");
+        l.append_batch(|_| vec![note(300)]).expect("append");
+        let before = size();
+        assert!(
+            l.take_fold().expect("a fold to run").run().expect("fold"),
+            "the crossing the last process missed is folded"
+        );
+        assert!(size() > before, "the fold moved nothing");
     }
 
     /// SQLite is built without its per-process directory sync (see
