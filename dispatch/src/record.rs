@@ -667,11 +667,12 @@ impl Recorder {
     /// thread used) and drop locks the exit drops anyway: 0.04 ms of every
     /// `retie sandbox exec` (issue 10). The WAL is never checkpointed at
     /// close (see `Ledger::open`), so nothing is skipped on disk. The rest
-    /// (the user key, zeroed as it drops; the session's lock) drops here.
+    /// (the user key, zeroed as it drops, and the ledger's own copy of it;
+    /// the session's lock) drops here.
     pub fn finish_at_exit(mut self) -> Result<(), Error> {
         let r = self.close_out();
         let Recorder { ledger, .. } = self;
-        std::mem::forget(ledger);
+        ledger.leave_to_exit();
         r
     }
 

@@ -471,7 +471,9 @@ fn create_initialized(path: &Path) -> Result<()> {
 /// which reads all of it to rebuild its index, reads less, and SQLite's
 /// automatic checkpoint seldom lands in a commit someone waits for.
 /// Durability is unchanged: a checkpoint only moves synced pages.
-pub fn fold_wal(path: &Path) -> Result<()> {
+/// Whether it folded every frame (false when a reader or writer held some
+/// back: SQLite's `busy`, or fewer frames moved than the WAL holds).
+pub fn fold_wal(path: &Path) -> Result<bool> {
     let sql = |source| Error::Sqlite {
         path: path.to_path_buf(),
         source,
@@ -488,8 +490,11 @@ pub fn fold_wal(path: &Path) -> Result<()> {
     .map_err(sql)?;
     conn.busy_timeout(std::time::Duration::from_secs(1))
         .map_err(sql)?;
-    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
-        .map_err(sql)
+    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+        let (busy, log, moved): (i64, i64, i64) = (r.get(0)?, r.get(1)?, r.get(2)?);
+        Ok(busy == 0 && moved == log)
+    })
+    .map_err(sql)
 }
 
 /// A fold of a ledger's WAL that a process may run ([`Ledger::take_fold`]).
@@ -514,26 +519,54 @@ impl Fold {
     /// fold then ran at all; the WAL grew to SQLite's automatic checkpoint
     /// (64 pages), which ran inside a commit someone waited for, and every
     /// process's open read up to 64 pages to rebuild the WAL's index.
-    /// The record needs no sync: losing it costs one early fold.
+    /// The record needs no sync: losing it costs one early fold. A fold
+    /// that could not move every frame (a reader held some back) is not
+    /// recorded. The record is opened without following a symlink and
+    /// without blocking, and only a regular file is read or written: one
+    /// planted in a shared ledger directory (a FIFO, a link to another
+    /// file) can neither hang a run nor have retie write through it.
     pub fn run(&self) -> Result<bool> {
         let marker = marker_path(&self.path);
-        let last = std::fs::read_to_string(&marker)
-            .ok()
-            .and_then(|t| t.trim().parse::<u64>().ok());
+        let last = read_marker(&marker);
         if last.is_some_and(|l| l <= self.head && self.head < l.saturating_add(FOLD_EVERY)) {
             return Ok(false);
         }
-        fold_wal(&self.path)?;
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&marker)
-            .and_then(|mut f| std::io::Write::write_all(&mut f, self.head.to_string().as_bytes()))
-            .map_err(|e| Error::io(format!("writing {}", marker.display()), e))?;
+        if fold_wal(&self.path)? {
+            write_marker(&marker, self.head)
+                .map_err(|e| Error::io(format!("writing {}", marker.display()), e))?;
+        }
         Ok(true)
     }
+}
+
+/// Open the fold record: no symlink followed, never blocking, a regular
+/// file or nothing.
+fn open_marker(marker: &Path, write: bool) -> std::io::Result<std::fs::File> {
+    let f = std::fs::OpenOptions::new()
+        .read(!write)
+        .write(write)
+        .create(write)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(marker)?;
+    if !f.metadata()?.file_type().is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    Ok(f)
+}
+
+/// The head the last recorded fold was at, if the record reads as one.
+fn read_marker(marker: &Path) -> Option<u64> {
+    let mut text = String::new();
+    let mut f = open_marker(marker, false).ok()?;
+    std::io::Read::read_to_string(&mut std::io::Read::take(&mut f, 32), &mut text).ok()?;
+    text.trim().parse().ok()
+}
+
+fn write_marker(marker: &Path, head: u64) -> std::io::Result<()> {
+    let mut f = open_marker(marker, true)?;
+    f.set_len(0)?;
+    std::io::Write::write_all(&mut f, head.to_string().as_bytes())
 }
 
 /// Where the head of the last fold of the ledger at `path` is recorded.
@@ -706,6 +739,16 @@ impl Ledger {
             }
         }
         Ok(l)
+    }
+
+    /// Leave the connection for the process's exit to close: for a process
+    /// about to exit with everything committed (SQLite's close would only
+    /// free memory, unmap the WAL index and drop locks the exit drops
+    /// anyway; the WAL is never checkpointed at close, see `open`). The
+    /// copy of the user key drops first, zeroed.
+    pub fn leave_to_exit(mut self) {
+        drop(self.user.take());
+        std::mem::forget(self);
     }
 
     pub fn path(&self) -> &Path {
@@ -1407,6 +1450,50 @@ mod tests {
             "the crossing the last process missed is folded"
         );
         assert!(size() > before, "the fold moved nothing");
+    }
+
+    /// The fold's record, planted as a FIFO or as a symlink to another
+    /// file (someone who can write a shared ledger directory), neither
+    /// hangs the run's fold nor gets written through.
+    #[test]
+    fn a_planted_fold_record_neither_hangs_nor_is_followed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = dir.path().join("l.db");
+        let user = key(8);
+        let mut l = Ledger::open(&db, true, Some(&user)).expect("open");
+        let note = |i: u64| NewEntry {
+            session: "s".into(),
+            actor: Actor::Person,
+            kind: Kind::Note,
+            payload: serde_json::json!({ "i": i }),
+            key: user.clone(),
+        };
+        let marker = marker_path(&db);
+        let fifo = std::ffi::CString::new(marker.as_os_str().as_encoded_bytes()).expect("path");
+        // SAFETY: mkfifo reads the NUL-terminated path, a live local.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0, "mkfifo");
+        l.append_batch(|_| vec![note(0)]).expect("append");
+        let fold = l.take_fold().expect("a fold to run");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            // Folded; recording into a FIFO is refused (an error the
+            // run's housekeeping ignores).
+            let _ = tx.send(fold.run().is_err());
+        });
+        let done = rx.recv_timeout(std::time::Duration::from_secs(10));
+        assert_eq!(done, Ok(true), "the fold hung on a FIFO, or wrote into it");
+
+        std::fs::remove_file(&marker).expect("remove the FIFO");
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "keep").expect("victim");
+        std::os::unix::fs::symlink(&victim, &marker).expect("symlink");
+        l.append_batch(|_| vec![note(1)]).expect("append");
+        let _ = l.take_fold().expect("a fold to run").run();
+        assert_eq!(
+            std::fs::read_to_string(&victim).expect("victim"),
+            "keep",
+            "the fold wrote through a symlink"
+        );
     }
 
     /// SQLite is built without its per-process directory sync (see
