@@ -107,7 +107,8 @@ impl Executor for SandboxJob<'_> {
 
     fn execute(&mut self, _action: &Action, step: &mut Step<'_>) -> Result<SandboxOutput, Error> {
         let setup = self.setup(false)?;
-        self.run_setup(setup, step)
+        let mut tidying = Tidying(None);
+        self.run_setup(setup, step, &mut tidying)
     }
 }
 
@@ -116,6 +117,11 @@ impl Executor for SandboxJob<'_> {
 pub struct PreparedJob<'u> {
     job: SandboxJob<'u>,
     setup: Option<Setup>,
+    /// The run's housekeeping thread, joined when the job drops: after
+    /// the outcome is recorded, not before (issue 10). A fold of the WAL
+    /// (two syncs) can outlast a short command; joined inside `execute`,
+    /// it delayed that command's outcome.
+    tidying: Tidying,
 }
 
 impl Executor for PreparedJob<'_> {
@@ -130,7 +136,7 @@ impl Executor for PreparedJob<'_> {
             .setup
             .take()
             .ok_or_else(|| Error::Invalid("a sandbox job runs once".into()))?;
-        self.job.run_setup(setup, step)
+        self.job.run_setup(setup, step, &mut self.tidying)
     }
 }
 
@@ -159,6 +165,7 @@ impl<'u> SandboxJob<'u> {
         Ok(PreparedJob {
             job: self,
             setup: Some(setup),
+            tidying: Tidying(None),
         })
     }
 
@@ -221,18 +228,27 @@ impl<'u> SandboxJob<'u> {
         })
     }
 
-    fn run_setup(&mut self, setup: Setup, step: &mut Step<'_>) -> Result<SandboxOutput, Error> {
+    fn run_setup(
+        &mut self,
+        setup: Setup,
+        step: &mut Step<'_>,
+        tidying: &mut Tidying,
+    ) -> Result<SandboxOutput, Error> {
         let Setup {
             early,
             spec,
             mut run,
             started,
         } = setup;
-        // On a thread while this command runs (joined before this returns,
-        // on every path: `Tidying`): the ledger's WAL folded when due,
-        // earlier runs' directories removed, a spare made when few are left.
+        // On a thread while this command runs (joined when `tidying`
+        // drops, on every path: after this returns for a prepared job, whose
+        // caller records the outcome meanwhile): the ledger's WAL folded
+        // when due, earlier runs' directories removed, a spare made when
+        // few are left. It writes nothing the outcome depends on: a fold
+        // only moves committed pages (SQLite lets a writer append while a
+        // PASSIVE checkpoint runs), and the run directories it touches are
+        // earlier runs'.
         let state = self.state.as_path();
-        let mut tidying = Tidying(None);
         let ran = match (early, &self.runner) {
             (Some(s), _) => s.run_while(|| {
                 let (state, owner) = (self.state.clone(), self.owner);
