@@ -473,7 +473,8 @@ fn create_initialized(path: &Path) -> Result<()> {
 /// Durability is unchanged: a checkpoint only moves synced pages.
 /// Whether it folded every frame (false when a reader or writer held some
 /// back: SQLite's `busy`, or fewer frames moved than the WAL holds).
-pub fn fold_wal(path: &Path) -> Result<bool> {
+/// Run through [`Fold::run`], which decides when one is due.
+fn fold_wal(path: &Path) -> Result<bool> {
     let sql = |source| Error::Sqlite {
         path: path.to_path_buf(),
         source,
@@ -510,7 +511,7 @@ impl Fold {
     /// after the last fold any process recorded (the file
     /// `LEDGER.folded`, the head it folded at; a missing or unreadable one,
     /// or one ahead of this head, counts as no fold), and record this one.
-    /// Whether it folded.
+    /// Whether it ran one.
     ///
     /// The record is what makes the fold happen: a process that only
     /// looked at its own commits missed every multiple of FOLD_EVERY that
@@ -1398,6 +1399,18 @@ mod tests {
         assert_eq!(cp.count, l.head().expect("head").0);
     }
 
+    /// A note of about 200 bytes, signed by `user` (the fold tests need
+    /// entries that fill pages).
+    fn padded_note(user: &SigningKey, i: u64) -> NewEntry {
+        NewEntry {
+            session: "s".into(),
+            actor: Actor::Person,
+            kind: Kind::Note,
+            payload: serde_json::json!({ "i": i, "pad": "x".repeat(200) }),
+            key: user.clone(),
+        }
+    }
+
     /// A fold runs once FOLD_EVERY entries came after the last recorded
     /// one, whichever process appended them: a crossing in a commit made
     /// after a process took its fold (the outcome's, in `sandbox exec`)
@@ -1408,13 +1421,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = dir.path().join("l.db");
         let user = key(7);
-        let note = |i: u64| NewEntry {
-            session: "s".into(),
-            actor: Actor::Person,
-            kind: Kind::Note,
-            payload: serde_json::json!({ "i": i, "pad": "x".repeat(200) }),
-            key: user.clone(),
-        };
+        let note = |i: u64| padded_note(&user, i);
         let size = || std::fs::metadata(&db).expect("db").len();
         let mut l = Ledger::open(&db, true, Some(&user)).expect("open");
         assert_eq!(l.take_fold(), None, "nothing appended, nothing to fold");
@@ -1461,13 +1468,7 @@ mod tests {
         let db = dir.path().join("l.db");
         let user = key(8);
         let mut l = Ledger::open(&db, true, Some(&user)).expect("open");
-        let note = |i: u64| NewEntry {
-            session: "s".into(),
-            actor: Actor::Person,
-            kind: Kind::Note,
-            payload: serde_json::json!({ "i": i }),
-            key: user.clone(),
-        };
+        let note = |i: u64| padded_note(&user, i);
         let marker = marker_path(&db);
         let fifo = std::ffi::CString::new(marker.as_os_str().as_encoded_bytes()).expect("path");
         // SAFETY: mkfifo reads the NUL-terminated path, a live local.
