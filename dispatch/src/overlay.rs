@@ -15,6 +15,7 @@ use retie_snapshot::{
     ComputeOptions, Error as SnapError, Journal, Node, RelPath, Store, Workspace,
 };
 use serde_json::json;
+use sha2::Digest;
 
 use crate::display::visible;
 use crate::Error;
@@ -783,8 +784,12 @@ pub struct ApplyLock {
 
 impl ApplyLock {
     fn path(state: &Path, ws: &Path) -> PathBuf {
-        let name = blake3::hash(ws.as_os_str().as_encoded_bytes()).to_hex();
-        state.join("locks").join(format!("{}.lock", &name[..32]))
+        // SHA-256, which the ledger has already set up in this process:
+        // blake3's first use probes the CPU (a handful of `cpuid`s, each
+        // an exit to the hypervisor on a VM) for a 30-byte input.
+        let digest = sha2::Sha256::digest(ws.as_os_str().as_encoded_bytes());
+        let name: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+        state.join("locks").join(format!("{name}.lock"))
     }
 
     /// After an apply: the lock file's mtime becomes the time of the

@@ -7,7 +7,14 @@
 //!    reach syscalls by another number) and `clone3` answered with ENOSYS
 //!    (its flags live in memory a filter cannot read; ENOSYS makes libc
 //!    fall back to `clone`, whose flags the deny list checks);
-//! 2. seccompiler's program for the deny list, answering EPERM.
+//! 2. a fast path: for the native architecture, a binary search over the
+//!    denied syscall numbers that answers ALLOW at once for every number
+//!    the table does not name (about six compares instead of the whole
+//!    list; the kernel evaluates the filter for every syscall number when
+//!    it is installed, to cache the constant answers, so a linear program
+//!    made the install cost 0.1 ms more; ADR 0415);
+//! 3. seccompiler's program for the deny list, answering EPERM. Every
+//!    named number, and every call of a foreign architecture, reaches it.
 //!
 //! Arguments of type int (ioctl's request, socket's domain) are compared as
 //! 32-bit Dwords: the kernel truncates them, so a 64-bit compare could be
@@ -528,6 +535,110 @@ fn prefix() -> Vec<sock_filter> {
     p
 }
 
+const BPF_JMP_JA: u16 = 0x05;
+/// `seccomp_data.arch` (offset 4) of the architecture retie is built for.
+const AUDIT_ARCH_NATIVE: u32 = if cfg!(target_arch = "aarch64") {
+    0xC000_00B7
+} else {
+    0xC000_003E
+};
+/// Denied numbers per leaf of the fast path's search tree.
+const LEAF: usize = 3;
+
+/// One instruction of the fast path before its jumps are resolved.
+enum Fast {
+    /// `A >= k`: jump `skip` instructions (to the upper half), else fall
+    /// through to the lower half.
+    Ge { k: u32, skip: usize },
+    /// `A == k`: jump `skip` instructions (to this leaf's `Out`).
+    Eq { k: u32, skip: usize },
+    /// The number is not in the table.
+    Allow,
+    /// The number is in the table: on to seccompiler's program.
+    Out,
+}
+
+/// A binary search over `denied` (sorted, distinct): every leaf tests its
+/// few numbers for equality, answers ALLOW when none matches, and
+/// otherwise jumps out to seccompiler's program.
+fn search(denied: &[u32]) -> Vec<Fast> {
+    if denied.len() <= LEAF {
+        let m = denied.len();
+        let mut v: Vec<Fast> = denied
+            .iter()
+            .enumerate()
+            .map(|(i, &k)| Fast::Eq { k, skip: m - i })
+            .collect();
+        v.push(Fast::Allow);
+        v.push(Fast::Out);
+        return v;
+    }
+    let (low, high) = denied.split_at(denied.len() / 2);
+    let low = search(low);
+    let mut v = vec![Fast::Ge {
+        k: high[0],
+        skip: low.len(),
+    }];
+    v.extend(low);
+    v.extend(search(high));
+    v
+}
+
+/// The fast path placed between the prefix and seccompiler's program.
+/// A call of a foreign architecture skips it (seccompiler's architecture
+/// check kills it); a native call whose number no table entry names is
+/// allowed after about log2(n) compares; a named number goes on to
+/// seccompiler's program, which decides on its arguments. So the fast path
+/// can only allow what seccompiler's program would allow: numbers it
+/// never refuses.
+fn fast_path(lists: &[&[Deny]]) -> StepResult<Vec<sock_filter>> {
+    let err = |message: String| SetupError {
+        step: STEP,
+        message,
+        hint: None,
+    };
+    let mut denied = lists
+        .iter()
+        .flat_map(|l| l.iter())
+        .map(|d| {
+            u32::try_from(d.nr).map_err(|_| {
+                err(format!(
+                    "syscall number {} of {} is out of range",
+                    d.nr, d.name
+                ))
+            })
+        })
+        .collect::<StepResult<Vec<u32>>>()?;
+    denied.sort_unstable();
+    denied.dedup();
+    let tree = search(&denied);
+    let short = |skip: usize| {
+        u8::try_from(skip).map_err(|_| err(format!("a jump of {skip} in the fast path")))
+    };
+    let long = |skip: usize| {
+        u32::try_from(skip).map_err(|_| err(format!("a jump of {skip} in the fast path")))
+    };
+    // A = arch; a foreign one jumps over everything to seccompiler.
+    let head = 4;
+    let total = head + tree.len();
+    let mut p = vec![
+        stmt(BPF_LD_W_ABS, 4),
+        jump(BPF_JMP_JEQ_K, AUDIT_ARCH_NATIVE, 1, 0),
+        stmt(BPF_JMP_JA, long(total - 3)?),
+        // A = nr
+        stmt(BPF_LD_W_ABS, 0),
+    ];
+    for (i, t) in tree.iter().enumerate() {
+        p.push(match *t {
+            Fast::Ge { k, skip } => jump(BPF_JMP_JGE_K, k, short(skip)?, 0),
+            Fast::Eq { k, skip } => jump(BPF_JMP_JEQ_K, k, short(skip)?, 0),
+            Fast::Allow => stmt(BPF_RET_K, libc::SECCOMP_RET_ALLOW),
+            Fast::Out => stmt(BPF_JMP_JA, long(total - (head + i) - 1)?),
+        });
+    }
+    Ok(p)
+}
+
 /// The compiled filter: one program, so the kernel JITs and runs one.
 pub struct Filters(BpfProgram);
 
@@ -536,6 +647,7 @@ pub struct Filters(BpfProgram);
 pub fn compile_all(net: &NetMode) -> StepResult<Filters> {
     let lists: Vec<&[Deny]> = tables(net).into_iter().map(|(_, l)| l).collect();
     let mut program = prefix();
+    program.extend(fast_path(&lists)?);
     program.extend(compile(&lists, SeccompAction::Errno(DENY_ERRNO as u32))?);
     Ok(Filters(program))
 }
@@ -570,20 +682,27 @@ mod tests {
     /// A classic-BPF interpreter for the instructions seccompiler and the
     /// prefix emit, run over a `seccomp_data` built from `nr` and `args`.
     fn run_filter(prog: &[sock_filter], nr: i64, args: [u64; 6]) -> Result<u32, String> {
+        let nr = u32::try_from(nr).map_err(|e| e.to_string())?;
+        run(prog, AUDIT_ARCH_NATIVE, nr, args).map(|(answer, _)| answer)
+    }
+
+    /// The interpreter, for any architecture: the answer and how many
+    /// instructions ran.
+    fn run(
+        prog: &[sock_filter],
+        arch: u32,
+        nr: u32,
+        args: [u64; 6],
+    ) -> Result<(u32, usize), String> {
         let mut data = [0u8; 64];
-        data[0..4].copy_from_slice(&i32::try_from(nr).map_err(|e| e.to_string())?.to_ne_bytes());
-        let arch: u32 = if cfg!(target_arch = "aarch64") {
-            0xC000_00B7
-        } else {
-            0xC000_003E
-        };
+        data[0..4].copy_from_slice(&nr.to_ne_bytes());
         data[4..8].copy_from_slice(&arch.to_ne_bytes());
         for (i, a) in args.iter().enumerate() {
             data[16 + 8 * i..24 + 8 * i].copy_from_slice(&a.to_ne_bytes());
         }
         let mut acc: u32 = 0;
         let mut pc = 0usize;
-        for _ in 0..10_000 {
+        for steps in 1..10_000 {
             let ins = prog.get(pc).ok_or("ran off the program")?;
             let k = ins.k;
             pc += 1;
@@ -594,7 +713,7 @@ mod tests {
                     acc = u32::from_ne_bytes([w[0], w[1], w[2], w[3]]);
                 }
                 0x54 => acc &= k,
-                0x06 => return Ok(k),
+                0x06 => return Ok((k, steps)),
                 0x05 => pc += k as usize,
                 0x15 | 0x25 | 0x35 | 0x45 => {
                     let taken = match ins.code {
@@ -647,6 +766,72 @@ mod tests {
             let n = labels.len();
             labels.dedup();
             assert_eq!(labels.len(), n, "{mode:?}: duplicate labels");
+        }
+    }
+
+    /// The fast path changes no answer: for every syscall number (and the
+    /// x32 and out-of-range ones), of the native and a foreign
+    /// architecture, with plain arguments and with each rule's matching
+    /// arguments, the filter answers exactly as the prefix and
+    /// seccompiler's program alone. And it is fast: a number no rule
+    /// names is allowed within a dozen instructions.
+    #[test]
+    fn the_fast_path_answers_as_the_deny_list_and_allows_in_few_steps() {
+        const AUDIT_ARCH_I386: u32 = 0x4000_0003;
+        for mode in modes() {
+            let lists: Vec<&[Deny]> = tables(&mode).into_iter().map(|(_, l)| l).collect();
+            let Ok(Filters(fast)) = compile_all(&mode) else {
+                panic!("{mode:?}: the filter does not compile");
+            };
+            let mut plain = prefix();
+            let Ok(list) = compile(&lists, SeccompAction::Errno(DENY_ERRNO as u32)) else {
+                panic!("{mode:?}: the deny list does not compile");
+            };
+            plain.extend(list);
+            let table = deny_table(&mode);
+            let named: Vec<u32> = table
+                .iter()
+                .filter_map(|d| u32::try_from(d.nr).ok())
+                .collect();
+            let mut argsets = vec![[0u64; 6], [u64::MAX; 6], [0xffff_ffff; 6]];
+            argsets.extend(table.iter().filter_map(|d| d.matching_args([0; 6])));
+            let mut nrs: Vec<u32> = (0..1024).collect();
+            nrs.extend([
+                0x3fff_ffff,
+                0x4000_0000,
+                0x4000_0010,
+                0x7fff_ffff,
+                0x8000_0000,
+                u32::MAX,
+            ]);
+            let mut longest_allow = 0;
+            for arch in [AUDIT_ARCH_NATIVE, AUDIT_ARCH_I386] {
+                for &nr in &nrs {
+                    for args in &argsets {
+                        let want = run(&plain, arch, nr, *args).map(|(a, _)| a);
+                        let got = run(&fast, arch, nr, *args);
+                        assert_eq!(
+                            got.as_ref().map(|(a, _)| *a).map_err(Clone::clone),
+                            want,
+                            "{mode:?}: arch {arch:#x} nr {nr} args {args:x?}"
+                        );
+                        if let Ok((answer, steps)) = got {
+                            if arch == AUDIT_ARCH_NATIVE
+                                && nr < 0x4000_0000
+                                && !named.contains(&nr)
+                                && nr != CLONE3_NR
+                            {
+                                assert_eq!(answer, libc::SECCOMP_RET_ALLOW, "{mode:?}: nr {nr}");
+                                longest_allow = longest_allow.max(steps);
+                            }
+                        }
+                    }
+                }
+            }
+            assert!(
+                longest_allow <= 14,
+                "{mode:?}: an unnamed syscall takes {longest_allow} instructions to allow"
+            );
         }
     }
 
