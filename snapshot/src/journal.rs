@@ -169,14 +169,18 @@ pub struct JournalLock {
 
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
-/// A fresh 16-hex-digit id.
+/// A fresh 16-hex-digit id: the time, the process and a counter, mixed
+/// by SipHash under a key from the OS (std's `RandomState`). Unique, not
+/// secret; blake3 here probed the CPU at every process's first id (a
+/// handful of `cpuid`s, each an exit to the hypervisor on a VM).
 pub fn new_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let mut h = blake3::Hasher::new();
-    h.update(&nanos().to_le_bytes());
-    h.update(&std::process::id().to_le_bytes());
-    h.update(&n.to_le_bytes());
-    h.finalize().to_hex()[..16].to_string()
+    let mut h = std::hash::RandomState::new().build_hasher();
+    h.write_u128(nanos());
+    h.write_u32(std::process::id());
+    h.write_u64(n);
+    format!("{:016x}", h.finish())
 }
 
 /// Ids are file names: accept only `[0-9A-Za-z_-]{1,64}`.
