@@ -26,6 +26,9 @@ pub struct ProbeArgs {
     /// A host pid that must be invisible and unsignalable.
     #[arg(long)]
     pub host_pid: Option<i32>,
+    /// The host's network namespace (`net:[INODE]`), which must not be ours.
+    #[arg(long)]
+    pub host_netns: Option<String>,
 }
 
 /// One probe's verdict.
@@ -623,6 +626,21 @@ fn battery(args: &ProbeArgs) -> Vec<ProbeResult> {
     }
 
     // --- network ---------------------------------------------------------------
+    if let Some(host) = &args.host_netns {
+        // The wall itself, not its effects: seccomp refuses every socket
+        // but AF_UNIX and Landlock may scope abstract sockets, so the
+        // probes below could pass in the host's namespace too.
+        let mine = std::fs::read_link("/proc/self/ns/net")
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|e| format!("unreadable: {e}"));
+        let own = mine.starts_with("net:[") && mine != *host;
+        b.record(
+            "own network namespace",
+            &format!("a namespace other than the host's {host}"),
+            mine,
+            own,
+        );
+    }
     if let Some(name) = &args.abstract_socket {
         b.expect_one_of(
             "host abstract unix socket unreachable",

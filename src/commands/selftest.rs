@@ -169,6 +169,9 @@ fn selftest(args: &SelftestArgs) -> Result<(Vec<ProbeResult>, i32), CliError> {
         "--host-pid".into(),
         my_pid.to_string(),
     ]);
+    let host_netns = std::fs::read_link("/proc/self/ns/net")
+        .map_err(|e| CliError::io("reading this process's network namespace", e))?;
+    argv.extend(["--host-netns".into(), host_netns.display().to_string()]);
 
     let spec = Sandbox::builder(&argv)
         .workspace(ws.path())

@@ -37,6 +37,7 @@ const REQUIRED_PROBES: &[&str] = &[
     "write through a workspace symlink to /etc refused",
     "/proc/sys/kernel/hostname read-only",
     "host pids invisible",
+    "own network namespace",
     "host abstract unix socket unreachable",
     "interfaces",
     "no IPv4 route",

@@ -105,7 +105,10 @@ pub fn start(spec: &SandboxSpec, stdio: Stdio) -> Result<Started> {
     let forked = match &lab_ns {
         // SAFETY: single-threaded (checked above); the child only runs the
         // set-up recipe and then execs or _exits.
-        None => unsafe { sys::clone_namespaces(NAMESPACES) }.map_err(clone_error)?,
+        // Without the network namespace, which init creates itself on the
+        // other CPU (init::netns, ADR 0415).
+        None => unsafe { sys::clone_namespaces(NAMESPACES & !libc::CLONE_NEWNET) }
+            .map_err(clone_error)?,
         // SAFETY: as above. The net stage wires the network, clones init
         // (without CLONE_NEWNET: init inherits the wired namespace) and
         // writes its id maps itself.
@@ -118,6 +121,7 @@ pub fn start(spec: &SandboxSpec, stdio: Stdio) -> Result<Started> {
             )
         }?,
     };
+    let own_network = lab_ns.is_none();
     drop(lab_ns);
     let (pid, pidfd) = match forked {
         Forked::Child => {
@@ -132,6 +136,7 @@ pub fn start(spec: &SandboxSpec, stdio: Stdio) -> Result<Started> {
                 idmapped,
                 ro_trees,
                 layered_trees,
+                own_network,
             })
         }
         Forked::Parent { pid, pidfd } => (pid, pidfd),

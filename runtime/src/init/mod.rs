@@ -19,6 +19,7 @@ pub mod fds;
 pub mod identity;
 pub mod landlock;
 pub mod layered;
+pub mod netns;
 pub mod procfs;
 pub mod rlimits;
 pub mod rootfs;
@@ -59,11 +60,24 @@ pub struct InitArgs<'a> {
     pub ro_trees: Vec<OwnedFd>,
     /// Detached trees for the layered binds (same rule as `ro_trees`).
     pub layered_trees: Vec<OwnedFd>,
+    /// Cloned without a network namespace: init creates its own first
+    /// ([`netns`]). False in the lab modes, whose namespace was wired.
+    pub own_network: bool,
 }
 
 /// Run as PID 1 and never return.
 pub fn main(args: InitArgs<'_>) -> ! {
     let status = args.status.as_fd();
+    // First: a task that makes our own network namespace beside the
+    // set-up (see netns), joined before the capabilities drop. A failure
+    // is reported by set-up.
+    let network = if args.own_network {
+        // SAFETY: init is single-threaded; the `Pending` it returns owns
+        // everything the task reads until it is reaped.
+        unsafe { netns::start() }.map(Some)
+    } else {
+        Ok(None)
+    };
     // While the supervisor writes our id maps (init has nothing else to do
     // until then), the work that needs neither them nor the new root: the
     // seccomp filter compiled, and everything the command's child will
@@ -75,7 +89,7 @@ pub fn main(args: InitArgs<'_>) -> ! {
     let reset = crate::command::dispositions_to_reset();
     let mut spawn =
         crate::command::Spawn::prepare(&args.spec.argv, &args.spec.env, &args.stdio, reset);
-    match setup_and_wait(&args, filters) {
+    match network.and_then(|net| setup_and_wait(&args, filters, net)) {
         Ok(enforced) => {
             let ready = Report::Ready {
                 landlock_abi: enforced.abi,
@@ -136,6 +150,7 @@ pub fn main(args: InitArgs<'_>) -> ! {
 fn setup_and_wait(
     args: &InitArgs<'_>,
     filters: StepResult<seccomp::Filters>,
+    network: Option<netns::Pending>,
 ) -> StepResult<landlock::Enforced> {
     let spec = args.spec;
     // A dying supervisor takes the sandbox with it.
@@ -192,6 +207,11 @@ fn setup_and_wait(
     // network was wired before this process existed (host::net_stage, run
     // by the supervisor's net stage); init has no capability over it.
     rlimits::apply(&spec.limits)?;
+    // Made beside the set-up (see `main`): entered while init still has
+    // the capability to.
+    if let Some(net) = network {
+        net.join()?;
+    }
     // Compiled before set-up began (see `main`); a failure is this step's.
     let filters = filters?;
     caps::drop_all()?;

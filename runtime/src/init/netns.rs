@@ -1,0 +1,234 @@
+//! The sandbox's own network namespace, when no lab network was wired for
+//! it: made by a helper task beside init's set-up, entered before the
+//! capabilities drop.
+//!
+//! Creating a network namespace costs about 0.27 ms of kernel time on the
+//! project's VM, most of what a sandbox's clone cost, and the clone blocks
+//! the supervisor (ADR 0415). So the supervisor clones init without
+//! `CLONE_NEWNET`, and init's first act is to start a small task in its
+//! own memory and descriptor table (`clone(CLONE_VM | CLONE_FILES)`, like
+//! the command's spawn) whose one job is `unshare(CLONE_NEWNET)` and to
+//! open its new namespace (`/proc/thread-self/ns/net`, through a `/proc`
+//! descriptor init opened before the clone, so init's pivot cannot race
+//! it). The task then exits. init mounts the sandbox's tree meanwhile, then
+//! [`Pending::join`]s: reaps the task and `setns`es into the namespace by
+//! that descriptor. Both hold every capability in the sandbox's user
+//! namespace from the clone on, so neither needs an id map, and the
+//! namespace belongs to that user namespace.
+//!
+//! Nothing touches the network before the join: init opens no socket
+//! during set-up, and the command starts long after it. Any failure (the
+//! task's start, its unshare or open, the `setns`) is a set-up failure
+//! like any other, reported with the step's name: the command never starts
+//! in the caller's network namespace.
+
+use std::ffi::c_void;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use super::{SetupError, StepResult};
+
+const STEP: &str = "network namespace";
+
+/// The task's stack: a few frames of raw system calls, a guard page below.
+const STACK_SIZE: usize = 32 * 1024;
+
+/// Shared with the task (CLONE_VM).
+struct Shared {
+    /// `/proc` (init's, opened before the clone; the descriptor table is
+    /// shared, so the number is the task's too).
+    proc: i32,
+    /// Set by the task before it exits: the descriptor of its new network
+    /// namespace (>= 0), or minus the errno of what failed.
+    result: AtomicI32,
+}
+
+/// A network namespace being made; [`Pending::join`] enters it. Dropped
+/// unjoined (a set-up step failed first), the task is reaped and its
+/// namespace closed.
+pub struct Pending {
+    pid: libc::pid_t,
+    /// Kept open until the task is reaped.
+    _proc: OwnedFd,
+    stack: (*mut c_void, usize),
+    /// Read and written by the task through a pointer: boxed, so it does
+    /// not move.
+    shared: Box<Shared>,
+    reaped: bool,
+}
+
+fn error(what: &str, e: std::io::Error) -> SetupError {
+    SetupError {
+        step: STEP,
+        message: format!("{what}: {e}"),
+        hint: Some(
+            "the kernel must allow network namespaces in user namespaces (CONFIG_NET_NS)".into(),
+        ),
+    }
+}
+
+/// Start the task that makes the namespace.
+///
+/// # Safety
+/// The calling process must be single-threaded (init is): the task shares
+/// its memory and descriptor table and writes `Shared` while init goes on,
+/// so init must not free or move anything the task uses before the task
+/// is reaped ([`Pending`] owns all of it).
+pub unsafe fn start() -> StepResult<Pending> {
+    use rustix::mm::{MapFlags, ProtFlags};
+    let proc = rustix::fs::open(
+        "/proc",
+        rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(|e| error("opening /proc", e.into()))?;
+    let shared = Box::new(Shared {
+        proc: proc.as_raw_fd(),
+        result: AtomicI32::new(-libc::ECHILD),
+    });
+    let page = rustix::param::page_size();
+    let len = STACK_SIZE + page;
+    // SAFETY: a fresh anonymous private mapping at an address the kernel
+    // chooses; no existing memory is touched.
+    let base = unsafe {
+        rustix::mm::mmap_anonymous(
+            std::ptr::null_mut(),
+            len,
+            ProtFlags::READ | ProtFlags::WRITE,
+            MapFlags::PRIVATE | MapFlags::STACK,
+        )
+    }
+    .map_err(|e| error("mapping the network task's stack", e.into()))?;
+    // SAFETY: the lowest page of the mapping just made, which nothing
+    // references yet, becomes inaccessible: an overflow of the task's
+    // stack faults instead of writing into init's memory.
+    if let Err(e) = unsafe { rustix::mm::mprotect(base, page, rustix::mm::MprotectFlags::empty()) }
+    {
+        // SAFETY: the mapping made above; nothing uses it.
+        let _ = unsafe { rustix::mm::munmap(base, len) };
+        return Err(error("guarding the network task's stack", e.into()));
+    }
+    // SAFETY: `task` runs on the top of the mapping (16-byte aligned, as
+    // the mapping is page-aligned) and uses only `shared`, which the
+    // returned `Pending` owns (boxed, never moved) and keeps alive, with
+    // the stack and the /proc descriptor, until the task is reaped.
+    // CLONE_FILES: the descriptor it opens is init's too. No CLONE_FS (its
+    // root and working directory are its own copies; it resolves nothing
+    // by path but under `proc`), no CLONE_SIGHAND (its dispositions are a
+    // copy; it blocks every signal first), no CLONE_THREAD. The caller
+    // guarantees a single thread.
+    let pid = unsafe {
+        libc::clone(
+            task,
+            base.cast::<u8>().add(len).cast::<c_void>(),
+            libc::CLONE_VM | libc::CLONE_FILES | libc::SIGCHLD,
+            std::ptr::from_ref::<Shared>(&shared)
+                .cast_mut()
+                .cast::<c_void>(),
+        )
+    };
+    if pid < 0 {
+        let e = std::io::Error::last_os_error();
+        // SAFETY: no task runs on the mapping (the clone failed).
+        let _ = unsafe { rustix::mm::munmap(base, len) };
+        return Err(error("starting the network task", e));
+    }
+    Ok(Pending {
+        pid,
+        _proc: proc,
+        stack: (base, len),
+        shared,
+        reaped: false,
+    })
+}
+
+impl Pending {
+    /// Wait for the task, then enter its network namespace.
+    pub fn join(mut self) -> StepResult {
+        self.reap();
+        let r = self.shared.result.swap(-libc::EBADF, Ordering::SeqCst);
+        if r < 0 {
+            return Err(error(
+                "cannot create the sandbox's network namespace",
+                std::io::Error::from_raw_os_error(-r),
+            ));
+        }
+        // SAFETY: the task opened this descriptor in the table we share and
+        // is gone; nothing else owns it (the swap above took it).
+        let ns = unsafe { OwnedFd::from_raw_fd(r) };
+        rustix::thread::move_into_link_name_space(
+            ns.as_fd(),
+            Some(rustix::thread::LinkNameSpaceType::Network),
+        )
+        .map_err(|e| error("entering the sandbox's network namespace", e.into()))
+    }
+
+    fn reap(&mut self) {
+        if self.reaped {
+            return;
+        }
+        if let Some(pid) = crate::sys::pid(self.pid) {
+            while let Err(rustix::io::Errno::INTR) =
+                rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty())
+            {
+            }
+        }
+        // SAFETY: the task that ran on this mapping is dead and reaped; no
+        // reference to the mapping remains.
+        let _ = unsafe { rustix::mm::munmap(self.stack.0, self.stack.1) };
+        self.reaped = true;
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        self.reap();
+        let r = self.shared.result.swap(-libc::EBADF, Ordering::SeqCst);
+        if r >= 0 {
+            // SAFETY: the namespace descriptor the task opened, never
+            // taken by `join` (the swap says so).
+            drop(unsafe { OwnedFd::from_raw_fd(r) });
+        }
+    }
+}
+
+/// The task, on its own stack in init's memory: raw system calls only
+/// (rustix's raw backend), no allocation, no lock, no errno.
+extern "C" fn task(arg: *mut c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `Shared` that `start` passed, alive and unmoved
+    // until this task is reaped.
+    let s = unsafe { &*arg.cast::<Shared>() };
+    // SAFETY: `all` is a filled (valid) set on this stack the kernel only
+    // reads; the old-value pointer is NULL; 8 is the kernel's sigset size.
+    // Called with these arguments it cannot fail, so errno is not written.
+    unsafe {
+        let all: u64 = u64::MAX;
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK,
+            &all,
+            std::ptr::null_mut::<u64>(),
+            8,
+        );
+    }
+    // SAFETY: this task has its own nsproxy (no CLONE_THREAD);
+    // CLONE_NEWNET changes only which network namespace it is in.
+    let made = unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWNET) };
+    let result = made.and_then(|()| {
+        // SAFETY: init's /proc descriptor, open until this task is reaped.
+        let proc = unsafe { BorrowedFd::borrow_raw(s.proc) };
+        rustix::fs::openat(
+            proc,
+            c"thread-self/ns/net",
+            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+    });
+    let code = match result {
+        // The descriptor now belongs to init (shared table): not closed here.
+        Ok(fd) => std::mem::ManuallyDrop::new(fd).as_raw_fd(),
+        Err(e) => -e.raw_os_error(),
+    };
+    s.result.store(code, Ordering::SeqCst);
+    0
+}
