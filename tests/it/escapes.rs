@@ -426,3 +426,63 @@ fn sandbox_runs_unprivileged_on_the_host() {
         let _ = child.wait();
     }
 }
+
+/// A sandbox that cannot have a network namespace of its own never runs
+/// its command (ADR 0415: the namespace is made by a task beside init's
+/// set-up). retie runs two user namespaces down, below one whose limit on
+/// network namespaces is 0, so the kernel refuses the task's unshare
+/// (ENOSPC): the run stops at set-up, names the step and the limit, exits
+/// 125, and the command's file never appears. The same run without the
+/// limit writes it.
+#[test]
+fn without_a_network_namespace_of_its_own_the_command_never_runs() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        for limited in [true, false] {
+            let limit = if limited {
+                "echo 0 > /proc/sys/user/max_net_namespaces && "
+            } else {
+                ""
+            };
+            let script =
+                format!("{limit}exec unshare --user --map-user=1000 --map-group=1000 \"$@\"");
+            let mut cmd = match leg {
+                Leg::Invoker => std::process::Command::new("unshare"),
+                Leg::Nobody => {
+                    let mut c = std::process::Command::new("setpriv");
+                    c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+                        .arg("unshare");
+                    c
+                }
+            };
+            cmd.args(["--user", "--map-root-user", "sh", "-c", &script, "sh"])
+                .arg(bin(leg))
+                .args(["sandbox", "exec", "-w"])
+                .arg(&s.ws)
+                .args(["--", "sh", "-c", "echo ran > ran"])
+                .env("HOME", &s.home)
+                .env("XDG_STATE_HOME", s.home.join(".local/state"))
+                .env("XDG_CONFIG_HOME", s.home.join(".config"))
+                .env("XDG_RUNTIME_DIR", &s.home)
+                .current_dir(&s.ws)
+                .stdin(std::process::Stdio::null());
+            let o = cmd.output().expect("run unshare");
+            let ran = s.ws.join("ran").exists();
+            if limited {
+                assert_code(&o, 125, &format!("{leg:?}: limit 0"));
+                let err = stderr(&o);
+                assert!(
+                    err.contains("step `network namespace`") && err.contains("max_net_namespaces"),
+                    "{leg:?}: {err}"
+                );
+                assert!(
+                    !ran,
+                    "{leg:?}: the command ran without its own network namespace"
+                );
+            } else {
+                assert_code(&o, 0, &format!("{leg:?}: no limit"));
+                assert!(ran, "{leg:?}: the control run did not write its file");
+            }
+        }
+    }
+}

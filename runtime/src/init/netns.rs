@@ -24,6 +24,7 @@
 
 use std::ffi::c_void;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use super::{SetupError, StepResult};
@@ -33,13 +34,17 @@ const STEP: &str = "network namespace";
 /// The task's stack: a few frames of raw system calls, a guard page below.
 const STACK_SIZE: usize = 32 * 1024;
 
+/// The task's result before it stores one: it died first.
+const NO_RESULT: i32 = i32::MIN;
+
 /// Shared with the task (CLONE_VM).
 struct Shared {
     /// `/proc` (init's, opened before the clone; the descriptor table is
     /// shared, so the number is the task's too).
     proc: i32,
     /// Set by the task before it exits: the descriptor of its new network
-    /// namespace (>= 0), or minus the errno of what failed.
+    /// namespace (>= 0), or minus the errno of what failed; [`NO_RESULT`]
+    /// until then.
     result: AtomicI32,
 }
 
@@ -49,21 +54,30 @@ struct Shared {
 pub struct Pending {
     pid: libc::pid_t,
     /// Kept open until the task is reaped.
-    _proc: OwnedFd,
+    proc: OwnedFd,
     stack: (*mut c_void, usize),
-    /// Read and written by the task through a pointer: boxed, so it does
-    /// not move.
-    shared: Box<Shared>,
+    /// Read and written by the task: a raw allocation (`Box::into_raw`)
+    /// that no Rust reference owns while the task may use it, freed in
+    /// `Drop` after the task is reaped.
+    shared: NonNull<Shared>,
     reaped: bool,
 }
 
-fn error(what: &str, e: std::io::Error) -> SetupError {
+fn error(what: &str, e: &std::io::Error) -> SetupError {
+    let hint = match e.raw_os_error() {
+        Some(libc::ENOSPC) => {
+            "the user's limit on network namespaces is reached (/proc/sys/user/max_net_namespaces)"
+        }
+        Some(libc::EPERM) => {
+            "network namespaces are refused here (a container or security policy forbids them)"
+        }
+        Some(libc::EINVAL) => "the kernel lacks network namespaces (CONFIG_NET_NS)",
+        _ => "the kernel must allow network namespaces in user namespaces",
+    };
     SetupError {
         step: STEP,
         message: format!("{what}: {e}"),
-        hint: Some(
-            "the kernel must allow network namespaces in user namespaces (CONFIG_NET_NS)".into(),
-        ),
+        hint: Some(hint.into()),
     }
 }
 
@@ -81,11 +95,7 @@ pub unsafe fn start() -> StepResult<Pending> {
         rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
         rustix::fs::Mode::empty(),
     )
-    .map_err(|e| error("opening /proc", e.into()))?;
-    let shared = Box::new(Shared {
-        proc: proc.as_raw_fd(),
-        result: AtomicI32::new(-libc::ECHILD),
-    });
+    .map_err(|e| error("opening /proc", &e.into()))?;
     let page = rustix::param::page_size();
     let len = STACK_SIZE + page;
     // SAFETY: a fresh anonymous private mapping at an address the kernel
@@ -98,7 +108,7 @@ pub unsafe fn start() -> StepResult<Pending> {
             MapFlags::PRIVATE | MapFlags::STACK,
         )
     }
-    .map_err(|e| error("mapping the network task's stack", e.into()))?;
+    .map_err(|e| error("mapping the network task's stack", &e.into()))?;
     // SAFETY: the lowest page of the mapping just made, which nothing
     // references yet, becomes inaccessible: an overflow of the task's
     // stack faults instead of writing into init's memory.
@@ -106,61 +116,113 @@ pub unsafe fn start() -> StepResult<Pending> {
     {
         // SAFETY: the mapping made above; nothing uses it.
         let _ = unsafe { rustix::mm::munmap(base, len) };
-        return Err(error("guarding the network task's stack", e.into()));
+        return Err(error("guarding the network task's stack", &e.into()));
     }
+    let shared = NonNull::from(Box::leak(Box::new(Shared {
+        proc: proc.as_raw_fd(),
+        result: AtomicI32::new(NO_RESULT),
+    })));
+    // The task starts with every signal blocked (it inherits the mask),
+    // so no handler of init's ever runs on its stack and no terminal stop
+    // signal reaches it; init's own mask is restored at once.
+    // SAFETY: sigfillset writes a valid full set into `all`.
+    let all = unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        all
+    };
+    let old = block(&all);
     // SAFETY: `task` runs on the top of the mapping (16-byte aligned, as
-    // the mapping is page-aligned) and uses only `shared`, which the
-    // returned `Pending` owns (boxed, never moved) and keeps alive, with
-    // the stack and the /proc descriptor, until the task is reaped.
+    // the mapping is page-aligned) and uses only `*shared`, a leaked
+    // allocation the returned `Pending` frees only after the task is
+    // reaped, as it unmaps the stack and closes `proc` only then.
     // CLONE_FILES: the descriptor it opens is init's too. No CLONE_FS (its
     // root and working directory are its own copies; it resolves nothing
     // by path but under `proc`), no CLONE_SIGHAND (its dispositions are a
-    // copy; it blocks every signal first), no CLONE_THREAD. The caller
+    // copy, and every signal is blocked), no CLONE_THREAD. The caller
     // guarantees a single thread.
     let pid = unsafe {
         libc::clone(
             task,
             base.cast::<u8>().add(len).cast::<c_void>(),
             libc::CLONE_VM | libc::CLONE_FILES | libc::SIGCHLD,
-            std::ptr::from_ref::<Shared>(&shared)
-                .cast_mut()
-                .cast::<c_void>(),
+            shared.as_ptr().cast::<c_void>(),
         )
     };
+    let cloned = std::io::Error::last_os_error();
+    block(&old);
     if pid < 0 {
-        let e = std::io::Error::last_os_error();
-        // SAFETY: no task runs on the mapping (the clone failed).
-        let _ = unsafe { rustix::mm::munmap(base, len) };
-        return Err(error("starting the network task", e));
+        // SAFETY: no task runs on the mapping or uses `shared` (the clone
+        // failed); both were made above and nothing else references them.
+        unsafe {
+            let _ = rustix::mm::munmap(base, len);
+            drop(Box::from_raw(shared.as_ptr()));
+        }
+        return Err(error("starting the network task", &cloned));
     }
     Ok(Pending {
         pid,
-        _proc: proc,
+        proc,
         stack: (base, len),
         shared,
         reaped: false,
     })
 }
 
+/// Set the signal mask to `set`, returning the one before.
+fn block(set: &libc::sigset_t) -> libc::sigset_t {
+    // SAFETY: `set` and `old` are valid sigsets; pthread_sigmask only
+    // reads the one and writes the other.
+    unsafe {
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::pthread_sigmask(libc::SIG_SETMASK, set, &mut old);
+        old
+    }
+}
+
 impl Pending {
-    /// Wait for the task, then enter its network namespace.
+    /// Wait for the task, then enter its network namespace, after checking
+    /// it is not the one init is in.
     pub fn join(mut self) -> StepResult {
         self.reap();
-        let r = self.shared.result.swap(-libc::EBADF, Ordering::SeqCst);
+        // SAFETY: the task is reaped: nothing else reads or writes `shared`.
+        let r = unsafe { self.shared.as_ref() }
+            .result
+            .swap(NO_RESULT, Ordering::SeqCst);
+        if r == NO_RESULT {
+            return Err(error(
+                "the network task died before it made a namespace",
+                &std::io::Error::from_raw_os_error(libc::ECHILD),
+            ));
+        }
         if r < 0 {
             return Err(error(
                 "cannot create the sandbox's network namespace",
-                std::io::Error::from_raw_os_error(-r),
+                &std::io::Error::from_raw_os_error(-r),
             ));
         }
         // SAFETY: the task opened this descriptor in the table we share and
         // is gone; nothing else owns it (the swap above took it).
         let ns = unsafe { OwnedFd::from_raw_fd(r) };
+        let new =
+            rustix::fs::fstat(&ns).map_err(|e| error("reading the new namespace", &e.into()))?;
+        let ours = rustix::fs::statat(
+            &self.proc,
+            c"thread-self/ns/net",
+            rustix::fs::AtFlags::empty(),
+        )
+        .map_err(|e| error("reading init's network namespace", &e.into()))?;
+        if (new.st_dev, new.st_ino) == (ours.st_dev, ours.st_ino) {
+            return Err(error(
+                "the network task returned the namespace init is already in",
+                &std::io::Error::from_raw_os_error(libc::EEXIST),
+            ));
+        }
         rustix::thread::move_into_link_name_space(
             ns.as_fd(),
             Some(rustix::thread::LinkNameSpaceType::Network),
         )
-        .map_err(|e| error("entering the sandbox's network namespace", e.into()))
+        .map_err(|e| error("entering the sandbox's network namespace", &e.into()))
     }
 
     fn reap(&mut self) {
@@ -183,34 +245,25 @@ impl Pending {
 impl Drop for Pending {
     fn drop(&mut self) {
         self.reap();
-        let r = self.shared.result.swap(-libc::EBADF, Ordering::SeqCst);
+        // SAFETY: the task is reaped, so nothing else uses `shared`, which
+        // came from `Box::leak` in `start` and is freed here only.
+        let shared = unsafe { Box::from_raw(self.shared.as_ptr()) };
+        let r = shared.result.load(Ordering::SeqCst);
         if r >= 0 {
             // SAFETY: the namespace descriptor the task opened, never
-            // taken by `join` (the swap says so).
+            // taken by `join` (which resets the value when it takes it).
             drop(unsafe { OwnedFd::from_raw_fd(r) });
         }
     }
 }
 
-/// The task, on its own stack in init's memory: raw system calls only
-/// (rustix's raw backend), no allocation, no lock, no errno.
+/// The task, on its own stack in init's memory, every signal blocked:
+/// raw system calls only (rustix's raw backend), no allocation, no lock,
+/// no errno.
 extern "C" fn task(arg: *mut c_void) -> libc::c_int {
     // SAFETY: `arg` is the `Shared` that `start` passed, alive and unmoved
-    // until this task is reaped.
+    // until this task is reaped; init touches it only after.
     let s = unsafe { &*arg.cast::<Shared>() };
-    // SAFETY: `all` is a filled (valid) set on this stack the kernel only
-    // reads; the old-value pointer is NULL; 8 is the kernel's sigset size.
-    // Called with these arguments it cannot fail, so errno is not written.
-    unsafe {
-        let all: u64 = u64::MAX;
-        libc::syscall(
-            libc::SYS_rt_sigprocmask,
-            libc::SIG_SETMASK,
-            &all,
-            std::ptr::null_mut::<u64>(),
-            8,
-        );
-    }
     // SAFETY: this task has its own nsproxy (no CLONE_THREAD);
     // CLONE_NEWNET changes only which network namespace it is in.
     let made = unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWNET) };
