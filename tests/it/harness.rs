@@ -36,31 +36,65 @@ pub fn legs() -> Vec<Leg> {
 }
 
 struct Shared {
-    /// World-readable directory holding a copy of the binary.
-    _dir: tempfile::TempDir,
     bin: PathBuf,
+}
+
+/// The copy's directory, removed when the test process exits (a static's
+/// TempDir is never dropped: every run of the suite left 345 MB of debug
+/// binaries in the temporary directory).
+static SHARED_DIR: OnceLock<PathBuf> = OnceLock::new();
+
+extern "C" fn remove_shared_dir() {
+    if let Some(d) = SHARED_DIR.get() {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
+
+/// Copies left by a test process that was killed (its exit handler never
+/// ran): removed once they are a day old.
+fn sweep_stale_copies() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let old = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > std::time::Duration::from_secs(24 * 3600));
+        if old && e.file_name().to_string_lossy().starts_with("retie-it-bin-") {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 fn shared() -> &'static Shared {
     static S: OnceLock<Shared> = OnceLock::new();
     S.get_or_init(|| {
+        sweep_stale_copies();
         let dir = tempfile::Builder::new()
             .prefix("retie-it-bin-")
             .tempdir()
-            .expect("tempdir");
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
-            .expect("chmod");
+            .expect("tempdir")
+            .keep();
+        let _ = SHARED_DIR.set(dir.clone());
+        // SAFETY: registers a function without arguments or captured state,
+        // which only reads a static set just above.
+        unsafe { libc::atexit(remove_shared_dir) };
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
         // retie execs retie-agent, beside it, for the agent's commands.
         for (from, name) in [
             (env!("CARGO_BIN_EXE_retie"), "retie"),
             (env!("CARGO_BIN_EXE_retie-agent"), "retie-agent"),
         ] {
-            let to = dir.path().join(name);
+            let to = dir.join(name);
             std::fs::copy(from, &to).expect("copy retie");
             std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755)).expect("chmod");
         }
-        let bin = dir.path().join("retie");
-        Shared { _dir: dir, bin }
+        Shared {
+            bin: dir.join("retie"),
+        }
     })
 }
 
