@@ -283,11 +283,7 @@ impl Drop for OverlayRun {
         if let Some(trash) = trash {
             let to = trash.join(&self.id);
             let moved = std::fs::rename(&self.dir, &to).is_ok()
-                || (std::fs::DirBuilder::new()
-                    .mode(0o700)
-                    .create(&trash)
-                    .is_ok()
-                    && std::fs::rename(&self.dir, &to).is_ok());
+                || (shared_dir(&trash) && std::fs::rename(&self.dir, &to).is_ok());
             if moved {
                 return;
             }
@@ -401,11 +397,7 @@ fn put_spare(dir: &Path, owner: Option<(u32, u32)>) -> bool {
         let _ = std::fs::set_permissions(&ww, std::fs::Permissions::from_mode(0o700));
         let to = state.join(TRASH).join(format!("{id}-work"));
         let moved = std::fs::rename(&ww, &to).is_ok()
-            || (std::fs::DirBuilder::new()
-                .mode(0o700)
-                .create(state.join(TRASH))
-                .is_ok()
-                && std::fs::rename(&ww, &to).is_ok());
+            || (shared_dir(&state.join(TRASH)) && std::fs::rename(&ww, &to).is_ok());
         if !moved {
             return false;
         }
@@ -425,11 +417,7 @@ fn put_spare(dir: &Path, owner: Option<(u32, u32)>) -> bool {
         Ok(()) => true,
         Err(rustix::io::Errno::NOENT) => {
             // The first spare: make the directory, then try once more.
-            std::fs::DirBuilder::new()
-                .mode(0o700)
-                .create(&spare)
-                .is_ok()
-                && rename().is_ok()
+            shared_dir(&spare) && rename().is_ok()
         }
         Err(_) => false,
     }
@@ -455,7 +443,9 @@ pub fn tidy(state: &Path, owner: Option<(u32, u32)>) {
             if e.kind() != std::io::ErrorKind::NotFound {
                 return Err(e);
             }
-            make_dir(&spare)?;
+            if !shared_dir(&spare) {
+                return Err(std::io::Error::other("no spare directory"));
+            }
             make_dir(&tmp)?;
         }
         make_layers(&tmp, owner)?;
@@ -463,6 +453,21 @@ pub fn tidy(state: &Path, owner: Option<(u32, u32)>) {
     })();
     if made.is_err() {
         remove_run_dir(&tmp);
+    }
+}
+
+/// Make one of the state's shared directories (`spare`, `trash`), which
+/// another thread or process may be making at the same moment (the run's
+/// housekeeping thread makes `spare` while the run puts its directory
+/// back there): true if it is a directory now, made here or there, never
+/// a symlink.
+fn shared_dir(d: &Path) -> bool {
+    match std::fs::DirBuilder::new().mode(0o700).create(d) {
+        Ok(()) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            std::fs::symlink_metadata(d).is_ok_and(|m| m.is_dir())
+        }
+        Err(_) => false,
     }
 }
 
@@ -1108,6 +1113,25 @@ pub fn root_owner(workspace: &Path) -> Result<Option<(u32, u32)>, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The state's shared directories may be made by two at once (the
+    /// first run's housekeeping thread made `spare` while the run put its
+    /// directory there, and the run sent it to the trash instead: a
+    /// timing the CI hit). Made elsewhere first is as good as made here;
+    /// a symlink in its place is not.
+    #[test]
+    fn a_shared_directory_made_by_another_is_taken_and_a_symlink_is_not() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let d = t.path().join("spare");
+        assert!(shared_dir(&d), "made here");
+        assert!(shared_dir(&d), "made already (by another thread)");
+        let elsewhere = t.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).expect("mkdir");
+        let link = t.path().join("trash");
+        std::os::unix::fs::symlink(&elsewhere, &link).expect("symlink");
+        assert!(!shared_dir(&link), "a symlink is no shared directory");
+        assert!(!shared_dir(&t.path().join("missing/parent")));
+    }
 
     fn ctime(p: &Path) -> SystemTime {
         change_time(p).expect("ctime")
