@@ -39,20 +39,23 @@ struct Shared {
     bin: PathBuf,
 }
 
-/// The copy's directory, removed when the test process exits (a static's
-/// TempDir is never dropped: every run of the suite left 345 MB of debug
-/// binaries in the temporary directory).
-static SHARED_DIR: OnceLock<PathBuf> = OnceLock::new();
+/// Directories of world-readable copies of binaries (for the uid-65534
+/// leg), removed when the test process exits: a static's TempDir is never
+/// dropped, and every run of the suite left about 450 MB of debug binaries
+/// in the temporary directory.
+static COPY_DIRS: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
 
-extern "C" fn remove_shared_dir() {
-    if let Some(d) = SHARED_DIR.get() {
-        let _ = std::fs::remove_dir_all(d);
+extern "C" fn remove_copy_dirs() {
+    if let Ok(dirs) = COPY_DIRS.lock() {
+        for d in dirs.iter() {
+            let _ = std::fs::remove_dir_all(d);
+        }
     }
 }
 
 /// Copies left by a test process that was killed (its exit handler never
 /// ran): removed once they are a day old.
-fn sweep_stale_copies() {
+fn sweep_stale_copies(prefix: &str) {
     let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
         return;
     };
@@ -63,26 +66,38 @@ fn sweep_stale_copies() {
             .ok()
             .and_then(|t| t.elapsed().ok())
             .is_some_and(|age| age > std::time::Duration::from_secs(24 * 3600));
-        if old && e.file_name().to_string_lossy().starts_with("retie-it-bin-") {
+        if old && e.file_name().to_string_lossy().starts_with(prefix) {
             let _ = std::fs::remove_dir_all(e.path());
         }
     }
 }
 
+/// A fresh world-traversable directory (`PREFIX*` in the temporary
+/// directory) for copies of binaries, removed when this process exits.
+pub fn copy_dir(prefix: &str) -> PathBuf {
+    static REGISTERED: OnceLock<()> = OnceLock::new();
+    sweep_stale_copies(prefix);
+    let dir = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir()
+        .expect("tempdir")
+        .keep();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    if let Ok(mut dirs) = COPY_DIRS.lock() {
+        dirs.push(dir.clone());
+    }
+    REGISTERED.get_or_init(|| {
+        // SAFETY: registers a function without arguments or captured
+        // state, which only reads a static.
+        unsafe { libc::atexit(remove_copy_dirs) };
+    });
+    dir
+}
+
 fn shared() -> &'static Shared {
     static S: OnceLock<Shared> = OnceLock::new();
     S.get_or_init(|| {
-        sweep_stale_copies();
-        let dir = tempfile::Builder::new()
-            .prefix("retie-it-bin-")
-            .tempdir()
-            .expect("tempdir")
-            .keep();
-        let _ = SHARED_DIR.set(dir.clone());
-        // SAFETY: registers a function without arguments or captured state,
-        // which only reads a static set just above.
-        unsafe { libc::atexit(remove_shared_dir) };
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let dir = copy_dir("retie-it-bin-");
         // retie execs retie-agent, beside it, for the agent's commands.
         for (from, name) in [
             (env!("CARGO_BIN_EXE_retie"), "retie"),

@@ -284,22 +284,17 @@ fn threaded_client(s: &Scratch) -> Command {
     c
 }
 
-/// A world-readable copy of this test binary, for the uid-65534 leg.
+/// A world-readable copy of this test binary, for the uid-65534 leg
+/// (removed when this process exits, see `harness::copy_dir`).
 fn test_bin_copy() -> PathBuf {
-    static COPY: std::sync::OnceLock<(tempfile::TempDir, PathBuf)> = std::sync::OnceLock::new();
+    static COPY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     COPY.get_or_init(|| {
-        let dir = tempfile::Builder::new()
-            .prefix("retie-it-testbin-")
-            .tempdir()
-            .expect("tempdir");
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
-            .expect("chmod");
-        let p = dir.path().join("it");
+        let dir = copy_dir("retie-it-testbin-");
+        let p = dir.join("it");
         std::fs::copy(std::env::current_exe().expect("test binary"), &p).expect("copy");
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        (dir, p)
+        p
     })
-    .1
     .clone()
 }
 
