@@ -793,7 +793,7 @@ impl ApplyLock {
         // blake3's first use probes the CPU (a handful of `cpuid`s, each
         // an exit to the hypervisor on a VM) for a 30-byte input.
         let digest = sha2::Sha256::digest(ws.as_os_str().as_encoded_bytes());
-        let name: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+        let name = retie_ledger::hex(&digest[..16]);
         state.join("locks").join(format!("{name}.lock"))
     }
 

@@ -123,50 +123,25 @@ impl<'a> Spawn<'a> {
     /// that memory meanwhile (nor hold a lock the child could need; it
     /// takes none).
     pub unsafe fn spawn(&mut self) -> std::io::Result<(libc::pid_t, Option<i32>)> {
-        use rustix::mm::{MapFlags, ProtFlags};
-        let page = rustix::param::page_size();
-        let len = STACK_SIZE + page;
-        // SAFETY: a fresh anonymous private mapping at an address the
-        // kernel chooses; no existing memory is touched.
-        let base = unsafe {
-            rustix::mm::mmap_anonymous(
-                std::ptr::null_mut(),
-                len,
-                ProtFlags::READ | ProtFlags::WRITE,
-                MapFlags::PRIVATE | MapFlags::STACK,
+        let stack = crate::sys::ChildStack::new(STACK_SIZE)?;
+        // SAFETY: `child` runs on the top of `stack` (its own mapping, with
+        // a guard page below). CLONE_VFORK keeps this thread stopped until
+        // the child has exec'd or exited, so `self`, which the child reads
+        // and writes through the pointer, is not used by anyone else
+        // meanwhile, and the stack outlives the child's use of it. No
+        // CLONE_SIGHAND: the child's signal dispositions are its own copy.
+        // The caller guarantees a single thread.
+        let pid = unsafe {
+            libc::clone(
+                child,
+                stack.top(),
+                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+                (self as *mut Spawn<'a>).cast::<c_void>(),
             )
-        }?;
-        // SAFETY: the lowest page of the mapping just created, which
-        // nothing references yet, becomes inaccessible: an overflow of the
-        // child's stack faults instead of writing into init's memory.
-        let guarded =
-            unsafe { rustix::mm::mprotect(base, page, rustix::mm::MprotectFlags::empty()) };
-        let pid = match guarded {
-            // SAFETY: `child` runs on the top of the mapping (the stack
-            // grows down; its top is within the mapping and 16-byte
-            // aligned, as the mapping is page-aligned). CLONE_VFORK keeps
-            // this thread stopped until the child has exec'd or exited,
-            // so `self`, which the child reads and writes through the
-            // pointer, is not used by anyone else meanwhile, and the
-            // mapping outlives the child's use of it. No CLONE_SIGHAND:
-            // the child's signal dispositions are its own copy. The
-            // caller guarantees a single thread.
-            Ok(()) => unsafe {
-                libc::clone(
-                    child,
-                    base.cast::<u8>().add(len).cast::<c_void>(),
-                    libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-                    (self as *mut Spawn<'a>).cast::<c_void>(),
-                )
-            },
-            Err(_) => -1,
         };
         let err = std::io::Error::last_os_error();
-        // SAFETY: the mapping created above, which the child no longer
-        // uses (it has exec'd or exited: CLONE_VFORK), and to which no
-        // reference exists.
-        let _ = unsafe { rustix::mm::munmap(base, len) };
-        guarded?;
+        // The child no longer uses its stack: it has exec'd or exited.
+        drop(stack);
         if pid < 0 {
             return Err(err);
         }

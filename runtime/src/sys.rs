@@ -279,3 +279,52 @@ pub fn signal(sig: libc::c_int) -> Option<rustix::process::Signal> {
 pub fn pid(p: libc::pid_t) -> Option<rustix::process::Pid> {
     rustix::process::Pid::from_raw(p)
 }
+
+/// A stack for a task cloned with `CLONE_VM` (the command's spawn, the
+/// network task): an anonymous mapping with an inaccessible guard page
+/// below it, so an overflow faults instead of writing into the memory it
+/// shares. Unmapped on drop: drop it only once no task runs on it.
+pub struct ChildStack {
+    base: *mut std::ffi::c_void,
+    len: usize,
+}
+
+impl ChildStack {
+    /// Map `size` bytes of stack plus the guard page.
+    pub fn new(size: usize) -> io::Result<ChildStack> {
+        use rustix::mm::{MapFlags, MprotectFlags, ProtFlags};
+        let page = rustix::param::page_size();
+        let len = size + page;
+        // SAFETY: a fresh anonymous private mapping at an address the
+        // kernel chooses; no existing memory is touched.
+        let base = unsafe {
+            rustix::mm::mmap_anonymous(
+                std::ptr::null_mut(),
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::PRIVATE | MapFlags::STACK,
+            )
+        }?;
+        let stack = ChildStack { base, len };
+        // SAFETY: the lowest page of the mapping just made, which nothing
+        // references yet, becomes inaccessible (on failure `stack` drops
+        // and unmaps it).
+        unsafe { rustix::mm::mprotect(base, page, MprotectFlags::empty()) }?;
+        Ok(stack)
+    }
+
+    /// The top of the stack (it grows down), 16-byte aligned since the
+    /// mapping is page-aligned: what `clone` takes.
+    pub fn top(&self) -> *mut std::ffi::c_void {
+        // SAFETY: one past the end of the mapping, which `add` may form.
+        unsafe { self.base.cast::<u8>().add(self.len).cast() }
+    }
+}
+
+impl Drop for ChildStack {
+    fn drop(&mut self) {
+        // SAFETY: the mapping `new` made; its owner drops it only once no
+        // task runs on it, and no reference into it remains.
+        let _ = unsafe { rustix::mm::munmap(self.base, self.len) };
+    }
+}

@@ -46,7 +46,8 @@ struct Shared {
 static COPY_DIRS: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
 
 extern "C" fn remove_copy_dirs() {
-    if let Ok(dirs) = COPY_DIRS.lock() {
+    // Never wait at exit (a thread that panicked holding the lock).
+    if let Ok(dirs) = COPY_DIRS.try_lock() {
         for d in dirs.iter() {
             let _ = std::fs::remove_dir_all(d);
         }

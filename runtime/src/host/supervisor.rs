@@ -105,8 +105,8 @@ pub fn start(spec: &SandboxSpec, stdio: Stdio) -> Result<Started> {
     let forked = match &lab_ns {
         // SAFETY: single-threaded (checked above); the child only runs the
         // set-up recipe and then execs or _exits.
-        // Without the network namespace, which init creates itself on the
-        // other CPU (init::netns, ADR 0415).
+        // Without the network namespace: a task of init's makes it beside
+        // init's set-up (init::netns, ADR 0415).
         None => unsafe { sys::clone_namespaces(NAMESPACES & !libc::CLONE_NEWNET) }
             .map_err(clone_error)?,
         // SAFETY: as above. The net stage wires the network, clones init

@@ -31,7 +31,7 @@ use super::{SetupError, StepResult};
 
 const STEP: &str = "network namespace";
 
-/// The task's stack: a few frames of raw system calls, a guard page below.
+/// The task's stack: a few frames of raw system calls.
 const STACK_SIZE: usize = 32 * 1024;
 
 /// The task's result before it stores one: it died first.
@@ -55,12 +55,12 @@ pub struct Pending {
     pid: libc::pid_t,
     /// Kept open until the task is reaped.
     proc: OwnedFd,
-    stack: (*mut c_void, usize),
-    /// Read and written by the task: a raw allocation (`Box::into_raw`)
-    /// that no Rust reference owns while the task may use it, freed in
-    /// `Drop` after the task is reaped.
+    /// The task's stack, until it is reaped (`None` after).
+    stack: Option<crate::sys::ChildStack>,
+    /// Read and written by the task: a raw allocation (`Box::leak`) that
+    /// no Rust reference owns while the task may use it, freed in `Drop`
+    /// after the task is reaped.
     shared: NonNull<Shared>,
-    reaped: bool,
 }
 
 fn error(what: &str, e: &std::io::Error) -> SetupError {
@@ -89,35 +89,14 @@ fn error(what: &str, e: &std::io::Error) -> SetupError {
 /// so init must not free or move anything the task uses before the task
 /// is reaped ([`Pending`] owns all of it).
 pub unsafe fn start() -> StepResult<Pending> {
-    use rustix::mm::{MapFlags, ProtFlags};
     let proc = rustix::fs::open(
         "/proc",
         rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
         rustix::fs::Mode::empty(),
     )
     .map_err(|e| error("opening /proc", &e.into()))?;
-    let page = rustix::param::page_size();
-    let len = STACK_SIZE + page;
-    // SAFETY: a fresh anonymous private mapping at an address the kernel
-    // chooses; no existing memory is touched.
-    let base = unsafe {
-        rustix::mm::mmap_anonymous(
-            std::ptr::null_mut(),
-            len,
-            ProtFlags::READ | ProtFlags::WRITE,
-            MapFlags::PRIVATE | MapFlags::STACK,
-        )
-    }
-    .map_err(|e| error("mapping the network task's stack", &e.into()))?;
-    // SAFETY: the lowest page of the mapping just made, which nothing
-    // references yet, becomes inaccessible: an overflow of the task's
-    // stack faults instead of writing into init's memory.
-    if let Err(e) = unsafe { rustix::mm::mprotect(base, page, rustix::mm::MprotectFlags::empty()) }
-    {
-        // SAFETY: the mapping made above; nothing uses it.
-        let _ = unsafe { rustix::mm::munmap(base, len) };
-        return Err(error("guarding the network task's stack", &e.into()));
-    }
+    let stack = crate::sys::ChildStack::new(STACK_SIZE)
+        .map_err(|e| error("mapping the network task's stack", &e))?;
     let shared = NonNull::from(Box::leak(Box::new(Shared {
         proc: proc.as_raw_fd(),
         result: AtomicI32::new(NO_RESULT),
@@ -132,8 +111,7 @@ pub unsafe fn start() -> StepResult<Pending> {
         all
     };
     let old = block(&all);
-    // SAFETY: `task` runs on the top of the mapping (16-byte aligned, as
-    // the mapping is page-aligned) and uses only `*shared`, a leaked
+    // SAFETY: `task` runs on the top of `stack` and uses only `*shared`, a leaked
     // allocation the returned `Pending` frees only after the task is
     // reaped, as it unmaps the stack and closes `proc` only then.
     // CLONE_FILES: the descriptor it opens is init's too. No CLONE_FS (its
@@ -144,7 +122,7 @@ pub unsafe fn start() -> StepResult<Pending> {
     let pid = unsafe {
         libc::clone(
             task,
-            base.cast::<u8>().add(len).cast::<c_void>(),
+            stack.top(),
             libc::CLONE_VM | libc::CLONE_FILES | libc::SIGCHLD,
             shared.as_ptr().cast::<c_void>(),
         )
@@ -152,20 +130,16 @@ pub unsafe fn start() -> StepResult<Pending> {
     let cloned = std::io::Error::last_os_error();
     block(&old);
     if pid < 0 {
-        // SAFETY: no task runs on the mapping or uses `shared` (the clone
-        // failed); both were made above and nothing else references them.
-        unsafe {
-            let _ = rustix::mm::munmap(base, len);
-            drop(Box::from_raw(shared.as_ptr()));
-        }
+        // SAFETY: no task uses `shared` (the clone failed); it was made
+        // above and nothing else references it. `stack` drops unused.
+        drop(unsafe { Box::from_raw(shared.as_ptr()) });
         return Err(error("starting the network task", &cloned));
     }
     Ok(Pending {
         pid,
         proc,
-        stack: (base, len),
+        stack: Some(stack),
         shared,
-        reaped: false,
     })
 }
 
@@ -225,20 +199,19 @@ impl Pending {
         .map_err(|e| error("entering the sandbox's network namespace", &e.into()))
     }
 
+    /// Wait for the task's end (once), then free its stack.
     fn reap(&mut self) {
-        if self.reaped {
+        let Some(stack) = self.stack.take() else {
             return;
-        }
+        };
         if let Some(pid) = crate::sys::pid(self.pid) {
             while let Err(rustix::io::Errno::INTR) =
                 rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty())
             {
             }
         }
-        // SAFETY: the task that ran on this mapping is dead and reaped; no
-        // reference to the mapping remains.
-        let _ = unsafe { rustix::mm::munmap(self.stack.0, self.stack.1) };
-        self.reaped = true;
+        // The task that ran on it is dead and reaped.
+        drop(stack);
     }
 }
 
