@@ -157,7 +157,7 @@ impl<'a> Spawn<'a> {
 /// and its exec (0.05 ms; issue 10). Read once, while init waits for its
 /// id maps: nothing in init changes a disposition afterwards.
 pub fn dispositions_to_reset() -> u64 {
-    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+    let Ok(status) = crate::sys::read_proc("/proc/self/status") else {
         return u64::MAX;
     };
     let mask = |key: &str| {

@@ -12,7 +12,7 @@ pub struct Finding {
 }
 
 fn read_num(path: &str) -> Option<i64> {
-    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+    crate::sys::read_proc(path).ok()?.trim().parse().ok()
 }
 
 fn is_root() -> bool {
