@@ -18,7 +18,7 @@ tmpfs to see the CPU part alone (fsyncs there cost nothing).
 """
 import json, os, statistics, subprocess, sys, tempfile, time
 
-RETIE = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "target/x86_64-unknown-linux-gnu/release/retie")
+RETIE = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "target/x86_64-unknown-linux-musl/release/retie")
 N, R = 20, 5
 
 

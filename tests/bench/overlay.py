@@ -48,7 +48,7 @@ def generate(root, n):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--retie", default=os.path.join(os.path.dirname(__file__),
-                                                    "../../target/x86_64-unknown-linux-gnu/release/retie"))
+                                                    "../../target/x86_64-unknown-linux-musl/release/retie"))
     ap.add_argument("--sizes", default="1000,10000,100000")
     ap.add_argument("--runs", type=int, default=30)
     args = ap.parse_args()

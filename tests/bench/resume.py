@@ -29,11 +29,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def default_bin():
-    for d in ("target/x86_64-unknown-linux-gnu/release", "target/release"):
+    for d in ("target/x86_64-unknown-linux-musl/release", "target/release"):
         p = os.path.join(ROOT, d, "retie")
         if os.path.exists(p):
             return p
-    return os.path.join(ROOT, "target/x86_64-unknown-linux-gnu/release/retie")
+    return os.path.join(ROOT, "target/x86_64-unknown-linux-musl/release/retie")
 
 
 def timed(cmd, env, want):

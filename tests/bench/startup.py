@@ -112,7 +112,7 @@ def pct(xs, p):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--retie", default=os.path.join(os.path.dirname(__file__), "../../target/x86_64-unknown-linux-gnu/release/retie"))
+    ap.add_argument("--retie", default=os.path.join(os.path.dirname(__file__), "../../target/x86_64-unknown-linux-musl/release/retie"))
     ap.add_argument("--runs", type=int, default=300)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--compare", action="append", default=[], metavar="PATH")

@@ -12,6 +12,13 @@
 //! docs/adr/0006-static-binary.md, third pass. Callers find it with
 //! [`retie_runtime::helper::beside`].
 
+/// In musl builds (the default, ADR 0416) Rust's allocations go to
+/// dlmalloc: musl's own malloc spreads small allocations over more fresh
+/// pages, and every first touch of a page is a fault (about 2 µs in a VM).
+#[cfg(target_env = "musl")]
+#[global_allocator]
+static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
+
 use retie_runtime::EXIT_SANDBOX_FAILED;
 
 fn main() {
