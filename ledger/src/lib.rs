@@ -438,7 +438,6 @@ fn create_initialized(path: &Path) -> Result<()> {
             path: tmp.clone(),
             source,
         };
-        crate::sqlite_memory::install();
         let conn =
             Connection::open_with_flags(&tmp, OpenFlags::SQLITE_OPEN_READ_WRITE).map_err(sql)?;
         conn.pragma_update(None, "synchronous", "FULL")
@@ -481,7 +480,6 @@ fn fold_wal(path: &Path) -> Result<bool> {
         path: path.to_path_buf(),
         source,
     };
-    crate::sqlite_memory::install();
     let conn = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -675,7 +673,6 @@ impl Ledger {
             PathBuf::from(w)
         };
         let wal_was_there = wal.exists();
-        crate::sqlite_memory::install();
         let conn = Connection::open_with_flags(
             path,
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,

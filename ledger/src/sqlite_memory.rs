@@ -5,14 +5,19 @@
 //! malloc, which spreads small allocations over more fresh pages: every
 //! first touch of a page is a fault, about 2 µs on a VM. [`install`] hands
 //! SQLite allocation functions that go through `std::alloc` instead, so the
-//! whole process shares one heap. It must run before SQLite initializes
-//! (the first connection's open): every open in this crate calls it first.
-//! If SQLite was initialized already (another crate opened a connection
-//! first), the call is refused and SQLite keeps its own malloc, which is
-//! slower here but as correct.
+//! whole process shares one heap.
+//!
+//! `sqlite3_config` is not thread-safe: [`install`] must run while the
+//! process has one thread and before any connection is opened, which is
+//! what the binaries' `main` does first. A process that never calls it
+//! (a test binary, a library user) keeps SQLite's own malloc throughout,
+//! which is as correct. Called after SQLite initialized, it is refused and
+//! changes nothing.
 //!
 //! Each block carries its size in a 16-byte header, which `xSize` and
-//! `xFree` read back; blocks are 16-byte aligned (SQLite needs 8).
+//! `xFree` read back; blocks are 16-byte aligned (SQLite needs 8), and
+//! sizes are rounded up to 8 as in SQLite's own `mem1.c`, so `xSize` of a
+//! block is `xRoundup` of the size asked for.
 
 use std::alloc::Layout;
 use std::ffi::{c_int, c_void};
@@ -22,6 +27,12 @@ use rusqlite::ffi;
 /// The header before each block: its usable size, and the alignment.
 const HEADER: usize = 16;
 
+/// `n` rounded up to a multiple of 8 (None on overflow or n <= 0).
+fn rounded(n: c_int) -> Option<usize> {
+    let n = usize::try_from(n).ok().filter(|n| *n > 0)?;
+    Some(n.checked_add(7)? & !7)
+}
+
 /// The layout of a block of `n` usable bytes with its header.
 fn layout(n: usize) -> Option<Layout> {
     Layout::from_size_align(n.checked_add(HEADER)?, HEADER).ok()
@@ -29,7 +40,7 @@ fn layout(n: usize) -> Option<Layout> {
 
 /// `xMalloc`: a block of `n` bytes, or NULL.
 unsafe extern "C" fn x_malloc(n: c_int) -> *mut c_void {
-    let Some(l) = usize::try_from(n).ok().filter(|n| *n > 0).and_then(layout) else {
+    let Some(l) = rounded(n).and_then(layout) else {
         return std::ptr::null_mut();
     };
     // SAFETY: `l` has a non-zero size (at least the header).
@@ -79,7 +90,7 @@ unsafe extern "C" fn x_realloc(p: *mut c_void, n: c_int) -> *mut c_void {
         // SAFETY: forwarding to xMalloc, which takes any size.
         return unsafe { x_malloc(n) };
     }
-    let Some(new) = usize::try_from(n).ok().filter(|n| *n > 0) else {
+    let Some(new) = rounded(n) else {
         return std::ptr::null_mut();
     };
     // SAFETY: a live block of ours (SQLite's contract for xRealloc).
@@ -110,10 +121,11 @@ unsafe extern "C" fn x_size(p: *mut c_void) -> c_int {
     c_int::try_from(n).unwrap_or(c_int::MAX)
 }
 
-/// `xRoundup`: what `x_malloc` gives for `n` (exactly `n`; rounded to 8 as
-/// SQLite expects of sizes it plans with).
+/// `xRoundup`: what `x_malloc` gives for `n`.
 unsafe extern "C" fn x_roundup(n: c_int) -> c_int {
-    n.checked_add(7).map_or(n, |m| m & !7)
+    rounded(n)
+        .and_then(|r| c_int::try_from(r).ok())
+        .unwrap_or(n)
 }
 
 unsafe extern "C" fn x_init(_: *mut c_void) -> c_int {
@@ -122,8 +134,9 @@ unsafe extern "C" fn x_init(_: *mut c_void) -> c_int {
 
 unsafe extern "C" fn x_shutdown(_: *mut c_void) {}
 
-/// Give SQLite the allocator above, once per process, before its first
-/// connection. True if SQLite took it.
+/// Give SQLite the allocator above, once per process: call it while the
+/// process has one thread, before its first connection (see the module's
+/// note). True if SQLite took it.
 pub fn install() -> bool {
     use std::sync::OnceLock;
     static TAKEN: OnceLock<bool> = OnceLock::new();
@@ -165,7 +178,8 @@ mod tests {
             let p = x_malloc(10);
             assert!(!p.is_null());
             assert_eq!(p as usize % 16, 0);
-            assert_eq!(x_size(p), 10);
+            assert_eq!(x_size(p), 16, "rounded up to 8");
+            assert_eq!(x_size(p), x_roundup(10));
             p.cast::<u8>().write_bytes(0xab, 10);
             let q = x_realloc(p, 5000);
             assert_eq!(x_size(q), 5000);

@@ -501,7 +501,6 @@ fn quick_check(c: &Connection) -> rusqlite::Result<Option<String>> {
 }
 
 fn open_ro(path: &Path) -> rusqlite::Result<Connection> {
-    crate::sqlite_memory::install();
     let c = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,

@@ -136,8 +136,14 @@ pub enum Forked {
 /// # Safety
 /// The calling process must be single-threaded: the child is a copy of the
 /// calling thread only, and must not rely on locks other threads held.
-/// glibc's fork handlers do not run (the child must not use glibc's cached
-/// state that those handlers reset; retie's child does not).
+/// The C library's fork handlers do not run (the child must not use its
+/// cached state that those handlers reset; retie's child does not). With
+/// musl (ADR 0416) that state includes the thread id `raise()` and
+/// `abort()` signal: in the child they name the parent's id, which
+/// `CLONE_NEWPID` (every caller's) makes a number of another namespace.
+/// The child never raises a signal itself; a panic there (panic = abort)
+/// ends in `abort()`'s last resort, a fault the kernel delivers even to a
+/// namespace's init.
 pub unsafe fn clone_namespaces(flags: libc::c_int) -> io::Result<Forked> {
     let mut pidfd: RawFd = -1;
     // SAFETY: a NULL stack makes clone behave like fork (the child
