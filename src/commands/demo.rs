@@ -160,8 +160,25 @@ fn demo(args: DemoArgs) -> Result<i32, CliError> {
     if args.keep {
         let kept = tmp.keep();
         eprintln!("   kept: {}", kept.display());
+    } else if !args.use_my_ledger {
+        // overlayfs leaves its work directories with mode 0 in the demo's
+        // state (the last run's, in the trash until a next run sweeps it);
+        // as anyone but root, removing the demo directory would stop at
+        // them. retie's own removal opens them up first.
+        clear_state(&root.join("home/state/retie"));
     }
     Ok(if ok.iter().all(|(_, g)| *g) { 0 } else { 1 })
+}
+
+/// Remove the run directories and the trash of the demo's own state the
+/// way retie's housekeeping does, so the temporary directory can go.
+fn clear_state(state: &std::path::Path) {
+    retie_dispatch::overlay::sweep_trash(state);
+    if let Ok(runs) = std::fs::read_dir(state.join("runs")) {
+        for run in runs.flatten() {
+            retie_dispatch::overlay::remove_run_dir(&run.path());
+        }
+    }
 }
 
 /// The person at the demo's keyboard, scripted: declines what the gate

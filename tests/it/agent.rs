@@ -333,6 +333,34 @@ fn the_demo_runs_offline_and_exits_0() {
     );
 }
 
+#[test]
+fn the_demo_leaves_nothing_in_its_temporary_directory() {
+    // As uid 65534 the demo's directory used to stay behind: overlayfs's
+    // work directories (mode 0) stopped its removal.
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let tmp = s.home.join("tmp");
+        std::fs::create_dir_all(&tmp).expect("tmp");
+        if leg == Leg::Nobody {
+            std::os::unix::fs::chown(&tmp, Some(NOBODY), Some(NOBODY)).expect("chown");
+        }
+        let o = s
+            .retie()
+            .arg("demo")
+            .env("TMPDIR", &tmp)
+            .stdin(Stdio::null())
+            .output()
+            .expect("demo");
+        assert_code(&o, 0, "retie demo");
+        let left: Vec<_> = std::fs::read_dir(&tmp)
+            .expect("read tmp")
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert!(left.is_empty(), "{leg:?}: the demo left {left:?} in TMPDIR");
+    }
+}
+
 /// A local server speaking OpenAI's streamed chat completions (SSE, as
 /// documented: tool-call deltas keyed by index, arguments as string
 /// fragments, a usage-only final chunk, `data: [DONE]`), answering each
