@@ -11,9 +11,7 @@ use crate::harness::*;
 fn write_script(s: &Scratch, turns: serde_json::Value) -> PathBuf {
     let p = s.root.path().join("script.json");
     std::fs::write(&p, serde_json::json!({ "turns": turns }).to_string()).expect("script");
-    if s.leg == Leg::Nobody {
-        std::os::unix::fs::chown(&p, Some(NOBODY), Some(NOBODY)).expect("chown");
-    }
+    s.give(&p);
     p
 }
 
@@ -36,9 +34,7 @@ fn report(o: &Output) -> serde_json::Value {
 fn put(s: &Scratch, name: &str, text: &str) {
     let p = s.ws.join(name);
     std::fs::write(&p, text).expect("write");
-    if s.leg == Leg::Nobody {
-        std::os::unix::fs::chown(&p, Some(NOBODY), Some(NOBODY)).expect("chown");
-    }
+    s.give(&p);
 }
 
 /// Every path under `root` with its content or link target, sorted.
@@ -341,9 +337,7 @@ fn the_demo_leaves_nothing_in_its_temporary_directory() {
         let s = Scratch::new(leg);
         let tmp = s.home.join("tmp");
         std::fs::create_dir_all(&tmp).expect("tmp");
-        if leg == Leg::Nobody {
-            std::os::unix::fs::chown(&tmp, Some(NOBODY), Some(NOBODY)).expect("chown");
-        }
+        s.give(&tmp);
         let o = s
             .retie()
             .arg("demo")

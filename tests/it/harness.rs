@@ -132,6 +132,14 @@ pub struct Scratch {
 }
 
 impl Scratch {
+    /// Hand `p` to the leg's user: uid 65534 owns it in the Nobody leg
+    /// (the invoker owns it already).
+    pub fn give(&self, p: &Path) {
+        if self.leg == Leg::Nobody {
+            chown(p, Some(NOBODY), Some(NOBODY)).expect("chown");
+        }
+    }
+
     pub fn new(leg: Leg) -> Scratch {
         Self::with_ws_name(leg, "ws")
     }

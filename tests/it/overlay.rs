@@ -1055,9 +1055,7 @@ fn a_mode_change_never_reaches_a_hard_link_outside_the_workspace() {
         std::fs::write(&outside, "s\n").expect("write outside");
         std::fs::set_permissions(&outside, std::fs::Permissions::from_mode(0o600))
             .expect("chmod outside");
-        if leg == Leg::Nobody {
-            std::os::unix::fs::chown(&outside, Some(65534), Some(65534)).expect("chown");
-        }
+        s.give(&outside);
         std::fs::hard_link(&outside, s.ws.join("linked")).expect("link");
         let o = s.exec(&[], &["chmod", "0755", "linked"]);
         assert_code(&o, 0, "chmod in the sandbox");
@@ -1128,9 +1126,7 @@ fn a_home_inside_the_workspace_keeps_its_plants() {
         let s = Scratch::new(leg);
         let home = s.ws.join("alice");
         std::fs::create_dir(&home).expect("mkdir alice");
-        if leg == Leg::Nobody {
-            std::os::unix::fs::chown(&home, Some(65534), Some(65534)).expect("chown");
-        }
+        s.give(&home);
         let o = s
             .retie()
             .env("HOME", &home)

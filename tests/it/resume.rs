@@ -14,9 +14,7 @@ use crate::harness::*;
 fn script(s: &Scratch, name: &str, turns: serde_json::Value) -> PathBuf {
     let p = s.root.path().join(name);
     std::fs::write(&p, serde_json::json!({ "turns": turns }).to_string()).expect("script");
-    if s.leg == Leg::Nobody {
-        std::os::unix::fs::chown(&p, Some(NOBODY), Some(NOBODY)).expect("chown");
-    }
+    s.give(&p);
     p
 }
 

@@ -536,18 +536,14 @@ fn stdio_fds(stdio: Stdio) -> StdioFds {
 /// ru_maxrss would also count the image this process replaced with exec
 /// (a vfork-spawning parent's), which is not ours.
 fn max_rss_kib() -> i64 {
-    // One read of up to 4 KiB (the file is about 1.5 KiB): read_to_string
-    // grows its buffer from 32 bytes, four reads of a file the kernel
-    // formats again for each, on the path from the command's end to the
-    // caller's outcome.
-    let mut buf = [0u8; 4096];
-    let n = std::fs::File::open("/proc/self/status")
-        .and_then(|mut f| std::io::Read::read(&mut f, &mut buf))
-        .unwrap_or(0);
-    String::from_utf8_lossy(buf.get(..n).unwrap_or_default())
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    sys::read_proc("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
         .unwrap_or(-1)
 }
 
