@@ -2,7 +2,8 @@
 //!
 //! - [`supervisor`]: the calling process (the CLI or the helper): prepare,
 //!   clone init, write its id maps ([`userns`]), idmap the workspace
-//!   ([`idmap`], retie invoked as root), release, watch, report;
+//!   ([`idmap`], retie invoked as root), release, watch, report; it
+//!   starts init on another CPU than its own ([`placement`]);
 //! - [`net_stage`]: the lab modes' short-lived net stage, forked by the
 //!   supervisor: wires the sandbox's network namespace to the lab over
 //!   [`netlink`], then clones init;
@@ -16,5 +17,6 @@ pub mod idmap;
 pub mod keeper;
 pub mod net_stage;
 pub mod netlink;
+pub mod placement;
 pub mod supervisor;
 pub mod userns;

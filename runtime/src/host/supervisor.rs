@@ -10,6 +10,7 @@ use std::time::Instant;
 use rustix::event::{PollFd, PollFlags};
 use rustix::process::{Signal, WaitOptions, WaitStatus};
 
+use super::placement::Placement;
 use super::{idmap, net_stage, userns};
 use crate::command::StdioFds;
 use crate::error::{Result, RuntimeError};
@@ -102,6 +103,13 @@ pub fn start(spec: &SandboxSpec, stdio: Stdio) -> Result<Started> {
         None => None,
     };
 
+    // Read before the clone (init gets a copy): see placement.
+    let placement = match &lab_ns {
+        None => Placement::before_clone(),
+        // The supervisor waits for the net stage, which clones init: it
+        // leaves its CPU to them.
+        Some(_) => None,
+    };
     let forked = match &lab_ns {
         // SAFETY: single-threaded (checked above); the child only runs the
         // set-up recipe and then execs or _exits.
@@ -137,10 +145,14 @@ pub fn start(spec: &SandboxSpec, stdio: Stdio) -> Result<Started> {
                 ro_trees,
                 layered_trees,
                 own_network,
+                placement,
             })
         }
         Forked::Parent { pid, pidfd } => (pid, pidfd),
     };
+    if let Some(p) = &placement {
+        p.move_child(pid);
+    }
     drop(go_r);
     drop(status_w);
 

@@ -63,6 +63,9 @@ pub struct InitArgs<'a> {
     /// Cloned without a network namespace: init creates its own first
     /// ([`netns`]). False in the lab modes, whose namespace was wired.
     pub own_network: bool,
+    /// The caller's CPUs, when the supervisor started init away from its
+    /// own: put back once released (host::placement).
+    pub placement: Option<crate::host::placement::Placement>,
 }
 
 /// Run as PID 1 and never return.
@@ -158,6 +161,12 @@ fn setup_and_wait(
     // The supervisor writes our id maps (and idmaps the workspace) first;
     // it needs us dumpable for that (our /proc entries stay ours).
     wait_for_go(args.go.as_fd())?;
+    // The supervisor narrowed our CPUs before that go; everything we
+    // start from here on gets the caller's own.
+    if let Some(p) = &args.placement {
+        p.restore()
+            .map_err(|e| SetupError::io("init", "restoring the caller's CPU affinity", e))?;
+    }
     // From here on nothing in the sandbox may read or open anything of
     // ours through /proc: not our memory (a copy of the caller's, with its
     // environment), not our status pipe. Non-dumpable makes every
