@@ -43,7 +43,7 @@ impl Placement {
     /// In the supervisor, right after the clone: allow the child every CPU
     /// of ours but this one. Best effort (see the module's notes).
     pub fn move_child(&self, pid: libc::pid_t) {
-        let mut others = self.allowed.clone();
+        let mut others = self.allowed;
         others.unset(self.here);
         if let Some(pid) = rustix::process::Pid::from_raw(pid) {
             let _ = rustix::thread::sched_setaffinity(Some(pid), &others);
