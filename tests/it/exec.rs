@@ -464,7 +464,7 @@ fn the_command_runs_on_the_callers_cpus() {
                 Some(list) => {
                     // taskset's own list, as the kernel prints it.
                     let o = wrapped(
-                        &std::process::Command::new("cat").arg("/proc/self/status"),
+                        std::process::Command::new("cat").arg("/proc/self/status"),
                         &["taskset", "-c", list],
                     )
                     .output()
