@@ -9,7 +9,9 @@
 //! returned, and 0.67 ms or later in one run in ten, with the other CPU
 //! idle all along.
 //!
-//! So the supervisor reads its allowed CPUs and the one it is on before the
+//! So, for a caller that works while the sandbox is built
+//! ([`super::supervisor::start`]; one that waits at once leaves its CPU to
+//! init anyway), the supervisor reads its allowed CPUs and the one it is on before the
 //! clone, and right after it narrows the child's allowed set to the others:
 //! the kernel moves the queued task to one of them at once. init puts its
 //! own set back as soon as the supervisor releases its set-up (the

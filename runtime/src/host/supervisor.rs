@@ -33,7 +33,8 @@ const NAMESPACES: libc::c_int = libc::CLONE_NEWUSER
 /// Run the sandboxed command to completion: [`start`], then
 /// [`Started::run`] at once.
 pub fn run(spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
-    start(spec, stdio)?.run()
+    // The caller waits at once: init may start on its CPU.
+    start_placed(spec, stdio, false)?.run()
 }
 
 /// A sandbox being set up whose command has not started: init does its
@@ -74,6 +75,12 @@ impl Drop for Started {
 /// Clone the sandbox and let its set-up run; the command waits for
 /// [`Started::run`].
 pub fn start(spec: &SandboxSpec, stdio: Stdio) -> Result<Started> {
+    // The caller works while the sandbox is built: init starts on another
+    // CPU (placement).
+    start_placed(spec, stdio, true)
+}
+
+fn start_placed(spec: &SandboxSpec, stdio: Stdio, place: bool) -> Result<Started> {
     let threads = sys::thread_count().map_err(|e| RuntimeError::host("counting threads", e))?;
     if threads > 1 {
         return Err(RuntimeError::NotSingleThreaded { threads });
@@ -105,7 +112,8 @@ pub fn start(spec: &SandboxSpec, stdio: Stdio) -> Result<Started> {
 
     // Read before the clone (init gets a copy): see placement.
     let placement = match &lab_ns {
-        None => Placement::before_clone(),
+        None if place => Placement::before_clone(),
+        None => None,
         // The supervisor waits for the net stage, which clones init: it
         // leaves its CPU to them.
         Some(_) => None,
