@@ -39,7 +39,9 @@ impl Placement {
     pub fn before_clone() -> Option<Placement> {
         let allowed = rustix::thread::sched_getaffinity(None).ok()?;
         let here = rustix::thread::sched_getcpu();
-        (allowed.count() > 1 && allowed.is_set(here)).then_some(Placement { allowed, here })
+        // (A CPU past the set's size cannot be named in it.)
+        (here < CpuSet::MAX_CPU && allowed.count() > 1 && allowed.is_set(here))
+            .then_some(Placement { allowed, here })
     }
 
     /// In the supervisor, right after the clone: allow the child every CPU
