@@ -110,13 +110,13 @@ fn start_placed(spec: &SandboxSpec, stdio: Stdio, place: bool) -> Result<Started
         None => None,
     };
 
-    // Read before the clone (init gets a copy): see placement.
-    let placement = match &lab_ns {
-        None if place => Placement::before_clone(),
-        None => None,
-        // The supervisor waits for the net stage, which clones init: it
-        // leaves its CPU to them.
-        Some(_) => None,
+    // Read before the clone (init gets a copy): see placement. Not in the
+    // lab modes: the supervisor waits for the net stage, which clones
+    // init, and leaves its CPU to them.
+    let placement = if place && lab_ns.is_none() {
+        Placement::before_clone()
+    } else {
+        None
     };
     let forked = match &lab_ns {
         // SAFETY: single-threaded (checked above); the child only runs the
