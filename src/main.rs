@@ -111,9 +111,11 @@ fn main() -> ExitCode {
     // SAFETY: setting a signal disposition to its default, before any
     // thread exists.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-    // SQLite's allocations into the process's one heap (ADR 0416): before
-    // any thread exists and before any connection is opened.
-    retie_ledger::sqlite_memory::install();
+    // SQLite's allocations into the process's one heap (ADR 0416).
+    // SAFETY: `install` needs a single-threaded process with no SQLite
+    // connection open: this is main's first statement after the SIGPIPE
+    // disposition; no thread has been spawned and nothing opened SQLite.
+    unsafe { retie_ledger::sqlite_memory::install() };
     // Usage errors exit 125 like every other failure of retie itself, so
     // they cannot be mistaken for the sandboxed command's own exit code.
     // `retie sandbox exec`, the command people run most, is parsed alone:

@@ -134,10 +134,15 @@ unsafe extern "C" fn x_init(_: *mut c_void) -> c_int {
 
 unsafe extern "C" fn x_shutdown(_: *mut c_void) {}
 
-/// Give SQLite the allocator above, once per process: call it while the
-/// process has one thread, before its first connection (see the module's
-/// note). True if SQLite took it.
-pub fn install() -> bool {
+/// Give SQLite the allocator above, once per process. True if SQLite
+/// took it.
+///
+/// # Safety
+///
+/// The process must have exactly one thread when this is called, and no
+/// SQLite connection may have been opened yet: `sqlite3_config` is not
+/// thread-safe (see the module's note). `main` calls it first thing.
+pub unsafe fn install() -> bool {
     use std::sync::OnceLock;
     static TAKEN: OnceLock<bool> = OnceLock::new();
     *TAKEN.get_or_init(|| {
