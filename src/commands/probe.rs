@@ -133,7 +133,9 @@ fn base_args(name: &str) -> [u64; 6] {
     match name {
         "ioctl" | "setns" | "pidfd_getfd" | "io_uring_enter" | "io_uring_register" | "fsconfig"
         | "fsmount" | "fspick" | "mount_setattr" | "open_tree" | "move_mount"
-        | "open_by_handle_at" => [BAD_FD, 0, 0, 0, 0, 0],
+        | "open_by_handle_at" | "sendto" | "sendmsg" | "sendmmsg" | "setsockopt" | "listen" => {
+            [BAD_FD, 0, 0, 0, 0, 0]
+        }
         // ptrace(-1): no such request (EIO), never PTRACE_TRACEME (0).
         "ptrace" => [u64::MAX, 0, 0, 0, 0, 0],
         _ => [0; 6],
