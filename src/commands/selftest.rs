@@ -172,6 +172,20 @@ fn selftest(args: &SelftestArgs) -> Result<(Vec<ProbeResult>, i32), CliError> {
     let host_netns = std::fs::read_link("/proc/self/ns/net")
         .map_err(|e| CliError::io("reading this process's network namespace", e))?;
     argv.extend(["--host-netns".into(), host_netns.display().to_string()]);
+    // The limits the profile sets, checked from inside (ADR 0418).
+    let fs = &profile.filesystem;
+    let scratch = fs.tmpfs_size_mib;
+    for p in &fs.tmpfs {
+        argv.extend(["--tmpfs-cap".into(), format!("{}={scratch}", p.display())]);
+    }
+    argv.extend(["--tmpfs-cap".into(), format!("HOME={scratch}")]);
+    argv.extend([
+        "--tmpfs-cap".into(),
+        format!("/dev/shm={}", fs.shm_size_mib),
+    ]);
+    if let Some(n) = profile.limits.nproc {
+        argv.extend(["--nproc".into(), n.to_string()]);
+    }
 
     let spec = Sandbox::builder(&argv)
         .workspace(ws.path())
@@ -227,6 +241,7 @@ fn selftest(args: &SelftestArgs) -> Result<(Vec<ProbeResult>, i32), CliError> {
         });
     }
     rows.extend(results);
+    rows.push(memory_limit_row());
     // The lab network, with a throwaway lab.
     match lab_section(&exe, spec.profile(), &tcp) {
         Ok(r) => rows.extend(r),
@@ -238,6 +253,52 @@ fn selftest(args: &SelftestArgs) -> Result<(Vec<ProbeResult>, i32), CliError> {
         }),
     }
     Ok((rows, outcome.landlock_abi))
+}
+
+/// Whether a memory limit could hold here: retie does not place
+/// sandboxes in a cgroup yet (ADR 0418), so this row reports what the host
+/// offers and the fix; a profile that asks for `limits.memory_mib` is
+/// refused when it loads. The tmpfs caps and RLIMIT_NPROC rows above are
+/// the limits that hold.
+fn memory_limit_row() -> ProbeResult {
+    let v2 = rustix::fs::statfs("/sys/fs/cgroup")
+        .is_ok_and(|s| i64::from(s.f_type) == i64::from(libc::CGROUP2_SUPER_MAGIC));
+    let controllers = std::fs::read_to_string("/sys/fs/cgroup/cgroup.controllers")
+        .or_else(|_| std::fs::read_to_string("/sys/fs/cgroup/unified/cgroup.controllers"))
+        .unwrap_or_default();
+    let has = |c: &str| controllers.split_whitespace().any(|x| x == c);
+    let host = if v2 {
+        format!(
+            "cgroup v2 (controllers: {})",
+            if controllers.trim().is_empty() {
+                "none"
+            } else {
+                controllers.trim()
+            }
+        )
+    } else if has("memory") && has("pids") {
+        "cgroup v1 with a v2 hierarchy holding memory and pids".into()
+    } else {
+        format!(
+            "cgroup v1 (the v2 hierarchy holds: {})",
+            if controllers.trim().is_empty() {
+                "nothing"
+            } else {
+                controllers.trim()
+            }
+        )
+    };
+    ProbeResult {
+        probe: "memory and cgroup pids limit".into(),
+        expected: "reported".into(),
+        observed: format!(
+            "not applied: retie places no sandbox in a cgroup yet; this host: {host}; fix: \
+             a unified cgroup v2 hierarchy (systemd.unified_cgroup_hierarchy=1) with memory \
+             and pids delegated (systemd-run --user --scope -p Delegate=yes) once retie uses it \
+             (ADR 0418); until then tmpfs caps and RLIMIT_NPROC hold"
+        ),
+        pass: true,
+    }
 }
 
 /// A canary in the invoking user's real home directory.
