@@ -261,8 +261,8 @@ fn selftest(args: &SelftestArgs) -> Result<(Vec<ProbeResult>, i32), CliError> {
 /// refused when it loads. The tmpfs caps and RLIMIT_NPROC rows above are
 /// the limits that hold.
 fn memory_limit_row() -> ProbeResult {
-    let v2 = rustix::fs::statfs("/sys/fs/cgroup")
-        .is_ok_and(|s| i64::from(s.f_type) == i64::from(libc::CGROUP2_SUPER_MAGIC));
+    let v2 =
+        rustix::fs::statfs("/sys/fs/cgroup").is_ok_and(|s| s.f_type == libc::CGROUP2_SUPER_MAGIC);
     let controllers = std::fs::read_to_string("/sys/fs/cgroup/cgroup.controllers")
         .or_else(|_| std::fs::read_to_string("/sys/fs/cgroup/unified/cgroup.controllers"))
         .unwrap_or_default();
