@@ -97,10 +97,7 @@ pub fn plan(ws: &Path, profile: &Profile, sel: &Selection, ledger: Option<&Path>
         },
     );
     for w in &plan.warnings {
-        eprintln!(
-            "retie: warning: toolchain: {}",
-            crate::ui::visible(w)
-        );
+        eprintln!("retie: warning: toolchain: {}", crate::ui::visible(w));
     }
     plan
 }

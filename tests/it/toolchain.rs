@@ -671,7 +671,11 @@ fn go_mod_and_an_empty_path_entry_do_not_set_goroot() {
                 &s,
                 &[("PATH", path)],
                 &[],
-                &["sh", "-c", &format!("{}echo GOROOT=$GOROOT\n", cat_all(&files))],
+                &[
+                    "sh",
+                    "-c",
+                    &format!("{}echo GOROOT=$GOROOT\n", cat_all(&files)),
+                ],
             );
             assert_code(&o, 0, &format!("{leg:?}: PATH={path}"));
             let out = stdout(&o);
@@ -768,12 +772,22 @@ fn credential_stores_beside_toolchains_are_unreadable() {
             &[
                 "sh",
                 "-c",
-                &format!("cat '{}'\n{}", vdir.join("etc/visible.txt").display(), cat_all(&files)),
+                &format!(
+                    "cat '{}'\n{}",
+                    vdir.join("etc/visible.txt").display(),
+                    cat_all(&files)
+                ),
             ],
         );
         assert_code(&o, 0, &format!("{leg:?}: reading the stores"));
         let out = stdout(&o);
-        assert!(out.starts_with("VISIBLE\n"), "{leg:?}: nothing bound:\n{out}");
-        assert!(!out.contains("CANARY"), "{leg:?}: a store is readable:\n{out}");
+        assert!(
+            out.starts_with("VISIBLE\n"),
+            "{leg:?}: nothing bound:\n{out}"
+        );
+        assert!(
+            !out.contains("CANARY"),
+            "{leg:?}: a store is readable:\n{out}"
+        );
     }
 }

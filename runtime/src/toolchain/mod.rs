@@ -388,22 +388,27 @@ pub fn plan(sel: &Selection, ctx: &Context<'_>) -> Plan {
         roots: Vec::new(),
         py_roots: Vec::new(),
         protected: ctx.env.protected.iter().map(|d| resolve(d)).collect(),
+        goroot: None,
     };
-    p.roots = p.known_roots();
-    let env = ctx.env;
-    p.py_roots = [
-        env.pyenv_root().join("versions"),
-        env.data_home().join("uv/python"),
-    ]
-    .iter()
-    .filter_map(|r| ctx.fs.canonicalize(r).ok())
-    .collect();
     let kinds: Vec<Kind> = match sel {
         Selection::None => Vec::new(),
         Selection::Auto => Kind::ALL.to_vec(),
         Selection::Only(k) => k.clone(),
     };
     let forced = !matches!(sel, Selection::Auto);
+    if !kinds.is_empty() {
+        p.goroot = p.find_goroot();
+        p.roots = p.known_roots();
+        let env = ctx.env;
+        p.py_roots = [
+            env.pyenv_root().join("versions"),
+            env.data_home().join("uv/python"),
+        ]
+        .iter()
+        .filter(|r| p.exists(r))
+        .filter_map(|r| ctx.fs.canonicalize(r).ok())
+        .collect();
+    }
     for k in kinds {
         let marker = p.marker(k);
         let marker = match (marker, forced) {
@@ -477,6 +482,8 @@ struct Planner<'a> {
     py_roots: Vec<PathBuf>,
     /// [`HostEnv::protected`], resolved.
     protected: Vec<PathBuf>,
+    /// GOROOT as the user's environment names it ([`Planner::find_goroot`]).
+    goroot: Option<PathBuf>,
 }
 
 impl Planner<'_> {
@@ -663,9 +670,12 @@ impl Planner<'_> {
             env.gomodcache(),
             home.join(".local/bin"),
         ];
-        roots.extend(self.goroot());
+        roots.extend(self.goroot.clone());
         let mut out: Vec<PathBuf> = Vec::new();
         for r in roots {
+            if !self.exists(&r) {
+                continue;
+            }
             if let Ok(real) = self.fs().canonicalize(&r) {
                 if !out.contains(&real) {
                     out.push(real);
@@ -680,7 +690,7 @@ impl Planner<'_> {
     /// count (an empty entry means the current directory, which a
     /// sandboxed command can write), and the `go` found must sit in the
     /// `bin` of a directory laid out as a Go root (`pkg/tool`).
-    fn goroot(&self) -> Option<PathBuf> {
+    fn find_goroot(&self) -> Option<PathBuf> {
         let env = self.ctx.env;
         if let Some(r) = env.var("GOROOT") {
             return Some(r);
@@ -691,6 +701,8 @@ impl Planner<'_> {
             if !d.is_absolute() {
                 return None;
             }
+            // Most entries hold no `go`: one failed lstat each.
+            self.fs().symlink_metadata(&d.join("go")).ok()?;
             let dir = self.fs().canonicalize(d).ok()?;
             if dir.starts_with(self.ws()) {
                 return None;
@@ -803,7 +815,7 @@ impl Planner<'_> {
                 let mut repos = self.fs().read_dir(&db).unwrap_or_default();
                 repos.sort();
                 for r in repos {
-                    self.check_content(&db.join(r).join("config"));
+                    self.check_content(&db.join(r).join("config"), false);
                 }
             }
         }
@@ -858,8 +870,10 @@ impl Planner<'_> {
             return Interp::System;
         }
         for r in &self.py_roots {
-            if let Some(std::path::Component::Normal(first)) =
-                real.strip_prefix(r).ok().and_then(|rest| rest.components().next())
+            if let Some(std::path::Component::Normal(first)) = real
+                .strip_prefix(r)
+                .ok()
+                .and_then(|rest| rest.components().next())
             {
                 return Interp::Install(r.join(first));
             }
@@ -1073,7 +1087,7 @@ impl Planner<'_> {
 
     fn go(&mut self) {
         let env = self.ctx.env;
-        let goroot = self.goroot();
+        let goroot = self.goroot.clone();
         match goroot {
             Some(r) => {
                 if let Some(real) = self.bind(&r, "go: GOROOT (the go command and std)", false) {
@@ -1252,9 +1266,16 @@ impl Planner<'_> {
     /// Read a configuration file inside a bind (through a link: its target,
     /// when that is inside a bind too) and cover it if it holds a
     /// credential, or if it is too large or not text to be checked.
-    fn check_content(&mut self, p: &Path) -> bool {
-        let Ok(real) = self.fs().canonicalize(p) else {
-            return false;
+    /// `resolved`: `p` is known to be a regular file at its real path (an
+    /// entry the walk of a resolved bind found), so it is not resolved again.
+    fn check_content(&mut self, p: &Path, resolved: bool) -> bool {
+        let real = if resolved {
+            p.to_path_buf()
+        } else {
+            match self.fs().canonicalize(p) {
+                Ok(r) => r,
+                Err(_) => return false,
+            }
         };
         let Ok(meta) = self.fs().metadata(&real) else {
             return false;
@@ -1323,7 +1344,12 @@ impl Planner<'_> {
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
             comps.push(name);
-            self.check(dir, comps);
+            let kind = if meta.is_file() {
+                EntryType::File
+            } else {
+                EntryType::Other
+            };
+            self.check(dir, comps, kind);
             comps.pop();
             return;
         }
@@ -1344,7 +1370,7 @@ impl Planner<'_> {
         for (n, kind) in entries {
             let p = dir.join(&n);
             comps.push(n);
-            let hit = self.check(&p, comps);
+            let hit = self.check(&p, comps, kind);
             if !hit && kind == EntryType::Dir && depth > 1 {
                 let mode = if self.ctx.env.root_invoked {
                     self.fs()
@@ -1362,10 +1388,12 @@ impl Planner<'_> {
 
     /// Cover `p` if it matches a named entry, or if it is a configuration
     /// file that holds a credential; true if it was covered.
-    fn check(&mut self, p: &Path, comps: &[String]) -> bool {
+    fn check(&mut self, p: &Path, comps: &[String], kind: EntryType) -> bool {
         let Some(s) = SECRETS.iter().find(|s| s.matches_name(comps)) else {
             let name = comps.last().map(String::as_str).unwrap_or_default();
-            return secrets::is_config_name(name) && self.check_content(p);
+            return kind != EntryType::Dir
+                && secrets::is_config_name(name)
+                && self.check_content(p, kind == EntryType::File);
         };
         let Ok(meta) = self.fs().symlink_metadata(p) else {
             return false;

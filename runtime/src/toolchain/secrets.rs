@@ -253,7 +253,7 @@ const CONFIG_NAMES: &[&str] = &[
     ".condarc",
     ".env",
 ];
-const CONFIG_EXTS: &[&str] = &[".toml", ".conf", ".cfg", ".ini", ".yml", ".yaml", ".rc"];
+const CONFIG_EXTS: &[&str] = &[".toml", ".conf", ".cfg", ".ini"];
 
 /// Is a file of this name one whose contents are checked?
 pub fn is_config_name(name: &str) -> bool {
@@ -308,7 +308,9 @@ fn url_with_password(line: &str) -> bool {
             .is_some_and(|c| c.is_ascii_alphanumeric());
         let after = &rest[at + 3..];
         let end = after
-            .find(|c: char| c == '/' || c == '?' || c == '#' || c.is_whitespace() || "\"'<>`".contains(c))
+            .find(|c: char| {
+                c == '/' || c == '?' || c == '#' || c.is_whitespace() || "\"'<>`".contains(c)
+            })
             .unwrap_or(after.len());
         let authority = &after[..end];
         if scheme_ok {
@@ -347,7 +349,15 @@ fn secret_setting(line: &str) -> Option<&'static str> {
         return None;
     }
     let last = key.rsplit([':', '/']).next().unwrap_or(&key);
-    if ["_authtoken", "_auth", "_password", "npmauthtoken", "npmauthident"].contains(&last) {
+    if [
+        "_authtoken",
+        "_auth",
+        "_password",
+        "npmauthtoken",
+        "npmauthident",
+    ]
+    .contains(&last)
+    {
         return Some("an npm or yarn registry auth setting (_authToken, _auth, _password)");
     }
     if !key
@@ -372,14 +382,26 @@ mod content_tests {
             ("//registry.npmjs.org/:_authToken=npm_abcdef123456\n", true),
             ("_auth = dXNlcjpwYXNz\n", true),
             ("npmAuthToken: \"abc123\"\n", true),
-            ("[global]\nindex-url = https://alice:s3cret@pypi.example.test/simple\n", true),
+            (
+                "[global]\nindex-url = https://alice:s3cret@pypi.example.test/simple\n",
+                true,
+            ),
             ("[global]\npassword = hunter22\n", true),
             ("[registry]\ntoken = \"x\"\n", true),
-            ("[registries.corp]\nindex = \"sparse+https://u:p4ss@crates.example.test/\"\n", true),
-            ("[remote \"origin\"]\n\turl = https://bob:ghp_xyz@git.example.test/r.git\n", true),
+            (
+                "[registries.corp]\nindex = \"sparse+https://u:p4ss@crates.example.test/\"\n",
+                true,
+            ),
+            (
+                "[remote \"origin\"]\n\turl = https://bob:ghp_xyz@git.example.test/r.git\n",
+                true,
+            ),
             ("-----BEGIN OPENSSH PRIVATE KEY-----\n", true),
             ("[build]\njobs = 4\n", false),
-            ("[remote \"origin\"]\n\turl = ssh://git@github.com/x/y.git\n", false),
+            (
+                "[remote \"origin\"]\n\turl = ssh://git@github.com/x/y.git\n",
+                false,
+            ),
             ("url = https://github.com/x/y\n", false),
             ("//registry.npmjs.org/:_authToken=${NPM_TOKEN}\n", false),
             ("password = \"\"\n", false),

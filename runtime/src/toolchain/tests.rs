@@ -503,7 +503,10 @@ fn an_empty_or_workspace_path_entry_never_names_goroot() {
 
 /// Change the process's directory for a while (tests in this module that
 /// use it hold the lock: the directory is process-wide).
-struct Cwd(PathBuf, #[allow(dead_code)] std::sync::MutexGuard<'static, ()>);
+struct Cwd(
+    PathBuf,
+    #[allow(dead_code)] std::sync::MutexGuard<'static, ()>,
+);
 
 static CWD: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
@@ -540,7 +543,9 @@ fn a_bind_holding_or_inside_a_protected_directory_is_refused() {
         p.binds
     );
     assert!(
-        p.warnings.iter().any(|w| w.contains("retie's own directory")),
+        p.warnings
+            .iter()
+            .any(|w| w.contains("retie's own directory")),
         "{:?}",
         p.warnings
     );
@@ -610,7 +615,11 @@ fn credential_stores_the_name_list_missed_are_covered() {
         db.join("config"),
         v.join("lib/x/settings.toml"),
     ] {
-        assert!(hid.contains(&want), "{} not hidden: {hid:#?}", want.display());
+        assert!(
+            hid.contains(&want),
+            "{} not hidden: {hid:#?}",
+            want.display()
+        );
     }
     assert!(!hid.contains(&clean) && !hid.contains(&v.join("lib/y/settings.toml")));
     assert!(
