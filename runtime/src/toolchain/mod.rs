@@ -795,8 +795,8 @@ impl Planner<'_> {
                 }
                 for cfg in ["config.toml", "config"] {
                     let f = c.join(cfg);
-                    match self.fs().read_to_string(&f) {
-                        Ok(text) => match secrets::credential_in(&text) {
+                    if let Ok(text) = self.fs().read_to_string(&f) {
+                        match secrets::credential_in(&text) {
                             Some(what) => self.exclude(
                                 &f,
                                 format!("rust: cargo config holds {what} (registry credentials); not bound"),
@@ -804,8 +804,7 @@ impl Planner<'_> {
                             None => {
                                 self.bind(&f, "rust: cargo configuration", false);
                             }
-                        },
-                        Err(_) => {}
+                        }
                     }
                 }
                 // The bare repositories of git dependencies keep the URL
