@@ -294,7 +294,8 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
         );
     }
     b = b.workspace(&ws);
-    b = super::toolchain::plan(&ws, &profile, &toolchains).apply(b);
+    let ledger_path = crate::ledger::resolve_path(args.ledger.as_deref())?;
+    b = super::toolchain::plan(&ws, &profile, &toolchains, Some(&ledger_path)).apply(b);
     let mut net = json!({ "mode": "none" });
     let mut lab_mode = false;
     if let Some(n) = &args.net {
@@ -334,7 +335,6 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
     }
     // retie's own directories: a workspace inside one is refused, those
     // inside the workspace are masked and never applied.
-    let ledger_path = crate::ledger::resolve_path(args.ledger.as_deref())?;
     let protect = guard_retie_dirs(&ws, None, &ledger_path)?;
     // Both modes: an apply a crash interrupted on this workspace is rolled
     // back before anything runs on it (a direct-mode command would
