@@ -1159,3 +1159,100 @@ fn a_home_inside_the_workspace_keeps_its_plants() {
         assert_eq!(read(&s, "alice/notes.txt").as_deref(), Some("fine\n"));
     }
 }
+
+/// Start `script` with a one-second timeout, so its changes are kept:
+/// the run's id.
+fn kept_run(s: &Scratch, script: &str) -> String {
+    let o = s.exec(&["--json", "--timeout", "1"], &["sh", "-c", script]);
+    assert_code(&o, 124, "timeout");
+    json_status(&o)["changes"]["kept"]["run"]
+        .as_str()
+        .expect("kept run in --json")
+        .to_string()
+}
+
+/// Issue 33 item 4: a kept run that created `sub/x2.txt` could not be
+/// applied once a person had added `sub/manual.txt`: the check read the
+/// directory's time ("Conflicting: sub/x2.txt", although x2.txt did not
+/// exist). Each path is judged on its own: a created path only by being
+/// still absent (and not removed since the run started).
+#[test]
+fn a_file_added_beside_a_created_one_is_no_conflict() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        write(&s, "sub/x1.txt", "one\n");
+        let run = kept_run(&s, "echo two > sub/x2.txt; sleep 30");
+        write(&s, "sub/manual.txt", "the person's\n");
+        let o = s
+            .retie()
+            .args(["changes", "apply", &run])
+            .output()
+            .expect("apply");
+        assert_code(&o, 0, "apply after an unrelated file was added");
+        assert_eq!(read(&s, "sub/x2.txt").as_deref(), Some("two\n"));
+        assert_eq!(read(&s, "sub/manual.txt").as_deref(), Some("the person's\n"));
+        assert_eq!(runs_left(&s), 0, "{leg:?}: the applied run stayed");
+    }
+}
+
+/// A real conflict shows both sides and the way out, instead of a dead
+/// end: `--theirs` keeps the workspace's version of the conflicting paths
+/// and applies the rest; `--ours` takes the command's version, the
+/// person's kept as the pre-image so `undo` brings it back.
+#[test]
+fn a_real_conflict_shows_both_sides_and_theirs_or_ours_resolves_it() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        write(&s, "a.txt", "old\n");
+        let run = kept_run(&s, "echo sandbox > a.txt; echo new > b.txt; sleep 30");
+        write(&s, "a.txt", "the person's\n");
+        let o = s
+            .retie()
+            .args(["changes", "apply", &run])
+            .output()
+            .expect("apply");
+        assert_code(&o, 125, "conflicting apply");
+        let err = stderr(&o);
+        for want in ["a.txt: workspace:", "command: modified", "--theirs", "--ours"] {
+            assert!(err.contains(want), "{leg:?}: no {want:?} in:\n{err}");
+        }
+        assert!(!err.contains("b.txt"), "{leg:?}: b.txt is no conflict:\n{err}");
+        assert_eq!(read(&s, "a.txt").as_deref(), Some("the person's\n"));
+        assert!(read(&s, "b.txt").is_none());
+
+        // --theirs: the person's a.txt stays, b.txt is applied.
+        let o = s
+            .retie()
+            .args(["changes", "apply", &run, "--theirs"])
+            .output()
+            .expect("apply --theirs");
+        assert_code(&o, 0, "apply --theirs");
+        assert_eq!(read(&s, "a.txt").as_deref(), Some("the person's\n"));
+        assert_eq!(read(&s, "b.txt").as_deref(), Some("new\n"));
+        assert!(stderr(&o).contains("a.txt"), "{}", stderr(&o));
+
+        // --ours: the command's a.txt, and undo brings the person's back.
+        let run = kept_run(&s, "echo sandbox > a.txt; sleep 30");
+        write(&s, "a.txt", "the person's again\n");
+        let o = s
+            .retie()
+            .args(["changes", "apply", &run, "--ours"])
+            .output()
+            .expect("apply --ours");
+        assert_code(&o, 0, "apply --ours");
+        assert_eq!(read(&s, "a.txt").as_deref(), Some("sandbox\n"));
+        let o = s.retie().args(["undo", "last"]).output().expect("undo");
+        assert_code(&o, 0, "undo --ours");
+        assert_eq!(
+            read(&s, "a.txt").as_deref(),
+            Some("the person's again\n"),
+            "{leg:?}: undo did not bring the person's version back"
+        );
+        let o = s
+            .retie()
+            .args(["changes", "apply", "x", "--theirs", "--ours"])
+            .output()
+            .expect("both");
+        assert_ne!(o.status.code(), Some(0), "--theirs with --ours accepted");
+    }
+}
