@@ -1190,7 +1190,10 @@ fn a_file_added_beside_a_created_one_is_no_conflict() {
             .expect("apply");
         assert_code(&o, 0, "apply after an unrelated file was added");
         assert_eq!(read(&s, "sub/x2.txt").as_deref(), Some("two\n"));
-        assert_eq!(read(&s, "sub/manual.txt").as_deref(), Some("the person's\n"));
+        assert_eq!(
+            read(&s, "sub/manual.txt").as_deref(),
+            Some("the person's\n")
+        );
         assert_eq!(runs_left(&s), 0, "{leg:?}: the applied run stayed");
     }
 }
@@ -1213,10 +1216,18 @@ fn a_real_conflict_shows_both_sides_and_theirs_or_ours_resolves_it() {
             .expect("apply");
         assert_code(&o, 125, "conflicting apply");
         let err = stderr(&o);
-        for want in ["a.txt: workspace:", "command: modified", "--theirs", "--ours"] {
+        for want in [
+            "a.txt: workspace:",
+            "command: modified",
+            "--theirs",
+            "--ours",
+        ] {
             assert!(err.contains(want), "{leg:?}: no {want:?} in:\n{err}");
         }
-        assert!(!err.contains("b.txt"), "{leg:?}: b.txt is no conflict:\n{err}");
+        assert!(
+            !err.contains("b.txt"),
+            "{leg:?}: b.txt is no conflict:\n{err}"
+        );
         assert_eq!(read(&s, "a.txt").as_deref(), Some("the person's\n"));
         assert!(read(&s, "b.txt").is_none());
 
@@ -1254,5 +1265,103 @@ fn a_real_conflict_shows_both_sides_and_theirs_or_ours_resolves_it() {
             .output()
             .expect("both");
         assert_ne!(o.status.code(), Some(0), "--theirs with --ours accepted");
+    }
+}
+
+/// A person who saves `f.txt` at the moment retie applies or undoes:
+/// on the first `.retie-tmp-*` entry created in `ws`, writes `text` to
+/// `ws/f.txt`. Wake it with [`stop_person`].
+fn person_at_the_rename(ws: &std::path::Path, text: String) -> std::thread::JoinHandle<bool> {
+    use rustix::fs::inotify;
+    let fd = inotify::init(inotify::CreateFlags::CLOEXEC).expect("inotify_init");
+    inotify::add_watch(&fd, ws, inotify::WatchFlags::CREATE).expect("inotify_add_watch");
+    let f = ws.join("f.txt");
+    std::thread::spawn(move || {
+        let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
+        let mut reader = inotify::Reader::new(&fd, &mut buf);
+        loop {
+            let ev = reader.next().expect("inotify read");
+            let name = ev.file_name().map(|n| n.to_bytes()).unwrap_or_default();
+            if name == b"stop-the-person" {
+                return false;
+            }
+            if name.starts_with(b".retie-tmp-") {
+                std::fs::write(&f, &text).expect("the person's write");
+                return true;
+            }
+        }
+    })
+}
+
+fn stop_person(ws: &std::path::Path, h: std::thread::JoinHandle<bool>) -> bool {
+    let stop = ws.join("stop-the-person");
+    let _ = std::fs::write(&stop, "");
+    let wrote = h.join().expect("watcher");
+    let _ = std::fs::remove_file(&stop);
+    wrote
+}
+
+/// Issue 26 item 6, through the CLI: a person's save that lands after the
+/// conflict check and before the rename was replaced by the sandbox's
+/// version, and the undo then restored the older pre-image: the person's
+/// text was nowhere. Now it stays in the workspace, the run is kept and
+/// the outcome names the path; the same at undo.
+#[test]
+fn a_save_at_the_moment_of_apply_or_undo_is_kept_and_said() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let mut raced = 0;
+        for i in 0..5 {
+            write(&s, "f.txt", "original\n");
+            let text = format!("the person's save {i}\n");
+            let w = person_at_the_rename(&s.ws, text.clone());
+            let o = s.exec(&["--json"], &["sh", "-c", "echo sandbox > f.txt"]);
+            let wrote = stop_person(&s.ws, w);
+            assert_code(&o, 0, "apply");
+            assert!(wrote, "{leg:?} {i}: no temporary file was seen");
+            assert_eq!(
+                read(&s, "f.txt").as_deref(),
+                Some(text.as_str()),
+                "{leg:?} {i}: the person's save was replaced\n{}",
+                stderr(&o)
+            );
+            let st = json_status(&o);
+            if st["changes"]["raced"].is_array() {
+                raced += 1;
+                assert!(
+                    stderr(&o).contains("f.txt changed while the changes were applied"),
+                    "{leg:?} {i}: not said:\n{}",
+                    stderr(&o)
+                );
+                assert!(
+                    st["changes"]["kept"]["run"].is_string(),
+                    "{leg:?} {i}: the command's version was not kept: {st}"
+                );
+            }
+        }
+        assert!(raced > 0, "{leg:?}: no try hit the window");
+
+        // Undo: the person saves while `undo last` puts the old text back.
+        write(&s, "f.txt", "original\n");
+        let o = s.exec(&[], &["sh", "-c", "echo sandbox > f.txt"]);
+        assert_code(&o, 0, "apply");
+        let text = "the person's save during undo\n".to_string();
+        let w = person_at_the_rename(&s.ws, text.clone());
+        let o = s.retie().args(["undo", "last"]).output().expect("undo");
+        let wrote = stop_person(&s.ws, w);
+        assert!(wrote, "{leg:?}: the undo made no temporary file");
+        assert_eq!(
+            read(&s, "f.txt").as_deref(),
+            Some(text.as_str()),
+            "{leg:?}: the undo replaced the person's save\n{}{}",
+            stdout(&o),
+            stderr(&o)
+        );
+        assert!(
+            stdout(&o).contains("your version kept"),
+            "{leg:?}: the undo did not say so:\n{}{}",
+            stdout(&o),
+            stderr(&o)
+        );
     }
 }
