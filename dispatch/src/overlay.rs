@@ -665,6 +665,8 @@ fn records_origins(ws: &Path) -> bool {
     const EXT4: i64 = 0xEF53;
     const XFS: i64 = 0x5846_5342;
     const BTRFS: i64 = 0x9123_683E;
+    // `f_type` is a C long on some targets and not on others.
+    #[allow(clippy::unnecessary_cast)]
     rustix::fs::statfs(ws).is_ok_and(|s| [EXT4, XFS, BTRFS].contains(&(s.f_type as i64)))
 }
 
