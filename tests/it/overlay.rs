@@ -1308,10 +1308,18 @@ fn stop_person(ws: &std::path::Path, h: std::thread::JoinHandle<bool>) -> bool {
 /// the outcome names the path; the same at undo.
 #[test]
 fn a_save_at_the_moment_of_apply_or_undo_is_kept_and_said() {
+    // Each try must keep the person's text; the tries go on until one hit
+    // the window (the watcher wrote before the rename), at most 30: on a
+    // loaded machine the watcher can wake after the apply is over, which
+    // is no race.
+    const MAX: usize = 30;
     for leg in legs() {
         let s = Scratch::new(leg);
         let mut raced = 0;
-        for i in 0..5 {
+        let mut tries = 0;
+        while tries < MAX && (raced == 0 || tries < 3) {
+            let i = tries;
+            tries += 1;
             write(&s, "f.txt", "original\n");
             let text = format!("the person's save {i}\n");
             let w = person_at_the_rename(&s.ws, text.clone());
@@ -1339,29 +1347,34 @@ fn a_save_at_the_moment_of_apply_or_undo_is_kept_and_said() {
                 );
             }
         }
-        assert!(raced > 0, "{leg:?}: no try hit the window");
+        assert!(raced > 0, "{leg:?}: no apply of {tries} hit the window");
 
         // Undo: the person saves while `undo last` puts the old text back.
-        write(&s, "f.txt", "original\n");
-        let o = s.exec(&[], &["sh", "-c", "echo sandbox > f.txt"]);
-        assert_code(&o, 0, "apply");
-        let text = "the person's save during undo\n".to_string();
-        let w = person_at_the_rename(&s.ws, text.clone());
-        let o = s.retie().args(["undo", "last"]).output().expect("undo");
-        let wrote = stop_person(&s.ws, w);
-        assert!(wrote, "{leg:?}: the undo made no temporary file");
-        assert_eq!(
-            read(&s, "f.txt").as_deref(),
-            Some(text.as_str()),
-            "{leg:?}: the undo replaced the person's save\n{}{}",
-            stdout(&o),
-            stderr(&o)
-        );
-        assert!(
-            stdout(&o).contains("your version kept"),
-            "{leg:?}: the undo did not say so:\n{}{}",
-            stdout(&o),
-            stderr(&o)
-        );
+        let (mut raced, mut tries) = (0, 0);
+        while tries < MAX && (raced == 0 || tries < 3) {
+            let i = tries;
+            tries += 1;
+            write(&s, "f.txt", "original\n");
+            let o = s.exec(&[], &["sh", "-c", "echo sandbox > f.txt"]);
+            assert_code(&o, 0, "apply");
+            let text = format!("the person's save during undo {i}\n");
+            let w = person_at_the_rename(&s.ws, text.clone());
+            let o = s.retie().args(["undo", "last"]).output().expect("undo");
+            let wrote = stop_person(&s.ws, w);
+            assert!(wrote, "{leg:?} {i}: the undo made no temporary file");
+            assert_eq!(
+                read(&s, "f.txt").as_deref(),
+                Some(text.as_str()),
+                "{leg:?} {i}: the undo replaced the person's save\n{}{}",
+                stdout(&o),
+                stderr(&o)
+            );
+            if stdout(&o).contains("your version kept") {
+                raced += 1;
+            } else {
+                assert_code(&o, 0, "undo");
+            }
+        }
+        assert!(raced > 0, "{leg:?}: no undo of {tries} hit the window");
     }
 }
