@@ -62,7 +62,9 @@ pub use engine::{
 pub use error::{Error, Mismatch, Result};
 pub use gc::{gc, GcOptions, GcReport};
 pub use hash::Hash;
-pub use journal::{new_id, Entry, EntryState, Journal, JournalLock, Op, Step, JOURNAL_VERSION};
+pub use journal::{
+    new_id, Entry, EntryState, Journal, JournalLock, Op, Raced, Step, JOURNAL_VERSION,
+};
 pub use node::Node;
 pub use plants::{NotPlant, Plant, Rule, Scope, NOT_PLANTS, PLANTS};
 pub use relpath::RelPath;

@@ -42,6 +42,15 @@ pub enum RunsCmd {
         /// Also apply changes a sandbox may not make unasked.
         #[arg(long)]
         allow_blocked: bool,
+        /// Where the workspace changed too, keep the workspace's version
+        /// and apply the rest.
+        #[arg(long, conflicts_with = "ours")]
+        theirs: bool,
+        /// Where the workspace changed too, take the command's version;
+        /// the workspace's is kept as the pre-image (`retie undo` brings
+        /// it back).
+        #[arg(long)]
+        ours: bool,
     },
     /// Throw a kept run away.
     Discard { run: String },
@@ -64,7 +73,19 @@ pub fn run(cmd: RunsCmd) -> Result<i32, CliError> {
             changes::print_review(&cs, &meta.workspace, &run.upper, true);
             Ok(0)
         }
-        RunsCmd::Apply { run, allow_blocked } => apply(&state, &run, allow_blocked),
+        RunsCmd::Apply {
+            run,
+            allow_blocked,
+            theirs,
+            ours,
+        } => {
+            let on_conflict = match (theirs, ours) {
+                (true, _) => overlay::OnConflict::Theirs,
+                (_, true) => overlay::OnConflict::Ours,
+                _ => overlay::OnConflict::Refuse,
+            };
+            apply(&state, &run, allow_blocked, on_conflict)
+        }
         RunsCmd::Discard { run } => {
             let (mut run, _) = OverlayRun::open_kept(&state, &run)?;
             run.release();
@@ -149,6 +170,7 @@ struct KeptApply<'a> {
     protect: Vec<std::path::PathBuf>,
     owner: Option<(u32, u32)>,
     allow_blocked: bool,
+    on_conflict: overlay::OnConflict,
 }
 
 impl Executor for KeptApply<'_> {
@@ -181,6 +203,7 @@ impl Executor for KeptApply<'_> {
             &mut run,
             self.owner,
             self.meta.started(),
+            self.on_conflict,
             &mut hooks,
         )?;
         let applied = h.json["applied"] == json!(true);
@@ -213,7 +236,12 @@ impl overlay::ChangesHooks for ApplyHooks<'_, '_> {
     }
 }
 
-fn apply(state: &Path, id: &str, allow_blocked: bool) -> Result<i32, CliError> {
+fn apply(
+    state: &Path,
+    id: &str,
+    allow_blocked: bool,
+    on_conflict: overlay::OnConflict,
+) -> Result<i32, CliError> {
     let (run, meta) = OverlayRun::open_kept(state, id)?;
     let ws = std::fs::canonicalize(&meta.workspace).map_err(|e| {
         CliError::io(
@@ -264,6 +292,7 @@ fn apply(state: &Path, id: &str, allow_blocked: bool) -> Result<i32, CliError> {
         protect,
         owner,
         allow_blocked,
+        on_conflict,
     };
     let d = dispatch(
         &mut rec,

@@ -169,6 +169,17 @@ fn print_result(a: &model::Action, r: &Value) {
             .collect();
         line.push_str(&format!(": changed since: {}", ps.join(", ")));
     }
+    if let Some(kept) = r.get("kept_yours").and_then(Value::as_array) {
+        let ps: Vec<String> = kept
+            .iter()
+            .filter_map(|k| k["path"].as_str())
+            .map(crate::ui::visible)
+            .collect();
+        line.push_str(&format!(
+            "; changed while the undo ran, your version kept (not undone): {}",
+            ps.join(", ")
+        ));
+    }
     line.push_str(&format!("  [{}]", a.command()));
     println!("{line}");
 }
@@ -237,7 +248,20 @@ fn undo_action(a: &model::Action, state: &Path) -> Value {
                     return json!({"result": "undone", "undo_changeset": entry.id, "warning": format!("ownership not restored: {e}")});
                 }
             }
-            json!({"result": "undone", "undo_changeset": entry.id})
+            let mut v = json!({"result": "undone", "undo_changeset": entry.id});
+            // Paths a person changed while the undo ran: their version
+            // stayed in the workspace (issue 26 item 6).
+            if !entry.raced.is_empty() {
+                v["kept_yours"] = json!(entry
+                    .raced
+                    .iter()
+                    .map(|r| json!({"path": r.path.as_str(), "saved_as": r.saved_as}))
+                    .collect::<Vec<_>>());
+                v["note"] = json!(
+                    "changed while the undo ran: your version is kept in the workspace, not undone"
+                );
+            }
+            v
         }
         Err(SnapError::UndoRefused { paths, .. }) => json!({
             "result": "refused",

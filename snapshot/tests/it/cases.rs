@@ -458,6 +458,7 @@ fn a_journal_of_the_older_layout_keeps_its_pending_entries() {
         state: EntryState::Pending,
         created_unix_ms: 0,
         steps: Vec::new(),
+        raced: Vec::new(),
     };
     std::fs::write(
         jdir.join("0123456789abcdef.pending.json"),
@@ -574,6 +575,7 @@ fn a_pending_entry_whose_pre_images_were_never_stored_rolls_back() {
             }),
             before_content: None,
         }],
+        raced: Vec::new(),
     };
     let open = env.state.join("journal").join("open");
     std::fs::write(
@@ -633,6 +635,7 @@ fn a_re_apply_cut_short_is_recovered_despite_the_earlier_rolled_back_entry() {
         state: EntryState::RolledBack,
         created_unix_ms: 0,
         steps: vec![step],
+        raced: Vec::new(),
     };
     let jdir = env.state.join("journal");
     std::fs::write(
