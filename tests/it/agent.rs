@@ -1107,3 +1107,246 @@ fn the_write_tools_never_plant_code_that_runs_outside_the_sandbox() {
         }
     }
 }
+
+/// Every path beneath `root` (itself included) whose owner is not `uid`.
+fn not_owned_by(root: &Path, uid: u32) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+    let mut bad = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        let m = std::fs::symlink_metadata(&p).expect("lstat");
+        if m.uid() != uid || m.gid() != uid {
+            bad.push(format!("{} ({}:{})", p.display(), m.uid(), m.gid()));
+        }
+        if m.is_dir() {
+            for e in std::fs::read_dir(&p).expect("read_dir").flatten() {
+                stack.push(e.path());
+            }
+        }
+    }
+    bad
+}
+
+/// The most ordinary thing a coding agent does: a file in directories
+/// that do not exist yet. It used to end the whole session with exit 125
+/// ("its parent directory is missing or not kept"); now the write makes
+/// them, in the same changeset, and undo removes them with the file.
+#[test]
+fn a_write_under_new_directories_succeeds_and_undo_removes_them() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        put(&s, "keep.txt", "kept\n");
+        let start = tree(&s.ws);
+        let script = write_script(
+            &s,
+            serde_json::json!([
+                {"tool_calls": [
+                    {"name": "write", "arguments": {"path": "src/utils/deep/helpers.py", "content": "def helper():\n    return 1\n"}},
+                    {"name": "write", "arguments": {"path": "src/utils/other.py", "content": "x = 1\n"}},
+                    {"name": "read", "arguments": {"path": "src/utils/deep/helpers.py"}}
+                ]},
+                {"text": "done"}
+            ]),
+        );
+        let o = agent(&s, &script, &["--autonomy", "auto"]);
+        assert_code(&o, 0, "retie run");
+        let r = report(&o);
+        let acts = r["actions"].as_array().expect("actions");
+        for a in acts {
+            assert_eq!(a["status"], "ok", "{leg:?}: {r}");
+        }
+        assert_eq!(
+            std::fs::read_to_string(s.ws.join("src/utils/deep/helpers.py")).expect("helpers"),
+            "def helper():\n    return 1\n"
+        );
+        assert!(s.ws.join("src/utils/other.py").is_file());
+        let o = s.retie().args(["verify"]).output().expect("verify");
+        assert_code(&o, 0, "verify");
+        let sid = r["session"].as_str().expect("session");
+        let o = s
+            .retie()
+            .args(["undo-all", "--session", sid])
+            .output()
+            .expect("undo-all");
+        assert!(
+            matches!(o.status.code(), Some(0 | 2)),
+            "{leg:?}: undo-all: {}{}",
+            stdout(&o),
+            stderr(&o)
+        );
+        assert_eq!(
+            tree(&s.ws),
+            start,
+            "{leg:?}: undo left the file or the directories it made\n{}{}",
+            stdout(&o),
+            stderr(&o)
+        );
+    }
+}
+
+/// As root on a workspace owned by someone else, whatever any tool leaves
+/// in it belongs to the workspace's owner: the agent's write and edit
+/// (they used to leave root's files, through a second write path without
+/// the ownership step), bash, the apply of a kept run, and undo.
+#[test]
+fn every_path_a_tool_makes_in_a_workspace_belongs_to_its_owner() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        for f in ["e.txt", "gone.txt"] {
+            std::fs::write(s.ws.join(f), "old\n").expect("write");
+        }
+        let _ = std::process::Command::new("chown")
+            .args(["-R", "65534:65534"])
+            .arg(&s.ws)
+            .status();
+        assert_eq!(not_owned_by(&s.ws, 65534), Vec::<String>::new());
+        let script = write_script(
+            &s,
+            serde_json::json!([
+                {"tool_calls": [
+                    {"name": "write", "arguments": {"path": "a/b/new.txt", "content": "new\n"}},
+                    {"name": "write", "arguments": {"path": "top.txt", "content": "top\n"}},
+                    {"name": "edit", "arguments": {"path": "e.txt", "old_string": "old", "new_string": "edited"}},
+                    {"name": "bash", "arguments": {"command": "mkdir -p c/d && echo x > c/d/f && rm gone.txt"}}
+                ]},
+                {"text": "done"}
+            ]),
+        );
+        let o = agent(&s, &script, &["--autonomy", "auto"]);
+        assert_code(&o, 0, "retie run");
+        let r = report(&o);
+        for a in r["actions"].as_array().expect("actions") {
+            assert_eq!(a["status"], "ok", "{leg:?}: {r}");
+        }
+        assert_eq!(
+            not_owned_by(&s.ws, 65534),
+            Vec::<String>::new(),
+            "{leg:?}: after write, edit and bash"
+        );
+        // A kept run (timed out), applied later.
+        let o = s.exec(
+            &["--timeout", "2"],
+            &["sh", "-c", "mkdir -p k/l && echo k > k/l/f && sleep 30"],
+        );
+        assert_code(&o, 124, "timed out");
+        let o = s
+            .retie()
+            .args(["changes", "list", "--json"])
+            .output()
+            .expect("list");
+        let listed: serde_json::Value = serde_json::from_slice(&o.stdout).expect("list json");
+        let run = listed["runs"][0]["run"].as_str().expect("a kept run");
+        let o = s
+            .retie()
+            .args(["changes", "apply", run])
+            .output()
+            .expect("apply");
+        assert_code(&o, 0, "apply the kept run");
+        assert!(s.ws.join("k/l/f").is_file());
+        assert_eq!(
+            not_owned_by(&s.ws, 65534),
+            Vec::<String>::new(),
+            "{leg:?}: after the apply of a kept run"
+        );
+        let sid = r["session"].as_str().expect("session");
+        let o = s
+            .retie()
+            .args(["undo-all", "--session", sid])
+            .output()
+            .expect("undo-all");
+        assert!(
+            matches!(o.status.code(), Some(0 | 2)),
+            "{leg:?}: undo-all: {}{}",
+            stdout(&o),
+            stderr(&o)
+        );
+        assert_eq!(
+            std::fs::read_to_string(s.ws.join("gone.txt"))
+                .ok()
+                .as_deref(),
+            Some("old\n"),
+            "{leg:?}: undo did not bring back the removed file"
+        );
+        assert_eq!(
+            std::fs::read_to_string(s.ws.join("e.txt")).ok().as_deref(),
+            Some("old\n")
+        );
+        assert_eq!(
+            not_owned_by(&s.ws, 65534),
+            Vec::<String>::new(),
+            "{leg:?}: after undo"
+        );
+    }
+}
+
+/// A tool's failure is the model's to read, never the session's end: a
+/// write refused on the way (a file where a directory must be, a
+/// symlink), and tools whose work cannot even start (retie's run
+/// directory made unusable) are each answered as that call's error,
+/// recorded, and the session finishes.
+#[test]
+fn a_failing_tool_call_does_not_end_the_session() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        put(&s, "file.txt", "x\n");
+        let outside = s.root.path().join("outside");
+        std::fs::create_dir(&outside).expect("outside");
+        std::os::unix::fs::symlink(&outside, s.ws.join("link")).expect("symlink");
+        let state = s.home.join(".local/state/retie");
+        std::fs::create_dir_all(&state).expect("state");
+        let script = write_script(
+            &s,
+            serde_json::json!([
+                {"tool_calls": [
+                    {"name": "write", "arguments": {"path": "file.txt/under/a.py", "content": "x\n"}},
+                    {"name": "write", "arguments": {"path": "link/a.py", "content": "x\n"}}
+                ]},
+                {"tool_calls": [
+                    {"name": "write", "arguments": {"path": "new/a.py", "content": "x\n"}},
+                    {"name": "bash", "arguments": {"command": "true"}}
+                ]},
+                {"tool_calls": [{"name": "read", "arguments": {"path": "file.txt"}}]},
+                {"text": "done"}
+            ]),
+        );
+        // Overlay runs cannot be made: `runs` is a file.
+        std::fs::write(state.join("runs"), "").expect("runs");
+        for p in [
+            s.home.join(".local"),
+            s.home.join(".local/state"),
+            state.clone(),
+            state.join("runs"),
+        ] {
+            s.give(&p);
+        }
+        let o = agent(&s, &script, &["--autonomy", "auto"]);
+        assert_code(&o, 0, "retie run");
+        let r = report(&o);
+        assert_eq!(r["status"], "finished", "{leg:?}: {r}");
+        let st: Vec<&str> = r["actions"]
+            .as_array()
+            .expect("actions")
+            .iter()
+            .map(|a| a["status"].as_str().unwrap_or(""))
+            .collect();
+        // Refused when prepared (nothing proposed), then failed once
+        // recorded: each the model's to read.
+        assert_eq!(
+            st,
+            ["invalid", "invalid", "error", "error", "ok"],
+            "{leg:?}: {r}"
+        );
+        let said: Vec<&str> = r["actions"]
+            .as_array()
+            .expect("actions")
+            .iter()
+            .map(|a| a["said"].as_str().unwrap_or(""))
+            .collect();
+        assert!(said[0].contains("not a directory"), "{said:?}");
+        assert!(said[1].contains("symlink"), "{said:?}");
+        assert!(!s.ws.join("new").exists() && !s.ws.join("file.txt/under").exists());
+        assert_eq!(std::fs::read_dir(&outside).expect("outside").count(), 0);
+        let o = s.retie().args(["verify"]).output().expect("verify");
+        assert_code(&o, 0, "verify");
+    }
+}
