@@ -1350,3 +1350,300 @@ fn a_failing_tool_call_does_not_end_the_session() {
         assert_code(&o, 0, "verify");
     }
 }
+
+/// `agent`, with retie's config and state inside the workspace (as with
+/// `retie run ~`).
+fn agent_with_retie_inside(s: &Scratch, script: &Path) -> Output {
+    let mut c = s.retie();
+    c.args(["run", "--provider", "script", "--script"])
+        .arg(script)
+        .args(["--json", "-p", "look around", "--autonomy", "auto"])
+        .env("XDG_CONFIG_HOME", s.ws.join(".config"))
+        .env("XDG_STATE_HOME", s.ws.join(".local/state"))
+        .env_remove("RETIE_PROVIDER")
+        .stdin(Stdio::null());
+    c.output().expect("run retie")
+}
+
+/// With retie's config and state inside the workspace, no tool hands the
+/// model retie's own key, ledger or checkpoints: read and grep used to
+/// return `.config/retie/user.key` (the ed25519 seed that signs the
+/// ledger) while write, edit, bash and glob refused or masked it. Every
+/// file tool applies the one mask now.
+#[test]
+fn no_tool_reads_retie_s_own_key_when_its_config_lies_in_the_workspace() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        put(&s, "a.txt", "hello\n");
+        let hello = write_script(&s, serde_json::json!([{"text": "hi"}]));
+        let o = agent_with_retie_inside(&s, &hello);
+        assert_code(&o, 0, "first run");
+        let key_path = s.ws.join(".config/retie/user.key");
+        let key = std::fs::read_to_string(&key_path).expect("the user key was made");
+        let seed = key.trim().to_string();
+        assert!(seed.len() >= 32, "{seed:?}");
+        let script = write_script(
+            &s,
+            serde_json::json!([
+                {"tool_calls": [
+                    {"name": "read", "arguments": {"path": ".config/retie/user.key"}},
+                    {"name": "read", "arguments": {"path": key_path.display().to_string()}},
+                    {"name": "read", "arguments": {"path": ".local/state/retie/ledger.db.checkpoints"}},
+                    {"name": "grep", "arguments": {"pattern": ".", "path": ".config/retie"}},
+                    {"name": "grep", "arguments": {"pattern": "[0-9a-f]{16}", "path": ".config"}},
+                    {"name": "grep", "arguments": {"pattern": "[0-9a-f]{16}"}},
+                    {"name": "glob", "arguments": {"pattern": "**"}},
+                    {"name": "glob", "arguments": {"pattern": "*", "path": ".config/retie"}},
+                    {"name": "read", "arguments": {"path": "a.txt"}}
+                ]},
+                {"text": "done"}
+            ]),
+        );
+        let o = agent_with_retie_inside(&s, &script);
+        assert_code(&o, 0, "retie run");
+        let r = report(&o);
+        let acts = r["actions"].as_array().expect("actions");
+        assert_eq!(acts.len(), 9, "{r}");
+        for i in [0, 1, 2, 3, 7] {
+            assert_ne!(
+                acts[i]["status"], "ok",
+                "{leg:?}: call {i} reached retie's own files: {r}"
+            );
+            assert!(
+                acts[i]["said"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("retie's own"),
+                "{leg:?}: {}",
+                acts[i]
+            );
+        }
+        assert_eq!(acts[8]["status"], "ok", "{r}");
+        // Nothing the model was sent holds the seed, or names the key.
+        let all = format!("{}{}", stdout(&o), stderr(&o));
+        assert!(
+            !all.contains(&seed),
+            "{leg:?}: the key reached the model:\n{all}"
+        );
+        for (_, kind, p) in entries_at(&s.ws.join(".local/state/retie/ledger.db")) {
+            let text = p.to_string();
+            assert!(
+                !text.contains(&seed),
+                "{leg:?}: the seed is in a {kind} entry"
+            );
+            let m = &p["message"];
+            if kind == "message" && (m["tool_name"] == "glob" || m["tool_name"] == "grep") {
+                assert!(
+                    !text.contains("user.key"),
+                    "{leg:?}: the key was listed: {text}"
+                );
+                assert!(
+                    !text.contains("ledger.db"),
+                    "{leg:?}: the ledger was listed: {text}"
+                );
+            }
+        }
+    }
+}
+
+/// (seq, kind, payload) of every entry of the ledger at `db`.
+fn entries_at(db: &Path) -> Vec<(i64, String, serde_json::Value)> {
+    let db = rusqlite::Connection::open(db).expect("open the ledger");
+    let mut st = db
+        .prepare("SELECT seq, kind, payload FROM entries ORDER BY seq")
+        .expect("query");
+    st.query_map([], |r| {
+        Ok((
+            r.get::<_, i64>(0)?,
+            r.get::<_, String>(1)?,
+            serde_json::from_str(&r.get::<_, String>(2)?).unwrap_or_default(),
+        ))
+    })
+    .expect("rows")
+    .map(|r| r.expect("row"))
+    .collect()
+}
+
+/// `agent`, killed (and failed) if it has not ended within `secs`: a hang
+/// fails the test instead of stalling it.
+fn agent_within(s: &Scratch, script: &Path, extra: &[&str], secs: f64) -> Output {
+    let mut c = s.retie();
+    c.args(["run", "--provider", "script", "--script"])
+        .arg(script)
+        .args(["--json", "-p", "fix the tests"])
+        .args(extra)
+        .env_remove("RETIE_PROVIDER")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().expect("spawn retie");
+    // Drained while it runs: a full pipe would look like a hang.
+    let drain = |r: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let out = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
+    );
+    let err = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
+    );
+    let done = wait_until(secs, || matches!(child.try_wait(), Ok(Some(_))));
+    if !done {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("retie run did not end within {secs} s");
+    }
+    let status = child.wait().expect("wait");
+    Output {
+        status,
+        stdout: out.join().expect("stdout"),
+        stderr: err.join().expect("stderr"),
+    }
+}
+
+/// What a model sends is bounded: the glob that froze retie-agent ~20 s,
+/// a million `*` (a stack overflow), a regex that compiles to too much,
+/// and a 2 GiB sparse file are each answered with a clear error or a
+/// truncation, and the session goes on.
+#[test]
+fn a_models_pathological_glob_grep_and_read_are_answered_at_once() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        put(&s, &"a".repeat(44), "x\n");
+        let big = s.ws.join("big.txt");
+        let f = std::fs::File::create(&big).expect("create");
+        f.set_len(2 << 30).expect("sparse 2 GiB");
+        drop(f);
+        s.give(&big);
+        let mut long_lines = String::new();
+        for _ in 0..3000 {
+            long_lines.push_str(&"y".repeat(5000));
+            long_lines.push('\n');
+        }
+        put(&s, "long.txt", &long_lines);
+        let stars = "*".repeat(1_000_000);
+        let script = write_script(
+            &s,
+            serde_json::json!([
+                {"tool_calls": [
+                    {"name": "glob", "arguments": {"pattern": "*a*a*a*a*a*a*a*a*a*aQ"}},
+                    {"name": "glob", "arguments": {"pattern": stars}},
+                    {"name": "grep", "arguments": {"pattern": "(?:a{1000}){1000}"}},
+                    {"name": "grep", "arguments": {"pattern": "(((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((a)))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))"}},
+                    {"name": "read", "arguments": {"path": "big.txt"}},
+                    {"name": "grep", "arguments": {"pattern": "y", "path": "long.txt"}},
+                    {"name": "read", "arguments": {"path": "long.txt"}}
+                ]},
+                {"text": "done"}
+            ]),
+        );
+        let o = agent_within(&s, &script, &["--autonomy", "auto"], 120.0);
+        assert_code(&o, 0, "retie run");
+        let r = report(&o);
+        let acts = r["actions"].as_array().expect("actions");
+        let said = |i: usize| acts[i]["said"].as_str().unwrap_or("").to_string();
+        assert_eq!(acts[0]["status"], "ok", "{r}");
+        assert!(said(0).contains("no files match"), "{}", said(0));
+        assert_ne!(acts[1]["status"], "ok", "{r}");
+        assert!(said(1).contains("at most"), "{}", said(1));
+        assert_ne!(acts[2]["status"], "ok", "{r}");
+        assert!(
+            said(2).contains("not a valid regular expression"),
+            "{}",
+            said(2)
+        );
+        assert_ne!(acts[3]["status"], "ok", "{r}");
+        // The sparse file: zeros, not text; only its start was read.
+        assert!(
+            said(4).contains("binary") || said(4).contains("truncated"),
+            "{}",
+            said(4)
+        );
+        // Results are capped (at 1 MiB), and say so: the model reads a
+        // preview whose note gives the result's total size.
+        let result = |call: &str| -> String {
+            entries(&s)
+                .into_iter()
+                .filter(|e| e.1 == "message" && e.2["message"]["tool_call_id"] == call)
+                .map(|e| e.2["message"]["text"].as_str().unwrap_or("").to_string())
+                .next()
+                .unwrap_or_default()
+        };
+        let total = |text: &str| -> usize {
+            text.rsplit_once("(total ")
+                .and_then(|(_, t)| t.split(')').next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(text.len())
+        };
+        let grep_long = result("script_1_6");
+        assert!(
+            grep_long.contains("[line truncated]"),
+            "a 5000-byte line was shown whole"
+        );
+        assert!(
+            total(&grep_long) <= (1 << 20) + 200,
+            "grep's result was not capped: {}",
+            total(&grep_long)
+        );
+        let read_long = result("script_1_7");
+        assert!(
+            total(&read_long) <= (1 << 20) + 200,
+            "read's result was not capped: {}",
+            total(&read_long)
+        );
+        let o = s.retie().args(["verify"]).output().expect("verify");
+        assert_code(&o, 0, "verify");
+    }
+}
+
+/// A refused fetch takes nothing in: the next fetch is refused for the
+/// same reason (no --fetch-allow), not held as a "lethal trifecta"
+/// because "the session has taken in untrusted content" (which, with no
+/// terminal, suspended the run: exit 5). Offline: nothing is allowed, so
+/// nothing is contacted.
+#[test]
+fn a_refused_fetch_does_not_taint_the_session() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let script = write_script(
+            &s,
+            serde_json::json!([
+                {"tool_calls": [{"name": "fetch", "arguments": {"url": "https://first.invalid/"}}]},
+                {"tool_calls": [{"name": "fetch", "arguments": {"url": "https://second.invalid/"}}]},
+                {"text": "done"}
+            ]),
+        );
+        let o = agent(&s, &script, &["--autonomy", "auto"]);
+        assert_code(&o, 0, "retie run");
+        let r = report(&o);
+        assert_eq!(r["status"], "finished", "{r}");
+        let acts = r["actions"].as_array().expect("actions");
+        assert_eq!(acts.len(), 2, "{r}");
+        let why = |i: usize| {
+            acts[i]["said"]
+                .as_str()
+                .unwrap_or("")
+                .replace("second.invalid", "HOST")
+                .replace("first.invalid", "HOST")
+        };
+        assert!(why(0).contains("fetch refused"), "{r}");
+        assert_eq!(
+            why(0),
+            why(1),
+            "{leg:?}: the second fetch was refused for another reason"
+        );
+        assert!(!r.to_string().contains("trifecta"), "{r}");
+    }
+}

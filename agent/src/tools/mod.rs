@@ -594,8 +594,21 @@ fn command_of(tool: &str, args: &Map<String, Value>) -> Vec<String> {
     }
 }
 
+/// Longest one-line summary of a call shown on the terminal.
+const SUMMARY_MAX: usize = 240;
+
 fn summary_of(tool: &str, args: &Map<String, Value>) -> String {
-    command_of(tool, args).join(" ")
+    let mut s = command_of(tool, args).join(" ");
+    if s.len() > SUMMARY_MAX {
+        let mut end = SUMMARY_MAX;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        let total = s.len();
+        s.truncate(end);
+        s.push_str(&format!("… ({total} bytes)"));
+    }
+    s
 }
 
 /// A small executor helper: never reversible, nothing to plan.
