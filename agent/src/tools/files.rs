@@ -579,6 +579,43 @@ mod tests {
         assert!(glob_match(b"*", b""));
     }
 
+    fn tools_on(ws: &std::path::Path, state: &std::path::Path) -> Tools {
+        Tools::open(
+            ws.to_path_buf(),
+            state.to_path_buf(),
+            Vec::new(),
+            None,
+            retie_policy::Policy::shipped().expect("the shipped policy"),
+            crate::tools::BashSettings::defaults().expect("bash settings"),
+        )
+        .expect("tools")
+    }
+
+    /// A person's Ctrl-C (the session's cancel token) stops glob's and
+    /// grep's walk at once, and the answer says so.
+    #[test]
+    fn glob_and_grep_stop_when_the_person_cancels() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (ws, state) = (dir.path().join("ws"), dir.path().join("state"));
+        for i in 0..50 {
+            let d = ws.join(format!("d{i}"));
+            std::fs::create_dir_all(&d).expect("mkdir");
+            std::fs::write(d.join("f.txt"), "needle\n").expect("write");
+        }
+        let t = tools_on(&ws, &state);
+        let mut args = Map::new();
+        args.insert("pattern".into(), json!("**/*.txt"));
+        let all = glob(&t, &args).expect("glob");
+        assert_eq!(all.lines().count(), 50, "{all}");
+        t.cancel.cancel();
+        let cut = glob(&t, &args).expect("glob");
+        assert!(cut.contains("cancelled by the person"), "{cut}");
+        args.insert("pattern".into(), json!("needle"));
+        let cut = grep(&t, &args).expect("grep");
+        assert!(cut.contains("cancelled by the person"), "{cut}");
+        assert!(!cut.contains("needle\n"), "{cut}");
+    }
+
     /// The pattern that froze retie-agent for ~20 s (the recursive
     /// matcher was exponential in its stars) and a million `*` (which
     /// overflowed its stack) are answered at once.
