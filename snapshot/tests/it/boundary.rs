@@ -4,9 +4,7 @@
 use std::fs;
 use std::os::unix::fs::symlink;
 
-use retie_snapshot::{
-    apply, undo, ApplyOptions, Changeset, Error, RefuseReason, RelPath, UndoOptions,
-};
+use retie_snapshot::{apply, undo, ApplyOptions, Changeset, Error, RefuseReason, UndoOptions};
 
 use crate::common::{assert_tree, base_tree, overlay, put, tree, Env};
 
