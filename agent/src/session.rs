@@ -764,6 +764,9 @@ impl<P: Provider> Session<P> {
                             )));
                         }
                     }
+                    // A tool's own failure comes back as its result (the
+                    // model reads it, the session goes on); an error here
+                    // is the ledger's, and nothing may run unrecorded.
                     let r = match self.tools.run(rec, &self.ctx, prepared, approver) {
                         Err(e) => {
                             return Err(Stop::Failed(format!(
@@ -789,9 +792,10 @@ impl<P: Provider> Session<P> {
                         self.unanswered_truncated = truncated;
                         return Err(Stop::Suspended);
                     }
-                    if r.action.is_some() {
+                    if r.took_in {
                         // What the action brought in taints the session
-                        // from now on.
+                        // from now on; an attempt that brought in nothing
+                        // (a refused fetch) taints nothing.
                         self.ctx.taint = self.ctx.taint.after(&self.tools.policy, &action);
                     }
                     if r.status != "ok" {

@@ -23,6 +23,7 @@ pub mod display;
 pub mod overlay;
 pub mod record;
 pub mod sandbox;
+pub mod write;
 
 use retie_policy::{
     evaluate, gate, Action, ClassKind, Context, Evaluation, GateInput, Policy, Verdict,

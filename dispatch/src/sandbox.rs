@@ -461,10 +461,13 @@ pub fn plan_for(cs: &Changeset, allow_blocked: bool) -> Value {
     })
 }
 
-struct Hooks<'a, 'r> {
-    ui: &'a mut dyn JobUi,
-    step: &'a mut Step<'r>,
-    allow_blocked: bool,
+/// The job's hooks while its changes are handled: what the person sees
+/// and answers through its [`JobUi`], the recording through its step
+/// (also the file write's, `crate::write`).
+pub(crate) struct Hooks<'a, 'r> {
+    pub(crate) ui: &'a mut dyn JobUi,
+    pub(crate) step: &'a mut Step<'r>,
+    pub(crate) allow_blocked: bool,
 }
 
 impl ChangesHooks for Hooks<'_, '_> {

@@ -1,4 +1,4 @@
-//! Apply, undo, file-tool writes and recovery: one journaled mechanism.
+//! Apply, undo and recovery: one journaled mechanism.
 //!
 //! Every operation is a list of *targets* (path → wanted state, with the state
 //! expected to be there now) run through [`run`]:
@@ -324,63 +324,6 @@ pub fn undo(
     )
 }
 
-/// Writes `bytes` to workspace file `path` (mode `mode`, else the current
-/// file's mode, else 0644) through the same journal as [`apply`], so that
-/// [`undo`] of the returned entry restores the previous content, or removes
-/// the file if it did not exist.
-pub fn record_file_write(
-    ws: &Workspace,
-    store: &Store,
-    journal: &Journal,
-    path: &RelPath,
-    bytes: &[u8],
-    mode: Option<u32>,
-) -> Result<Entry> {
-    record_file_write_as(ws, store, journal, new_id(), path, bytes, mode)
-}
-
-/// [`record_file_write`] under a journal entry id chosen by the caller
-/// (from [`new_id`]), so the id can be recorded in an undo plan before the
-/// write happens.
-pub fn record_file_write_as(
-    ws: &Workspace,
-    store: &Store,
-    journal: &Journal,
-    id: String,
-    path: &RelPath,
-    bytes: &[u8],
-    mode: Option<u32>,
-) -> Result<Entry> {
-    let hash = store.put_bytes(bytes)?;
-    let mode = match mode {
-        Some(m) => m & 0o7777,
-        None => match ws.node(path)? {
-            Some(Node::File { mode, .. }) => mode,
-            _ => 0o644,
-        },
-    };
-    let target = Target {
-        path: path.clone(),
-        expected: None,
-        target: Some(Node::File {
-            mode,
-            size: bytes.len() as u64,
-            hash,
-        }),
-    };
-    run(
-        ws,
-        store,
-        journal,
-        id,
-        Op::FileWrite,
-        vec![target],
-        &Source::Store,
-        Check::None,
-        None,
-    )
-}
-
 /// Recovery, to run at start-up before anything else: every pending entry
 /// of this workspace is rolled back to its pre-images (ADR 0201) and marked
 /// `rolled_back`; stray temp files are removed. Idempotent: a crash during
@@ -511,7 +454,6 @@ struct Target {
 enum Check<'a> {
     Base,
     Undo { of: &'a str, force: bool },
-    None,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -607,7 +549,7 @@ fn run_locked(
                     paths: mismatches,
                 })
             }
-            Check::Undo { force: true, .. } | Check::None => {}
+            Check::Undo { force: true, .. } => {}
         }
     }
     preflight(ws, &steps)?;

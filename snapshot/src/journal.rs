@@ -52,7 +52,8 @@ pub enum Op {
         /// The entry undone.
         of: String,
     },
-    /// A file-tool write recorded through [`crate::record_file_write`].
+    /// A file-tool write of an older retie (file tools now apply a
+    /// changeset); kept so old journals still read and undo.
     FileWrite,
 }
 

@@ -2,8 +2,8 @@
 //! full tree hash (path, kind, mode, content or target).
 
 use retie_snapshot::{
-    apply, record_file_write, undo, ApplyOptions, ChangeKind, Changeset, ComputeOptions,
-    EntryState, Error, Op, RelPath, UndoOptions,
+    apply, undo, ApplyOptions, ChangeKind, Changeset, ComputeOptions, EntryState, Error, Op,
+    RelPath, UndoOptions,
 };
 
 use crate::common::{assert_tree, base_tree, put, tree, Env};
@@ -308,32 +308,6 @@ fn planted_git_hook_and_config_are_blocked() {
     assert_tree("allowed", &tree(&merged), &tree(&env.ws));
     undo(&e.id, &ws, &store, &journal, &UndoOptions::default()).expect("undo");
     assert_tree("undo allowed", &before, &tree(&env.ws));
-}
-
-#[test]
-fn file_tool_writes_share_the_journal() {
-    let env = Env::new();
-    base_tree(&env.ws);
-    let before = tree(&env.ws);
-    let (ws, store, journal) = env.open();
-    let p = RelPath::new("a.txt").expect("valid");
-    let w1 = record_file_write(&ws, &store, &journal, &p, b"tool write\n", None).expect("write");
-    let after1 = tree(&env.ws);
-    assert_eq!(
-        std::fs::read(env.ws.join("a.txt")).expect("read"),
-        b"tool write\n"
-    );
-    let q = RelPath::new("dir/sub/created.rs").expect("valid");
-    let w2 = record_file_write(&ws, &store, &journal, &q, b"fn main() {}\n", Some(0o600))
-        .expect("write");
-    undo(&w2.id, &ws, &store, &journal, &UndoOptions::default()).expect("undo create");
-    assert!(!env.ws.join("dir/sub/created.rs").exists());
-    assert_tree("after undoing the create", &after1, &tree(&env.ws));
-    let u1 = undo(&w1.id, &ws, &store, &journal, &UndoOptions::default()).expect("undo write");
-    assert_tree("after undoing both", &before, &tree(&env.ws));
-    undo(&u1.id, &ws, &store, &journal, &UndoOptions::default()).expect("redo write");
-    assert_tree("redo", &after1, &tree(&env.ws));
-    assert_eq!(journal.entries().expect("entries").len(), 5);
 }
 
 #[test]
