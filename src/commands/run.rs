@@ -563,6 +563,9 @@ async fn drive<P: Provider>(
         Some(rows) => {
             let s = Session::resume(p, job.tools, job.rec, job.cfg, rows)
                 .map_err(|e| CliError::Usage(e.to_string()))?;
+            if let Some((was, now)) = s.tier_change() {
+                crate::ui::say_tier_change(was, now);
+            }
             if let Some(pending) = s.resumed_pending() {
                 eprintln!(
                     "retie: resuming session {} at pending approval {}: {} {}\n  digest: {}",

@@ -28,6 +28,13 @@ pub fn say_error(msg: &dyn std::fmt::Display) {
     eprintln!("retie: {}", error_text(&msg.to_string()));
 }
 
+/// A resume runs under another autonomy than the session recorded.
+pub fn say_tier_change(was: retie_policy::Tier, now: retie_policy::Tier) {
+    eprintln!(
+        "retie: autonomy {now} from here on (the session had {was}; recorded). Decisions already recorded still bind: a denied action stays denied, a pending one still asks"
+    );
+}
+
 /// Print a table with a header row, columns padded to their widest cell.
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();

@@ -667,3 +667,114 @@ fn resume_sends_the_model_the_exact_conversation_an_uninterrupted_session_would(
     }
     verify(&s2, "after the resumes");
 }
+
+/// Issue 33.1: a person's deny binds whatever flags the resuming process
+/// carries. Suspended under `--autonomy manual`, denied with a reason,
+/// resumed with a looser `--autonomy` (gated, auto): the denied call does
+/// not run (an edit and a bash command), the model reads the reason as
+/// that call's result, the ledger has no intent and replay no "allow by
+/// policy" for it, and `retie pending` no longer lists the session.
+#[test]
+fn a_deny_holds_when_the_resume_loosens_autonomy() {
+    for leg in legs() {
+        for (tool, looser) in [("edit", "gated"), ("bash", "gated"), ("edit", "auto")] {
+            let s = Scratch::new(leg);
+            write(&s, "calc.py", "# keep this comment\nx = 1\n");
+            let call = if tool == "edit" {
+                serde_json::json!({"name": "edit", "arguments": {"path": "calc.py", "old_string": "# keep this comment\n", "new_string": ""}})
+            } else {
+                serde_json::json!({"name": "bash", "arguments": {"command": "echo gone > calc.py"}})
+            };
+            let sc = script(
+                &s,
+                "s.json",
+                serde_json::json!([
+                    {"tool_calls": [call]},
+                    {"expect": ["keep the comment"], "text": "left it"}
+                ]),
+            );
+            let o = start(&s, &sc);
+            assert_code(&o, 5, "suspend");
+            let sid = report(&o)["session"].as_str().expect("sid").to_string();
+            let o = retie(&s, &["deny", &sid, "--reason", "keep the comment"]);
+            assert_code(&o, 0, "deny");
+            let o = s
+                .retie()
+                .args(["run", "--json", "--resume", &sid, "--autonomy", looser])
+                .arg("--script")
+                .arg(&sc)
+                .env_remove("RETIE_PROVIDER")
+                .stdin(Stdio::null())
+                .output()
+                .expect("resume");
+            let ctx = format!("{leg:?} {tool} resumed with --autonomy {looser}");
+            assert_code(&o, 0, &ctx);
+            let r = report(&o);
+            assert_eq!(
+                r["answer"], "left it",
+                "{ctx}: the model did not read the reason: {r}"
+            );
+            assert_eq!(
+                std::fs::read_to_string(s.ws.join("calc.py"))
+                    .ok()
+                    .as_deref(),
+                Some("# keep this comment\nx = 1\n"),
+                "{ctx}: the denied call ran"
+            );
+            let es = entries(&s);
+            assert_eq!(
+                es.iter().filter(|e| e.2 == "intent").count(),
+                0,
+                "{ctx}: an intent was recorded for a denied call"
+            );
+            assert!(es
+                .iter()
+                .any(|e| e.2 == "refusal" && e.3["reason"] == "keep the comment"));
+            let o = retie(&s, &["replay", &sid]);
+            assert_code(&o, 0, "replay");
+            assert!(
+                !stdout(&o).contains("allow by policy"),
+                "{ctx}: replay shows an allow\n{}",
+                stdout(&o)
+            );
+            verify(&s, &ctx);
+            assert!(
+                pending_of(&s, &sid).is_none(),
+                "{ctx}: a finished session is listed as pending"
+            );
+        }
+    }
+}
+
+/// A resume that loosens autonomy does not answer an undecided pending
+/// approval either: it is asked again (with no terminal: suspended again,
+/// nothing ran).
+#[test]
+fn a_looser_resume_does_not_answer_an_undecided_approval() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let sc = script(
+            &s,
+            "s.json",
+            serde_json::json!([
+                {"tool_calls": [{"name": "bash", "arguments": {"command": "echo ran >> log.txt"}}]},
+                {"text": "done"}
+            ]),
+        );
+        let o = start(&s, &sc);
+        assert_code(&o, 5, "suspend");
+        let sid = report(&o)["session"].as_str().expect("sid").to_string();
+        let o = s
+            .retie()
+            .args(["run", "--json", "--resume", &sid, "--autonomy", "auto"])
+            .arg("--script")
+            .arg(&sc)
+            .env_remove("RETIE_PROVIDER")
+            .stdin(Stdio::null())
+            .output()
+            .expect("resume");
+        assert_code(&o, 5, &format!("{leg:?}: a looser resume suspends again"));
+        assert!(!s.ws.join("log.txt").exists(), "{leg:?}: it ran undecided");
+        assert!(pending_of(&s, &sid).is_some());
+    }
+}
