@@ -54,6 +54,12 @@ pub struct SessionConfig {
     /// The person's `--fetch-allow` entries, as described at start;
     /// recorded in the session-open entry.
     pub fetch_allow: Vec<String>,
+    /// The endpoint the provider talks to (recorded at open, so a resume
+    /// talks to the same one); `None` for the script provider.
+    pub base_url: Option<String>,
+    /// The environment variable the API key is read from (its name only:
+    /// the key is never recorded).
+    pub api_key_env: Option<String>,
 }
 
 impl SessionConfig {
@@ -69,6 +75,8 @@ impl SessionConfig {
             repeat_limit: 2,
             interrupt: None,
             fetch_allow: Vec::new(),
+            base_url: None,
+            api_key_env: None,
         }
     }
 }
@@ -168,6 +176,8 @@ pub fn session_spec(
             "autonomy": cfg.tier.name(),
             "approvals_from_yes_flag": yes_flag,
             "fetch_allow": cfg.fetch_allow,
+            "base_url": cfg.base_url,
+            "api_key_env": cfg.api_key_env,
             "budget": {"max_turns": cfg.max_turns, "max_tokens": cfg.max_tokens, "timeout_s": cfg.timeout.as_secs_f64()},
         }),
         effects: effects.iter().map(|e| e.to_string()).collect(),
