@@ -48,6 +48,8 @@ pub fn run(line: &str, cx: Ctx<'_>) {
             let action = rest.first().copied().unwrap_or("last").to_string();
             undo::run_one(undo::UndoArgs {
                 action,
+                all: false,
+                workspace: Some(cx.session.tools().workspace.clone()),
                 ledger,
                 json: false,
             });
@@ -55,6 +57,7 @@ pub fn run(line: &str, cx: Ctx<'_>) {
         ("/undo-all", []) => {
             undo::run_all(undo::UndoAllArgs {
                 session: Some(id.clone()),
+                all: false,
                 ledger,
                 json: false,
             });
@@ -63,6 +66,7 @@ pub fn run(line: &str, cx: Ctx<'_>) {
             replay::run(replay::ReplayArgs {
                 session: Some(id.clone()),
                 last: false,
+                all: false,
                 ledger,
                 markdown: false,
                 json: false,
