@@ -347,14 +347,12 @@ impl<P: Provider> Session<P> {
             };
             let p = r.payload_json();
             match k {
-                Kind::Note => {
-                    if p.get("setting").and_then(Value::as_str) == Some("autonomy") {
-                        recorded_tier = p
-                            .get("value")
-                            .and_then(Value::as_str)
-                            .and_then(|t| t.parse().ok())
-                            .or(recorded_tier);
-                    }
+                Kind::Note if p.get("setting").and_then(Value::as_str) == Some("autonomy") => {
+                    recorded_tier = p
+                        .get("value")
+                        .and_then(Value::as_str)
+                        .and_then(|t| t.parse().ok())
+                        .or(recorded_tier);
                 }
                 Kind::SessionOpened => {
                     recorded_tier = p
