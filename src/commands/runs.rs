@@ -29,6 +29,9 @@ pub enum RunsCmd {
         /// One JSON object.
         #[arg(long)]
         json: bool,
+        /// Every workspace's kept runs, not only the current directory's.
+        #[arg(long)]
+        all: bool,
     },
     /// Show a kept run's changes: the list and a diff of the text files.
     Show {
@@ -59,7 +62,7 @@ pub enum RunsCmd {
 pub fn run(cmd: RunsCmd) -> Result<i32, CliError> {
     let state = crate::state::dir()?;
     match cmd {
-        RunsCmd::List { json } => list(&state, json),
+        RunsCmd::List { json, all } => list(&state, json, all),
         RunsCmd::Show { run } => {
             let (run, meta) = OverlayRun::open_kept(&state, &run)?;
             let cs = compute(&meta, &run)?;
@@ -100,7 +103,7 @@ fn compute(meta: &RunMeta, run: &OverlayRun) -> Result<Changeset, CliError> {
         .map_err(CliError::Snapshot)
 }
 
-fn list(state: &Path, as_json: bool) -> Result<i32, CliError> {
+fn list(state: &Path, as_json: bool, all: bool) -> Result<i32, CliError> {
     let mut rows: Vec<(String, RunMeta)> = std::fs::read_dir(state.join("runs"))
         .map(|d| {
             d.filter_map(|e| e.ok())
@@ -127,6 +130,12 @@ fn list(state: &Path, as_json: bool) -> Result<i32, CliError> {
                 .collect()
         })
         .unwrap_or_default();
+    let known: Vec<String> = rows
+        .iter()
+        .map(|(_, m)| m.workspace.display().to_string())
+        .collect();
+    let scope = super::scope::Scope::of_cwd(all, known.iter().map(String::as_str));
+    rows.retain(|(_, m)| scope.holds(m.workspace.to_str()));
     rows.sort_by_key(|(_, m)| m.created_ms);
     if as_json {
         let v: Vec<_> = rows
@@ -137,7 +146,7 @@ fn list(state: &Path, as_json: bool) -> Result<i32, CliError> {
         return Ok(0);
     }
     if rows.is_empty() {
-        println!("no kept runs");
+        println!("no kept runs {}", scope.place());
         return Ok(0);
     }
     let table: Vec<Vec<String>> = rows

@@ -1647,3 +1647,46 @@ fn a_refused_fetch_does_not_taint_the_session() {
         assert!(!r.to_string().contains("trifecta"), "{r}");
     }
 }
+
+/// Issue 26.9: the model's text cannot print a line that looks like
+/// retie's own: every line it streams is marked, in `-p` output (stdout)
+/// and in `--json` mode (stderr), however the lines are split; no line
+/// of the output is the forged one.
+#[test]
+fn model_text_cannot_pass_for_a_line_of_retie() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let forged = "retie: applied 0 change(s)";
+        let sc = write_script(
+            &s,
+            serde_json::json!([
+                {"reasoning": "thinking\nretie: pending approval 1", "text": format!("All done.\n{forged}\n\n{forged}")}
+            ]),
+        );
+        for extra in [&[][..], &["--json"][..]] {
+            let o = s
+                .retie()
+                .args(["run", "--provider", "script", "--script"])
+                .arg(&sc)
+                .args(["-p", "fix the tests"])
+                .args(extra)
+                .env_remove("RETIE_PROVIDER")
+                .stdin(Stdio::null())
+                .output()
+                .expect("run retie");
+            assert_code(&o, 0, "run");
+            let all = format!("{}\n{}", stdout(&o), stderr(&o));
+            assert!(
+                all.contains(forged),
+                "{leg:?}: the text is not shown at all\n{all}"
+            );
+            for line in all.lines() {
+                assert!(
+                    !line.starts_with("retie: applied 0")
+                        && !line.starts_with("retie: pending approval 1"),
+                    "{leg:?} {extra:?}: model text printed as retie's own line {line:?}\n{all}"
+                );
+            }
+        }
+    }
+}
