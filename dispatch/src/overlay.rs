@@ -1135,7 +1135,22 @@ pub fn handle(
             paths.iter().map(|m| m.path.to_string()).collect(),
         )),
         Err(e) => {
-            run.keep();
+            // Say why (the OS error and the path, which the error's own
+            // line leaves to its sources) and where the work is: kept,
+            // to be applied once the cause is fixed (issue 33 item 6).
+            let mut cause = String::new();
+            let mut src = std::error::Error::source(&e);
+            while let Some(s) = src {
+                cause.push_str(&format!(": {s}"));
+                src = s.source();
+            }
+            run.keep_because("applying failed");
+            hooks.say(&format!(
+                "{}{}\nthe command's changes were not applied and are kept as run {id}: fix the cause, then `retie changes apply {id}` (or `retie changes discard {id}`)",
+                e,
+                visible(&cause),
+                id = run.id
+            ));
             Err(snap(e))
         }
     }

@@ -221,6 +221,26 @@ impl<'u> SandboxJob<'u> {
                 )));
             }
         }
+        // Changes to apply need a workspace this process can write: found
+        // out after the command ran, the apply failed part-way and was
+        // rolled back, with no word of why (issue 33 item 6). Asked of the
+        // kernel with the real ids, before anything runs.
+        if let JobMode::Overlay {
+            changes: ChangesMode::Apply,
+            ..
+        } = self.mode
+        {
+            if let Err(e) = rustix::fs::access(&self.workspace, rustix::fs::Access::WRITE_OK) {
+                // SAFETY: getuid has no preconditions and cannot fail.
+                let uid = unsafe { libc::getuid() };
+                return Err(Error::Invalid(format!(
+                    "cannot write the workspace {} ({}), so the command's changes could not be applied; nothing ran. Use --changes review or --changes discard (the changes are then kept or dropped, never written), or make the workspace writable by this user (uid {}), e.g. chown it",
+                    visible(&self.workspace.to_string_lossy()),
+                    std::io::Error::from(e),
+                    uid
+                )));
+            }
+        }
         for dir in &self.protect {
             builder = builder.mask(dir);
         }
@@ -343,9 +363,14 @@ impl<'u> SandboxJob<'u> {
         });
         let changes = match (run, self.mode) {
             (None, _) | (_, JobMode::Direct { .. }) => None,
-            (Some(mut r), _) if outcome.timed_out || outcome.interrupted => {
+            (Some(mut r), _)
+                if outcome.timed_out || outcome.interrupted || outcome.stop_signal.is_some() =>
+            {
                 // A timed-out or interrupted command's half-done changes
-                // are not applied, and not thrown away either.
+                // are not applied, and not thrown away either: one rule
+                // for the agent's Ctrl-C (the sandbox killed) and for a
+                // Ctrl-C or SIGTERM to `retie sandbox exec` (forwarded to
+                // the command, which may die of it or catch it).
                 let why = if outcome.timed_out {
                     "timed out"
                 } else {
@@ -353,8 +378,8 @@ impl<'u> SandboxJob<'u> {
                 };
                 r.keep_because(why);
                 self.ui.say(&format!(
-                    "the command was {why}; its changes were not applied and are kept as run {} (`retie changes show {}`, `apply`, `discard`)",
-                    r.id, r.id
+                    "the command was {why}; its changes were not applied and are kept as run {id}: see them with `retie changes show {id}`, apply them with `retie changes apply {id}`, or throw them away with `retie changes discard {id}`",
+                    id = r.id
                 ));
                 set(&mut result, "status", json!("not applied"));
                 set(&mut result, "kept", json!(r.id));

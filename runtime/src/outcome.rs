@@ -25,6 +25,12 @@ pub struct Outcome {
     /// True when a SIGINT killed the sandbox ([`crate::Interrupt::Kill`]).
     #[serde(default)]
     pub interrupted: bool,
+    /// The first signal asking the run to stop (SIGINT, SIGTERM, SIGHUP,
+    /// SIGQUIT) that the supervisor received and forwarded to the command
+    /// ([`crate::Interrupt::Forward`]): someone asked the run to stop,
+    /// whatever the command then did with the signal.
+    #[serde(default)]
+    pub stop_signal: Option<i32>,
     /// Wall time from the first clone to the last reap.
     pub duration_ms: f64,
     /// The Landlock ABI enforced inside.

@@ -1690,3 +1690,41 @@ fn model_text_cannot_pass_for_a_line_of_retie() {
         }
     }
 }
+
+/// Issue 33 item 6, the agent's side: on a workspace uid 65534 cannot
+/// write (root's, mode 755), the bash tool is refused before its command
+/// runs, said to the model as that call's error (naming the cause), and
+/// the session goes on to finish; before, `retie run` ended with 125.
+#[test]
+fn a_workspace_the_agent_cannot_write_fails_the_call_not_the_session() {
+    if !legs().contains(&Leg::Nobody) {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let s = Scratch::new(Leg::Nobody);
+    put(&s, "file.txt", "x\n");
+    std::os::unix::fs::chown(&s.ws, Some(0), Some(0)).expect("chown to root");
+    std::fs::set_permissions(&s.ws, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let script = write_script(
+        &s,
+        serde_json::json!([
+            {"tool_calls": [{"name": "bash", "arguments": {"command": "echo y > y"}}]},
+            {"tool_calls": [{"name": "read", "arguments": {"path": "file.txt"}}]},
+            {"text": "done"}
+        ]),
+    );
+    let o = agent(&s, &script, &["--autonomy", "auto"]);
+    assert_code(&o, 0, "retie run");
+    let r = report(&o);
+    assert_eq!(r["status"], "finished", "{r}");
+    let actions = r["actions"].as_array().expect("actions");
+    assert_eq!(actions[0]["status"], "error", "{r}");
+    assert!(
+        actions[0]["said"]
+            .as_str()
+            .is_some_and(|t| t.contains("cannot write the workspace")),
+        "{r}"
+    );
+    assert_eq!(actions[1]["status"], "ok", "{r}");
+    assert!(!s.ws.join("y").exists());
+}

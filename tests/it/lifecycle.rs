@@ -138,3 +138,59 @@ fn a_run_whose_retie_was_killed_is_listed_as_interrupted() {
         );
     }
 }
+
+/// Issue 33 item 5: a Ctrl-C to `retie sandbox exec` (SIGINT, forwarded
+/// to the command, which dies of it: exit 130) applied the command's
+/// half-done changes, where a timeout or the agent's Ctrl-C kept them.
+/// One rule now: an interrupted run is kept, not applied, and retie says
+/// how to apply or discard it.
+#[test]
+fn a_ctrl_c_to_sandbox_exec_keeps_the_run_unapplied() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let m = marker();
+        let child = start_sleepers(&s, &format!("echo x > f; sleep {m}"), &m);
+        // SAFETY: signalling our own child (setpriv execs into retie).
+        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        let o = child.wait_with_output().expect("wait");
+        assert_code(&o, 130, "Ctrl-C");
+        assert!(
+            !s.ws.join("f").exists(),
+            "{leg:?}: an interrupted run's changes were applied: {}",
+            stderr(&o)
+        );
+        let listed = s
+            .retie()
+            .args(["changes", "list", "--json"])
+            .output()
+            .expect("list");
+        let listed: serde_json::Value =
+            serde_json::from_slice(&listed.stdout).expect("changes list --json");
+        let run = listed["runs"][0]["run"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{leg:?}: no kept run listed: {listed}"))
+            .to_string();
+        assert!(
+            listed["runs"][0]["why"]
+                .as_str()
+                .is_some_and(|w| w.starts_with("interrupted")),
+            "{leg:?}: {listed}"
+        );
+        let err = stderr(&o);
+        assert!(
+            err.contains(&format!("retie changes apply {run}"))
+                && err.contains(&format!("retie changes discard {run}")),
+            "{leg:?}: the message does not say how to apply or discard: {err}"
+        );
+        let o = s
+            .retie()
+            .args(["changes", "apply", &run])
+            .output()
+            .expect("apply");
+        assert_code(&o, 0, "apply the interrupted run");
+        assert_eq!(
+            std::fs::read_to_string(s.ws.join("f")).ok().as_deref(),
+            Some("x\n")
+        );
+    }
+}

@@ -1378,3 +1378,34 @@ fn a_save_at_the_moment_of_apply_or_undo_is_kept_and_said() {
         assert!(raced > 0, "{leg:?}: no undo of {tries} hit the window");
     }
 }
+
+/// Issue 33 item 6: as uid 65534 on a root-owned workspace (mode 755),
+/// `sandbox exec` ran the command, then said "applying … failed at y;
+/// rolled back" with no cause and no word of the run. Now the workspace
+/// is checked before anything runs: refused (125), naming the cause and
+/// the fix, no run left behind; with `--changes discard` it runs.
+#[test]
+fn a_workspace_retie_cannot_write_is_refused_before_the_command_runs() {
+    if !legs().contains(&Leg::Nobody) {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let s = Scratch::new(Leg::Nobody);
+    std::os::unix::fs::chown(&s.ws, Some(0), Some(0)).expect("chown to root");
+    std::fs::set_permissions(&s.ws, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let o = s.exec(&[], &["sh", "-c", "echo y > y"]);
+    assert_code(&o, 125, "a workspace uid 65534 cannot write");
+    let err = stderr(&o);
+    assert!(
+        err.contains("cannot write the workspace")
+            && err.contains("nothing ran")
+            && err.contains("--changes discard")
+            && err.contains("--changes review"),
+        "the refusal names neither the cause nor the fix:\n{err}"
+    );
+    assert!(!err.contains("rolled back"), "{err}");
+    assert_eq!(runs_left(&s), 0, "a run directory was left behind");
+    let o = s.exec(&["--changes", "discard"], &["sh", "-c", "echo y > y"]);
+    assert_code(&o, 0, "--changes discard on a read-only workspace");
+    assert!(!s.ws.join("y").exists());
+}

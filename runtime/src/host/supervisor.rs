@@ -272,6 +272,7 @@ fn finish(
     let deadline = timeout.and_then(|t| started.checked_add(t));
     let mut timed_out = false;
     let mut interrupted = false;
+    let mut stop_signal = None;
     let mut buf = Vec::new();
     let mut reported_end = false;
     let mut status_eof = false;
@@ -315,6 +316,11 @@ fn finish(
                     interrupted = true;
                     let _ = sys::pidfd_send_signal(pidfd, Signal::KILL);
                     break;
+                }
+                if stop_signal.is_none()
+                    && [Signal::INT, Signal::TERM, Signal::HUP, Signal::QUIT].contains(&sig)
+                {
+                    stop_signal = Some(sig.as_raw());
                 }
                 let _ = sys::pidfd_send_signal(pidfd, sig);
             }
@@ -434,6 +440,7 @@ fn finish(
         signal,
         timed_out,
         interrupted,
+        stop_signal,
         duration_ms,
         landlock_abi,
         landlock_enforced,
