@@ -1408,4 +1408,59 @@ fn a_workspace_retie_cannot_write_is_refused_before_the_command_runs() {
     let o = s.exec(&["--changes", "discard"], &["sh", "-c", "echo y > y"]);
     assert_code(&o, 0, "--changes discard on a read-only workspace");
     assert!(!s.ws.join("y").exists());
+
+    // A directory made unwritable while the command ran (the overlay let
+    // the command write there): the apply fails, said with its cause (the
+    // OS error and the path), and the run is kept with the command that
+    // applies it later.
+    let s = Scratch::new(Leg::Nobody);
+    std::fs::create_dir(s.ws.join("sub")).expect("mkdir sub");
+    s.give(&s.ws.join("sub"));
+    std::thread::sleep(std::time::Duration::from_millis(11));
+    let child = s
+        .retie()
+        .args([
+            "sandbox",
+            "exec",
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            "echo y > sub/y; sleep 2",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let runs = s.home.join(".local/state/retie/runs");
+    let written = || {
+        std::fs::read_dir(&runs)
+            .is_ok_and(|d| d.flatten().any(|e| e.path().join("upper/sub/y").exists()))
+    };
+    assert!(wait_until(10.0, written), "the command did not write");
+    std::os::unix::fs::chown(s.ws.join("sub"), Some(0), Some(0)).expect("chown to root");
+    let o = child.wait_with_output().expect("wait");
+    assert_code(&o, 125, "an apply that fails");
+    let err = stderr(&o);
+    let run = std::fs::read_dir(s.home.join(".local/state/retie/runs"))
+        .expect("runs")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .find(|n| err.contains(n.as_str()))
+        .unwrap_or_else(|| panic!("no kept run named:\n{err}"));
+    assert!(
+        err.contains("os error")
+            && err.contains("sub/y")
+            && err.contains(&format!("retie changes apply {run}")),
+        "the failure names neither its cause nor the kept run:\n{err}"
+    );
+    s.give(&s.ws.join("sub"));
+    let o = s
+        .retie()
+        .args(["changes", "apply", &run])
+        .output()
+        .expect("apply");
+    assert_code(&o, 0, "apply the kept run once the cause is fixed");
+    assert_eq!(read(&s, "sub/y").as_deref(), Some("y\n"));
 }
