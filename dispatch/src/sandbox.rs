@@ -364,13 +364,16 @@ impl<'u> SandboxJob<'u> {
         let changes = match (run, self.mode) {
             (None, _) | (_, JobMode::Direct { .. }) => None,
             (Some(mut r), _)
-                if outcome.timed_out || outcome.interrupted || outcome.stop_signal.is_some() =>
+                if outcome.timed_out
+                    || outcome.interrupted
+                    || (outcome.stop_signal.is_some() && r.has_writes()) =>
             {
                 // A timed-out or interrupted command's half-done changes
                 // are not applied, and not thrown away either: one rule
                 // for the agent's Ctrl-C (the sandbox killed) and for a
                 // Ctrl-C or SIGTERM to `retie sandbox exec` (forwarded to
-                // the command, which may die of it or catch it).
+                // the command, which may die of it or catch it; a command
+                // stopped so that wrote nothing leaves no run behind).
                 let why = if outcome.timed_out {
                     "timed out"
                 } else {
