@@ -340,6 +340,8 @@ impl<P: Provider> Session<P> {
         let mut ctx = Context::new(cfg.tier);
         let mut proposals: HashMap<i64, Value> = HashMap::new();
         let mut intents_by_call: HashMap<String, i64> = HashMap::new();
+        let mut awaiting_outcome: std::collections::BTreeMap<i64, retie_policy::Action> =
+            std::collections::BTreeMap::new();
         let mut recorded_tier: Option<Tier> = None;
         for r in rows {
             let Some(k) = Kind::parse(&r.kind) else {
@@ -393,7 +395,10 @@ impl<P: Provider> Session<P> {
                     proposals.insert(r.seq, p);
                 }
                 Kind::Intent => {
-                    // What ran taints the session as it did then.
+                    // What ran taints the session as it did then: judged
+                    // at its outcome, by the live session's rule (content
+                    // that reached the model: a result that ran, or any
+                    // bash output; a refused fetch brought nothing in).
                     if let Some(a) = p
                         .get("proposal")
                         .and_then(Value::as_i64)
@@ -401,14 +406,31 @@ impl<P: Provider> Session<P> {
                         .and_then(|pp| pp.get("action"))
                         .and_then(|a| retie_policy::Action::from_json(&a.to_string()).ok())
                     {
-                        ctx.taint = ctx.taint.after(&tools.policy, &a);
+                        awaiting_outcome.insert(r.seq, a);
                     }
                     if let Some(c) = p.get("call").and_then(Value::as_str) {
                         intents_by_call.insert(c.to_string(), r.seq);
                     }
                 }
+                Kind::Outcome => {
+                    if let Some(a) = p
+                        .get("action")
+                        .and_then(Value::as_i64)
+                        .and_then(|seq| awaiting_outcome.remove(&seq))
+                    {
+                        let ran = p.get("status").and_then(Value::as_str) == Some("ran");
+                        if ran || a.tool() == "bash" {
+                            ctx.taint = ctx.taint.after(&tools.policy, &a);
+                        }
+                    }
+                }
                 _ => {}
             }
+        }
+        // An intent with no outcome (a crash while it ran): what it took
+        // in cannot be known, so it taints, as if it had reached the model.
+        for a in awaiting_outcome.values() {
+            ctx.taint = ctx.taint.after(&tools.policy, a);
         }
         if messages.is_empty() {
             return Err(bad("its opening entry is missing".into()));

@@ -32,6 +32,11 @@ pub const EXIT_FINISHED: i32 = 0;
 pub const EXIT_BUDGET: i32 = 3;
 pub const EXIT_PROVIDER: i32 = 4;
 pub const EXIT_SUSPENDED: i32 = 5;
+/// retie could not keep its record (the ledger could not be written, or
+/// a resumed call no longer matches its recorded approval): the session
+/// stopped, nothing ran unrecorded (ADR 0501). Never 125, which is a
+/// usage error.
+pub const EXIT_FAILED: i32 = 6;
 pub const EXIT_INTERRUPTED: i32 = 130;
 pub const EXIT_USAGE: i32 = 125;
 
@@ -221,6 +226,7 @@ pub fn exit_code(s: Status) -> i32 {
         Status::ProviderFailed => EXIT_PROVIDER,
         Status::Suspended => EXIT_SUSPENDED,
         Status::Interrupted => EXIT_INTERRUPTED,
+        Status::Failed => EXIT_FAILED,
         _ => EXIT_USAGE,
     }
 }
