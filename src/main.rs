@@ -83,6 +83,10 @@ enum Command {
     /// Exits 0 finished, 3 budget spent, 4 provider failed, 5 suspended
     /// (an approval is pending), 130 interrupted, 125 usage error.
     Run(commands::run::RunArgs),
+    /// Retest pentest findings against a lab: one agent session per
+    /// finding, each command approved and run in a lab-mode sandbox, a
+    /// verdict (still_open, fixed, inconclusive) in the ledger.
+    Retest(commands::retest::RetestArgs),
     /// Pending approvals across sessions: session, tool, frozen
     /// arguments, digest, age.
     Pending(commands::pending::PendingArgs),
@@ -163,6 +167,7 @@ fn main() -> ExitCode {
         _ if !AGENT => exec_agent(),
         Command::Run(args) => commands::run::run(args),
         Command::Demo(args) => commands::demo::run(args),
+        Command::Retest(args) => commands::retest::run(args),
         Command::Pending(args) => or_125(commands::pending::list(args)),
         Command::Approve(args) => or_125(commands::pending::approve(args)),
         Command::Deny(args) => or_125(commands::pending::deny(args)),

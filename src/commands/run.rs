@@ -238,7 +238,7 @@ pub(super) struct Resolved {
     pub prices: std::collections::BTreeMap<String, Price>,
 }
 
-fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
+pub(super) fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
     let file = super::gc::config()?.0.agent;
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     let provider = match (args.provider, env("RETIE_PROVIDER"), file.provider) {
