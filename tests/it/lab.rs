@@ -185,7 +185,7 @@ fn lab_up(s: &Scratch, args: &[&str]) -> Output {
 }
 
 /// Starts a lab and stops it (and checks it is gone) on drop.
-struct Lab<'a> {
+pub(crate) struct Lab<'a> {
     s: &'a Scratch,
     name: String,
     keeper: i32,
@@ -193,7 +193,7 @@ struct Lab<'a> {
 }
 
 impl<'a> Lab<'a> {
-    fn up(s: &'a Scratch, name: &str, args: &[&str]) -> Lab<'a> {
+    pub(crate) fn up(s: &'a Scratch, name: &str, args: &[&str]) -> Lab<'a> {
         let mut all = vec!["--name", name];
         all.extend_from_slice(args);
         let o = lab_up(s, &all);
