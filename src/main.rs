@@ -64,6 +64,9 @@ enum Command {
     Verify(commands::verify::VerifyArgs),
     /// Show a session's actions, decisions and outcomes (verified first).
     Replay(commands::replay::ReplayArgs),
+    /// A retest session's report from the ledger alone: markdown, JSON
+    /// or SARIF 2.1.0.
+    Report(commands::report::ReportArgs),
     /// List the ledger's sessions and their action ids.
     Log(commands::log::LogArgs),
     /// Kept overlay runs (timed out, conflicting, not reviewed): list,
@@ -154,6 +157,7 @@ fn main() -> ExitCode {
         Command::Verify(args) => commands::verify::run(args),
         Command::Replay(args) => commands::replay::run(args),
         Command::Log(args) => commands::log::run(args),
+        Command::Report(args) => commands::report::run(args),
         Command::Changes(cmd) => or_125(commands::runs::run(cmd)),
         Command::Gc(args) => or_125(commands::gc::gc(args)),
         Command::Status(args) => or_125(commands::gc::status(args)),

@@ -332,3 +332,89 @@ fn a_broken_findings_file_or_a_missing_lab_starts_nothing() {
         }
     }
 }
+
+#[test]
+fn report_renders_a_retest_from_the_ledger_alone_as_markdown_json_and_sarif() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let f1 = &flaws()[0];
+        let mut sessions = Vec::new();
+        for (build, flags, script_build, extra) in [
+            ("vuln", &[][..], "vuln", &[][..]),
+            ("fixed", &["--fixed"][..], "fixed", &[][..]),
+            ("vuln", &[][..], "fixed", &["--max-steps", "1"][..]),
+        ] {
+            let mut args = vec!["--demo"];
+            args.extend_from_slice(flags);
+            let _lab = Lab::up(&s, build, &args);
+            let file = finding_file(&s, f1.finding);
+            let script = put(
+                &s,
+                "script.json",
+                &json!({"turns": script_for(f1, script_build, build)}).to_string(),
+            );
+            let mut all = vec!["--lab", build];
+            all.extend_from_slice(extra);
+            let o = retest(&s, &[&file], &script, &all);
+            let r = result(&o);
+            sessions.push(r["session"].as_str().expect("session").to_string());
+            // From the ledger alone: the findings file is gone.
+            std::fs::remove_file(&file).expect("rm finding");
+        }
+        let report = |id: &str, fmt: &str| -> Output {
+            let o = s
+                .retie()
+                .args(["report", id, fmt])
+                .output()
+                .expect("report");
+            assert_code(&o, 0, &format!("{leg:?} report {fmt}"));
+            o
+        };
+        for (id, status, baseline) in [
+            (&sessions[0], "still_open", "unchanged"),
+            (&sessions[1], "fixed", "absent"),
+            (&sessions[2], "inconclusive", "unchanged"),
+        ] {
+            let j: Value = serde_json::from_str(&stdout(&report(id, "--json"))).expect("json");
+            assert_eq!(j["verdict"]["status"], status, "{j}");
+            assert_eq!(j["finding"]["id"], "F1-sqli-login", "{j}");
+            let sarif: Value =
+                serde_json::from_str(&stdout(&report(id, "--sarif"))).expect("sarif json");
+            assert_eq!(sarif["version"], "2.1.0");
+            let res = &sarif["runs"][0]["results"][0];
+            assert_eq!(res["baselineState"], baseline, "{sarif}");
+            assert_eq!(
+                res["ruleId"],
+                sarif["runs"][0]["tool"]["driver"]["rules"][0]["id"]
+            );
+            assert!(res["message"]["text"]
+                .as_str()
+                .is_some_and(|t| t.contains(status)));
+            assert_eq!(
+                res["locations"][0]["physicalLocation"]["artifactLocation"]["uri"],
+                "http://lab/login"
+            );
+            assert_eq!(
+                res["properties"]["retieInconclusive"] == json!(true),
+                status == "inconclusive",
+                "{sarif}"
+            );
+            let md = stdout(&report(id, "--markdown"));
+            assert!(md.contains(&format!("## Verdict: {status}")), "{md}");
+            assert!(md.contains("origin `http://lab` retested as"), "{md}");
+        }
+        let md = stdout(&report(&sessions[1], "--markdown"));
+        assert!(
+            md.contains("Commands run")
+                && md.contains("user=admin' or 1=1--")
+                && md.contains("login failed"),
+            "{md}"
+        );
+        let o = s
+            .retie()
+            .args(["report", "nosuch"])
+            .output()
+            .expect("report");
+        assert_code(&o, 125, "no such session");
+    }
+}
