@@ -657,7 +657,7 @@ pub fn edited_arguments(
         serde_json::Value::Object(m) => m,
         _ => serde_json::Map::new(),
     };
-    if action.tool() != "bash" {
+    if !matches!(action.tool(), "bash" | "run_command") {
         return Err(format!(
             "{} takes its arguments as a JSON object ({{...}})",
             action.tool()

@@ -418,3 +418,97 @@ fn report_renders_a_retest_from_the_ledger_alone_as_markdown_json_and_sarif() {
         assert_code(&o, 125, "no such session");
     }
 }
+
+/// No terminal, no `--yes`: each proposed command suspends the session
+/// (exit 5); `retie approve`, `retie deny --reason` and `retie approve
+/// --edit` decide it and `retie retest --resume` carries on. The refusal
+/// reaches the agent with its reason, the edited command runs as edited,
+/// a conclusion cites an output from before a suspension, and nothing
+/// runs twice.
+#[test]
+fn a_suspended_retest_is_decided_and_resumed_with_nothing_run_twice() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let _lab = Lab::up(&s, "susp", &["--demo", "--partial"]);
+        let file = finding_file(&s, "F1-sqli-login");
+        let count = "echo ran >> count; ";
+        let orig = format!("{count}{}", command(&flaws()[0], "original", "susp"));
+        let var = format!("{count}{}", command(&flaws()[0], "variant", "susp"));
+        let script = put(
+            &s,
+            "script.json",
+            &json!({"turns": [
+                {"tool_calls": [run_call(&orig, "replay the reported payload")]},
+                {"expect": ["output o1", "login failed"],
+                 "tool_calls": [run_call("curl -s http://susp:8080/ # a dull one", "look around")]},
+                {"expect": ["try the lower-case keyword"],
+                 "tool_calls": [run_call("echo a proposal the person will edit", "a variant")]},
+                {"expect": ["edited your call", "output o2", "Welcome admin"],
+                 "tool_calls": [conclude("still_open", "the lower-case variant logs in as admin; the original does not", json!([
+                     {"output_id": "o1", "excerpt": "login failed"},
+                     {"output_id": "o2", "excerpt": "Welcome admin"}]))]},
+                {"text": "still open"}
+            ]})
+            .to_string(),
+        );
+        let first = {
+            let mut c = s.retie();
+            c.arg("retest")
+                .arg(&file)
+                .args(["--lab", "susp", "--provider", "script", "--script"])
+                .arg(&script)
+                .arg("--json")
+                .env_remove("RETIE_PROVIDER")
+                .stdin(Stdio::null());
+            c.output().expect("retest")
+        };
+        assert_code(&first, 5, &format!("{leg:?} suspended"));
+        let r = result(&first);
+        assert_eq!(r["status"], "suspended", "{r}");
+        let sid = r["session"].as_str().expect("session").to_string();
+        let resume = || {
+            let mut c = s.retie();
+            c.args(["retest", "--resume", &sid, "--script"])
+                .arg(&script)
+                .arg("--json")
+                .env_remove("RETIE_PROVIDER")
+                .stdin(Stdio::null());
+            c.output().expect("resume")
+        };
+        let decide = |args: &[&str]| {
+            let o = s.retie().args(args).output().expect("decide");
+            assert_code(&o, 0, &format!("{leg:?} {args:?}"));
+        };
+        decide(&["approve", &sid]);
+        let o = resume();
+        assert_code(&o, 5, &format!("{leg:?} suspended again"));
+        decide(&["deny", &sid, "--reason", "try the lower-case keyword"]);
+        let o = resume();
+        assert_code(&o, 5, &format!("{leg:?} suspended a third time"));
+        decide(&["approve", &sid, "--edit", &var]);
+        let o = resume();
+        assert_code(&o, 0, &format!("{leg:?} concluded"));
+        let r = result(&o);
+        assert_eq!(r["status"], "still_open", "{r}\n{}", stderr(&o));
+        let commands = r["verdict"]["commands"].as_array().expect("commands");
+        assert_eq!(commands.len(), 2, "{r}");
+        assert_eq!(
+            commands[1]["command"],
+            var.as_str(),
+            "the edit ran as edited: {r}"
+        );
+        // Each approved command ran once: the scratch directory's count.
+        let scratch = std::fs::read_dir(s.home.join(".local/state/retie/retest"))
+            .expect("retest dir")
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.join("count").exists())
+            .expect("a scratch directory with the count");
+        assert_eq!(
+            std::fs::read_to_string(scratch.join("count")).expect("count"),
+            "ran\nran\n",
+            "{leg:?}: a command ran twice or not at all"
+        );
+        verify(&s, "resume");
+    }
+}

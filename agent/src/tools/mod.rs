@@ -426,10 +426,12 @@ impl Tools {
             "run_command" => {
                 let snaps = Snapshots::open(&self.state, &self.workspace)?;
                 let state = self.state.clone();
+                let cancel = self.cancel.clone();
                 let r = self.retest.as_mut().ok_or_else(|| {
                     retie_dispatch::Error::Invalid("run_command outside a retest session".into())
                 })?;
-                let mut ex = retest::RunCommandExec::new(r, snaps, state, &p.args, &mut notes)?;
+                let mut ex =
+                    retest::RunCommandExec::new(r, snaps, state, &p.args, &mut notes, cancel)?;
                 dispatch(rec, policy, &ctx, proposal(action), approver, &mut ex)?
             }
             "conclude" => {

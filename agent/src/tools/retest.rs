@@ -250,6 +250,9 @@ pub(super) struct RunCommandExec<'a> {
     timeout: Duration,
     command: String,
     outputs: &'a mut Vec<OutputRec>,
+    /// The session's token: cancelled when a Ctrl-C killed the sandbox
+    /// (the supervisor consumed the signal), so the turn stops.
+    cancel: retie_dispatch::Cancel,
 }
 
 impl<'a> RunCommandExec<'a> {
@@ -259,6 +262,7 @@ impl<'a> RunCommandExec<'a> {
         retie_state: PathBuf,
         args: &Map<String, Value>,
         notes: &'a mut Notes,
+        cancel: retie_dispatch::Cancel,
     ) -> Result<RunCommandExec<'a>, Error> {
         let s = &state.settings;
         let command = args
@@ -306,6 +310,7 @@ impl<'a> RunCommandExec<'a> {
             timeout,
             command,
             outputs: &mut state.outputs,
+            cancel,
         })
     }
 }
@@ -332,6 +337,9 @@ impl Executor for RunCommandExec<'_> {
                 "\n[output cut at {} bytes of {total}]\n",
                 self.cap
             ));
+        }
+        if o.interrupted {
+            self.cancel.cancel();
         }
         let status = if o.interrupted {
             "cancelled by the person (Ctrl-C): the sandbox was killed".to_string()
