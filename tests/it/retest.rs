@@ -512,3 +512,62 @@ fn a_suspended_retest_is_decided_and_resumed_with_nothing_run_twice() {
         verify(&s, "resume");
     }
 }
+
+/// The same flow over the wire: a local OpenAI-compatible server (streamed
+/// tool-call deltas) instead of the script provider. The process talks
+/// HTTP, so its lab sandboxes start from the sandbox helper.
+#[test]
+fn an_openai_compatible_server_drives_a_retest_through_the_helper() {
+    use crate::agent::{openai_server, tool_call_turn};
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let _lab = Lab::up(&s, "wire", &["--demo"]);
+        let file = finding_file(&s, "F1-sqli-login");
+        let cmd = command(&flaws()[0], "original", "wire");
+        let (url, seen) = openai_server(vec![
+            tool_call_turn(
+                "c1",
+                "run_command",
+                &json!({"command": cmd, "rationale": "replay", "timeout_seconds": 20}).to_string(),
+            ),
+            tool_call_turn(
+                "c2",
+                "conclude",
+                &json!({"status": "still_open", "rationale": "the payload works", "evidence": [{"output_id": "o1", "excerpt": "Welcome admin"}]}).to_string(),
+            ),
+        ]);
+        let o = {
+            let mut c = s.retie();
+            c.arg("retest")
+                .arg(&file)
+                .args([
+                    "--lab",
+                    "wire",
+                    "--provider",
+                    "openai",
+                    "--model",
+                    "m",
+                    "--base-url",
+                    &url,
+                ])
+                .args(["--json", "--yes"])
+                .env_remove("RETIE_PROVIDER")
+                .stdin(Stdio::null());
+            c.output().expect("retest over the wire")
+        };
+        assert_code(&o, 0, &format!("{leg:?} over the wire"));
+        let r = result(&o);
+        assert_eq!(r["status"], "still_open", "{r}");
+        let bodies = seen.lock().expect("lock").clone();
+        assert_eq!(bodies.len(), 2, "{bodies:?}");
+        assert!(
+            bodies[0].contains("\"run_command\"")
+                && bodies[0].contains("\"conclude\"")
+                && !bodies[0].contains("\"write\""),
+            "the retest tool set was offered: {}",
+            bodies[0]
+        );
+        assert!(bodies[1].contains("Welcome admin"), "{}", bodies[1]);
+        verify(&s, "over the wire");
+    }
+}
