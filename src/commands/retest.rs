@@ -580,6 +580,9 @@ fn print_verdict(
                 "verdict": v,
                 "pending": report.pending,
                 "message": report.message,
+                "turns": report.turns,
+                "tokens_in": report.tokens_in,
+                "tokens_out": report.tokens_out,
             })
         );
         return;
