@@ -16,6 +16,7 @@ pub mod retest;
 pub mod run;
 pub mod runs;
 pub mod sandbox;
+pub mod scope;
 pub mod selftest;
 pub mod sessions;
 pub mod toolchain;
