@@ -141,8 +141,20 @@ impl Executor for WriteJob<'_> {
             &mut run,
             self.owner,
             started,
+            // A file changed since the model staged it is refused, never
+            // overwritten: the model reads it again.
+            overlay::OnConflict::Refuse,
             &mut hooks,
         )?;
+        let raced = h.json["raced"].as_array().is_some_and(|r| !r.is_empty());
+        if h.json["applied"] == json!(true) && raced {
+            // Someone saved the file at the moment of the write: their
+            // version stays, the model's is kept in the run (ADR 0205).
+            step.set_outcome(json!({"status": "refused", "why": "raced", "changes": h.json}));
+            return Ok(Err(format!(
+                "{shown} was not written: it changed at the moment of the write; the other version is kept in the workspace (read it again)"
+            )));
+        }
         if h.json["applied"] == json!(true) {
             step.set_outcome(json!({
                 "status": "applied",
