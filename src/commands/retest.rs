@@ -131,6 +131,7 @@ fn run_args(a: &RetestArgs, dir: Option<PathBuf>) -> RunArgs {
         fetch_allow: Vec::new(),
         ledger: a.ledger.clone(),
         json: a.json,
+        resume_overrides: Vec::new(),
     }
 }
 
@@ -420,6 +421,8 @@ fn spec(
             "autonomy": r.cfg.tier.name(),
             "approvals_from_yes_flag": yes,
             "fetch_allow": [],
+            "base_url": r.cfg.base_url,
+            "api_key_env": r.cfg.api_key_env,
             "budget": {"max_turns": r.cfg.max_turns, "max_tokens": r.cfg.max_tokens, "timeout_s": r.cfg.timeout.as_secs_f64()},
             "retest": opened,
         }),
@@ -651,7 +654,10 @@ fn resume(mut a: RetestArgs, id: &str) -> Result<i32, CliError> {
     let tools = retest_tools(&r, &scratch, &net, a.command_ceiling)?;
     let provider_name = provider_name(r.provider);
     let spec = spec(&scratch, provider_name, &r, "", a.yes, &opened)?;
-    let (rec, rows) = Recorder::resume(&path, id, spec.intent_base)?;
+    let (mut rec, rows) = Recorder::resume(&path, id, spec.intent_base)?;
+    for (name, value) in &ra.resume_overrides {
+        rec.setting(name, json!(value), "person (a flag on resume)")?;
+    }
     let p = agent_run::provider(&ra, &r, provider_name, None, true)?;
     drive(&a, p, tools, rec, Some(rows), r.cfg.clone(), None, opened)
 }

@@ -294,7 +294,11 @@ impl<'a> RunCommandExec<'a> {
         let job = SandboxJob {
             builder: Some(builder),
             workspace,
-            mode: JobMode::Direct,
+            // The scratch directory holds nothing a person runs later;
+            // the plant check still applies (it finds nothing there).
+            mode: JobMode::Direct {
+                accept_plants: false,
+            },
             state: retie_state,
             protect: Vec::new(),
             snaps,
