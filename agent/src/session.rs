@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 
 use crate::model::{Message, Role, StreamEvent, ToolCall, TurnRequest, Usage};
 use crate::provider::Provider;
-use crate::tools::{self, Tools};
+use crate::tools::Tools;
 
 /// The system prompt the agent runs with (its digest is recorded).
 pub const SYSTEM_PROMPT: &str = "You are retie, a coding agent working in one project directory (the workspace). \
@@ -361,7 +361,12 @@ impl<P: Provider> Session<P> {
                         .get("autonomy")
                         .and_then(Value::as_str)
                         .and_then(|t| t.parse().ok());
-                    if p.get("origin").and_then(Value::as_str) != Some("retie run") {
+                    // `retie retest` sessions (issue 28) are agent sessions
+                    // with another tool set: the same resume.
+                    if !matches!(
+                        p.get("origin").and_then(Value::as_str),
+                        Some("retie run" | "retie retest")
+                    ) {
                         return Err(bad(
                             "it is not an agent session (`retie run`); only those resume".into(),
                         ));
@@ -568,6 +573,15 @@ impl<P: Provider> Session<P> {
         Ok(())
     }
 
+    /// Record a note of the session now (durable at once): a retest's
+    /// verdict, an operator's adjudication.
+    pub fn record_note(&mut self, by_person: bool, payload: Value) -> Result<(), SessionError> {
+        if let Some(r) = self.rec.as_mut() {
+            r.record_note(by_person, payload)?;
+        }
+        Ok(())
+    }
+
     pub fn revoke(&mut self, seq: i64) -> Result<(), SessionError> {
         match self.rec.as_mut() {
             Some(r) => Ok(r.revoke(seq, "person")?),
@@ -691,7 +705,7 @@ impl<P: Provider> Session<P> {
             let req = TurnRequest {
                 model: self.cfg.model.clone(),
                 messages: self.messages.clone(),
-                tools: tools::specs(),
+                tools: self.tools.specs(),
                 max_tokens: self.cfg.max_output_tokens,
             };
             // What the model is about to read is durable before it is
@@ -767,6 +781,10 @@ impl<P: Provider> Session<P> {
             {
                 return r.into_report(self, actions);
             }
+            if self.tools.concluded() {
+                // A retest's valid conclusion ends it (issue 28).
+                return self.report(Status::Finished, "concluded".into(), String::new(), actions);
+            }
         }
     }
 
@@ -798,8 +816,14 @@ impl<P: Provider> Session<P> {
             let key = (call.name.clone(), call.raw_arguments.clone());
             let rec = self.rec.as_mut().ok_or(Stop::Closed)?;
             rec.note("call", json!(call.id));
-            let checked = check_call(call, truncated, &self.failures, self.cfg.repeat_limit)
-                .and_then(|args| self.tools.prepare(&call.name, &args));
+            let checked = check_call(
+                &self.tools,
+                call,
+                truncated,
+                &self.failures,
+                self.cfg.repeat_limit,
+            )
+            .and_then(|args| self.tools.prepare(&call.name, &args));
             let line = match checked {
                 Err(msg) => {
                     if let Err(e) = refuse_call(rec, call, &msg) {
@@ -1015,6 +1039,7 @@ pub async fn run<P: Provider>(
 
 /// The checks before a call may be prepared; `Err` is for the model.
 fn check_call(
+    tools: &Tools,
     call: &ToolCall,
     truncated: bool,
     failures: &HashMap<(String, String), usize>,
@@ -1026,11 +1051,11 @@ fn check_call(
             call.name
         ));
     }
-    if tools::declaration(&call.name).is_none() {
+    if tools.lookup(&call.name).is_none() {
         return Err(format!(
             "there is no tool named {:?}; the tools are: {}",
             call.name,
-            tools::TOOL_NAMES.join(", ")
+            tools.names().join(", ")
         ));
     }
     let n = failures

@@ -342,6 +342,20 @@ impl Recorder {
         Ok(())
     }
 
+    /// A note of the session (a retest's verdict, a person's
+    /// adjudication), durable at once.
+    pub fn record_note(&mut self, by_person: bool, payload: Value) -> Result<(), Error> {
+        let actor = if by_person {
+            Actor::Person
+        } else {
+            Actor::Agent
+        };
+        let mut entries = self.opening();
+        entries.push(self.entry(actor, Kind::Note, payload));
+        self.ledger.append_batch(|_| entries)?;
+        Ok(())
+    }
+
     /// Queue a conversation message: it rides on the next durable
     /// transaction (no fsync of its own).
     pub fn message(&mut self, person: bool, payload: Value) {

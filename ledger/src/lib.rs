@@ -15,6 +15,7 @@
 pub mod display;
 pub mod keys;
 pub mod model;
+pub mod retest;
 pub mod sqlite_memory;
 pub mod verify;
 

@@ -252,7 +252,7 @@ pub(super) struct Resolved {
     pub prices: std::collections::BTreeMap<String, Price>,
 }
 
-fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
+pub(super) fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
     let file = super::gc::config()?.0.agent;
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     let provider = match (args.provider, env("RETIE_PROVIDER"), file.provider) {
@@ -770,7 +770,7 @@ pub fn edited_arguments(
         serde_json::Value::Object(m) => m,
         _ => serde_json::Map::new(),
     };
-    if action.tool() != "bash" {
+    if !matches!(action.tool(), "bash" | "run_command") {
         return Err(format!(
             "{} takes its arguments as a JSON object ({{...}})",
             action.tool()

@@ -20,5 +20,6 @@ mod lifecycle;
 mod overlay;
 mod policy;
 mod resume;
+mod retest;
 mod toolchain;
 mod tty;
