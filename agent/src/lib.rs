@@ -19,6 +19,7 @@ pub mod session;
 pub mod tools;
 
 pub use model::{
-    Message, ProviderError, Role, StreamEvent, ToolCall, ToolSpec, Turn, TurnRequest, Usage,
+    Cause, Message, ProviderError, Role, StreamEvent, ToolCall, ToolSpec, Transient, Turn,
+    TurnRequest, Usage,
 };
 pub use provider::Provider;

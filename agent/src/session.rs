@@ -20,9 +20,10 @@ use retie_policy::{Context, Tier};
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::model::{Message, Role, StreamEvent, ToolCall, TurnRequest, Usage};
+use crate::model::{Message, ProviderError, Role, StreamEvent, ToolCall, TurnRequest, Usage};
 use crate::provider::Provider;
 use crate::tools::{self, Tools};
+use retie_ledger::provider::{ProviderAttempt, SessionEnd};
 
 /// The system prompt the agent runs with (its digest is recorded).
 pub const SYSTEM_PROMPT: &str = "You are retie, a coding agent working in one project directory (the workspace). \
@@ -54,6 +55,66 @@ pub struct SessionConfig {
     /// The person's `--fetch-allow` entries, as described at start;
     /// recorded in the session-open entry.
     pub fetch_allow: Vec<String>,
+    /// How a turn whose provider failed transiently is asked again.
+    pub retry: RetryPolicy,
+}
+
+/// How the session asks a turn again when its provider failed
+/// transiently (an error event mid-stream, 5xx, 429, a dropped
+/// connection, a cut stream): one loop for every provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Attempts at one turn, the first included; after that many
+    /// transient failures in a row the session suspends.
+    pub max_attempts: u32,
+    /// The first wait when the provider asks none; doubled after each
+    /// failure, with jitter (between half and all of it).
+    pub base_delay: Duration,
+    /// No wait is longer: a provider asking more (Retry-After, reset
+    /// headers) suspends the session at once instead.
+    pub max_delay: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: 4,
+            base_delay: Duration::from_secs(1),
+            max_delay: Duration::from_secs(60),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The wait after failure number `failed` (1-based): what the
+    /// provider asked when it asked (`None` when that is past
+    /// `max_delay`), else the backoff with jitter.
+    pub fn wait(&self, failed: u32, asked: Option<Duration>) -> Option<Duration> {
+        if let Some(a) = asked {
+            return (a <= self.max_delay).then_some(a);
+        }
+        let shift = failed.saturating_sub(1).min(16);
+        let backoff = self
+            .base_delay
+            .saturating_mul(1u32 << shift)
+            .min(self.max_delay);
+        Some(backoff.mul_f64(0.5 + 0.5 * jitter()))
+    }
+}
+
+/// A fraction in [0, 1), different each call (the standard library's
+/// per-process random hash keys, mixed with the time): enough to keep
+/// clients that failed together from retrying together.
+fn jitter() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
 }
 
 impl SessionConfig {
@@ -69,6 +130,7 @@ impl SessionConfig {
             repeat_limit: 2,
             interrupt: None,
             fetch_allow: Vec::new(),
+            retry: RetryPolicy::default(),
         }
     }
 }
@@ -93,6 +155,20 @@ pub enum Status {
 }
 
 impl Status {
+    /// The name recorded in the ledger (as in `--json`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::Finished => "finished",
+            Status::TurnBudget => "turn_budget",
+            Status::TokenBudget => "token_budget",
+            Status::TimeBudget => "time_budget",
+            Status::ProviderFailed => "provider_failed",
+            Status::Interrupted => "interrupted",
+            Status::Suspended => "suspended",
+            Status::Failed => "failed",
+        }
+    }
+
     pub fn is_budget(self) -> bool {
         matches!(
             self,
@@ -141,6 +217,9 @@ pub trait Render: Send {
     fn call_started(&mut self, _call: &ToolCall) {}
     /// A call ended (ran, refused, invalid).
     fn call(&mut self, c: &CallRecord);
+    /// The provider failed transiently (`why`); the turn is asked again
+    /// after `wait`, and what this attempt streamed is dropped.
+    fn retrying(&mut self, _why: &str, _wait: Duration) {}
 }
 
 /// The session-open entry: provider, model, the system prompt's digest.
@@ -275,6 +354,8 @@ pub struct Session<P: Provider> {
     ran_unconfirmed: HashMap<String, i64>,
     pending: Option<PendingInfo>,
     cancel: Cancel,
+    /// How the last send ended, for the close (or suspension) entry.
+    end: Option<SessionEnd>,
 }
 
 impl<P: Provider> Session<P> {
@@ -300,6 +381,7 @@ impl<P: Provider> Session<P> {
             pending: None,
             cancel,
             cfg,
+            end: None,
         }
     }
 
@@ -423,6 +505,7 @@ impl<P: Provider> Session<P> {
             pending: None,
             cancel,
             cfg,
+            end: None,
         })
     }
 
@@ -570,6 +653,21 @@ impl<P: Provider> Session<P> {
         approver: &mut dyn Approver,
         ui: &mut dyn Render,
     ) -> Report {
+        let report = self.send_turns(user_text, approver, ui).await;
+        self.end = Some(SessionEnd {
+            outcome: report.status.name().into(),
+            message: report.message.clone(),
+            turns: self.turns,
+        });
+        report
+    }
+
+    async fn send_turns(
+        &mut self,
+        user_text: Option<&str>,
+        approver: &mut dyn Approver,
+        ui: &mut dyn Render,
+    ) -> Report {
         let started = Instant::now();
         let mut actions = Vec::new();
         let mut turns_here = 0u32;
@@ -635,48 +733,143 @@ impl<P: Provider> Session<P> {
             }
             turns_here += 1;
             self.turns += 1;
-            let mut on_event = |e: StreamEvent| ui.event(&e);
-            // A person's Ctrl-C (the session's cancel token, or the
-            // process's interrupt flag) ends the wait for the model at
-            // once: the request is dropped, the turn ends interrupted.
-            let (cancel, flag) = (self.cancel.clone(), self.cfg.interrupt);
-            let asked = async {
-                tokio::select! {
-                    t = tokio::time::timeout(left, self.provider.turn(&req, &mut on_event)) => Some(t),
-                    () = cancelled(cancel, flag) => None,
-                }
-            };
-            let Some(answer) = asked.await else {
-                return self.report(
-                    Status::Interrupted,
-                    "interrupted while the model answered; the request was dropped".into(),
-                    String::new(),
-                    actions,
-                );
-            };
-            let turn = match answer {
-                Err(_) => {
-                    let m = format!(
-                        "stopped: the time budget ({} s) ran out while the model answered",
-                        self.cfg.timeout.as_secs()
+            // The turn, asked again while the provider fails
+            // transiently: each failed attempt is recorded with its
+            // cause; what it streamed is dropped (its calls were never
+            // complete: a provider reports calls only after a clean
+            // end); after `retry.max_attempts` the session suspends.
+            let mut attempt = 0u32;
+            let mut left = left;
+            let turn = loop {
+                attempt += 1;
+                let mut streamed = 0u64;
+                let answer = {
+                    let mut on_event = |e: StreamEvent| {
+                        if let StreamEvent::Text(t) = &e {
+                            streamed += t.chars().count() as u64;
+                        }
+                        ui.event(&e)
+                    };
+                    // A person's Ctrl-C (the session's cancel token, or
+                    // the process's interrupt flag) ends the wait for the
+                    // model at once: the request is dropped, the turn
+                    // ends interrupted.
+                    let (cancel, flag) = (self.cancel.clone(), self.cfg.interrupt);
+                    let asked = async {
+                        tokio::select! {
+                            t = tokio::time::timeout(left, self.provider.turn(&req, &mut on_event)) => Some(t),
+                            () = cancelled(cancel, flag) => None,
+                        }
+                    };
+                    asked.await
+                };
+                let Some(answer) = answer else {
+                    return self.report(
+                        Status::Interrupted,
+                        "interrupted while the model answered; the request was dropped".into(),
+                        String::new(),
+                        actions,
                     );
-                    return self.report(Status::TimeBudget, m, String::new(), actions);
+                };
+                let e = match answer {
+                    Err(_) => {
+                        let m = format!(
+                            "stopped: the time budget ({} s) ran out while the model answered",
+                            self.cfg.timeout.as_secs()
+                        );
+                        return self.report(Status::TimeBudget, m, String::new(), actions);
+                    }
+                    Ok(Ok(t)) => break t,
+                    Ok(Err(e)) => e,
+                };
+                let transient = match &e {
+                    ProviderError::Transient(t) => Some(t.clone()),
+                    _ => None,
+                };
+                let retry = self.cfg.retry;
+                let wait = transient
+                    .as_ref()
+                    .filter(|_| attempt < retry.max_attempts)
+                    .and_then(|t| retry.wait(attempt, t.retry_after));
+                let in_budget = wait.is_some_and(|w| started.elapsed() + w < self.cfg.timeout);
+                let record = ProviderAttempt {
+                    turn: self.turns,
+                    attempt,
+                    cause: e.cause_name().into(),
+                    transient: transient.is_some(),
+                    status: transient.as_ref().and_then(|t| t.status),
+                    message: e.message().to_string(),
+                    retry_after_ms: transient
+                        .as_ref()
+                        .and_then(|t| t.retry_after)
+                        .map(|d| d.as_millis() as u64),
+                    retried: in_budget,
+                    wait_ms: wait.filter(|_| in_budget).map(|d| d.as_millis() as u64),
+                    dropped_text_chars: streamed,
+                };
+                if let Some(rec) = self.rec.as_mut() {
+                    if let Err(err) = rec.provider_attempt(&record) {
+                        return self.report(
+                            Status::Failed,
+                            format!("the ledger failed: {err}"),
+                            String::new(),
+                            actions,
+                        );
+                    }
                 }
-                Ok(Err(e)) => {
+                let Some(t) = transient else {
                     return self.report(
                         Status::ProviderFailed,
                         format!("the provider failed: {e}"),
                         String::new(),
                         actions,
-                    )
+                    );
+                };
+                let Some(w) = wait.filter(|_| in_budget) else {
+                    let why = if attempt >= retry.max_attempts {
+                        format!("the provider failed {attempt} times in a row")
+                    } else if wait.is_none() {
+                        format!(
+                            "the provider asks to wait {} s, more than the {} s retie waits",
+                            t.retry_after.map(|d| d.as_secs()).unwrap_or(0),
+                            retry.max_delay.as_secs()
+                        )
+                    } else {
+                        "the time budget would run out while waiting to retry".into()
+                    };
+                    let m = format!(
+                        "suspended: {why} (last: {t}); nothing of the failed attempts was kept. Continue with `retie run --resume {}` once it answers",
+                        self.id()
+                    );
+                    return self.report(Status::Suspended, m, String::new(), actions);
+                };
+                ui.retrying(&t.to_string(), w);
+                let (cancel, flag) = (self.cancel.clone(), self.cfg.interrupt);
+                tokio::select! {
+                    () = tokio::time::sleep(w) => {}
+                    () = cancelled(cancel, flag) => {
+                        return self.report(
+                            Status::Interrupted,
+                            "interrupted while waiting to ask the model again".into(),
+                            String::new(),
+                            actions,
+                        );
+                    }
                 }
-                Ok(Ok(t)) => t,
+                let Some(l) = self.cfg.timeout.checked_sub(started.elapsed()) else {
+                    let m = format!(
+                        "stopped: the time budget ({} s) is spent",
+                        self.cfg.timeout.as_secs()
+                    );
+                    return self.report(Status::TimeBudget, m, String::new(), actions);
+                };
+                left = l;
             };
             self.usage.input_tokens += turn.usage.input_tokens;
             self.usage.output_tokens += turn.usage.output_tokens;
             self.push(
                 Message::assistant(&turn.text, turn.tool_calls.clone()),
-                json!({ "usage": turn.usage, "truncated": turn.truncated, "stop_reason": turn.stop_reason }),
+                json!({ "usage": turn.usage, "truncated": turn.truncated, "stop_reason": turn.stop_reason, "attempt": attempt }),
             );
             if turn.tool_calls.is_empty() {
                 if turn.truncated {
@@ -832,9 +1025,19 @@ impl<P: Provider> Session<P> {
         let Some(rec) = self.rec.take() else {
             return Ok(());
         };
-        match &self.pending {
-            Some(p) => rec.suspend(p.pending)?,
-            None => rec.finish()?,
+        match (&self.pending, &self.end) {
+            (Some(p), _) => rec.suspend(p.pending)?,
+            // Suspended with no approval pending: the provider stayed
+            // unavailable. The session stays open, to be resumed.
+            (None, Some(end)) if end.outcome == Status::Suspended.name() => {
+                rec.suspend_on_provider(end)?
+            }
+            (None, Some(end)) => rec.finish_as(end)?,
+            (None, None) => rec.finish_as(&SessionEnd {
+                outcome: Status::Finished.name().into(),
+                message: "closed before any task".into(),
+                turns: self.turns,
+            })?,
         }
         Ok(())
     }
