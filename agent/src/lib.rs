@@ -15,6 +15,7 @@
 
 pub mod model;
 pub mod provider;
+pub mod retry;
 pub mod session;
 pub mod tools;
 
