@@ -676,7 +676,6 @@ impl<P: Provider> Session<P> {
                 );
             }
             turns_here += 1;
-            self.turns += 1;
             // The turn, asked again while the provider fails
             // transiently: each failed attempt is recorded with its
             // cause; what it streamed is dropped (its calls were never
@@ -737,7 +736,7 @@ impl<P: Provider> Session<P> {
                     .and_then(|t| retry.wait(attempt, t.retry_after));
                 let in_budget = wait.is_some_and(|w| started.elapsed() + w < self.cfg.timeout);
                 let record = ProviderAttempt {
-                    turn: self.turns,
+                    turn: self.turns + 1,
                     attempt,
                     cause: e.cause_name().into(),
                     transient: transient.is_some(),
@@ -809,6 +808,10 @@ impl<P: Provider> Session<P> {
                 };
                 left = l;
             };
+            // A turn counts once answered (as `retie sessions` counts
+            // the assistant messages); failed attempts are entries of
+            // their own.
+            self.turns += 1;
             self.usage.input_tokens += turn.usage.input_tokens;
             self.usage.output_tokens += turn.usage.output_tokens;
             self.push(

@@ -705,6 +705,10 @@ fn permanent_refusals_stop_at_once_after_one_request() {
                 list["sessions"][0]["outcome"], "provider_failed",
                 "{label}: {list}"
             );
+            assert_eq!(
+                list["sessions"][0]["turns"], r["turns"],
+                "{label}: --json and `retie sessions` count the same turns: {list} {r}"
+            );
             let sid = r["session"].as_str().expect("session").to_string();
             let o = s.retie().args(["replay", &sid]).output().expect("replay");
             let text = stdout(&o);
