@@ -57,6 +57,12 @@ pub struct SessionConfig {
     /// The person's `--fetch-allow` entries, as described at start;
     /// recorded in the session-open entry.
     pub fetch_allow: Vec<String>,
+    /// The endpoint the provider talks to (recorded at open, so a resume
+    /// talks to the same one); `None` for the script provider.
+    pub base_url: Option<String>,
+    /// The environment variable the API key is read from (its name only:
+    /// the key is never recorded).
+    pub api_key_env: Option<String>,
     /// How a turn whose provider failed transiently is asked again.
     pub retry: RetryPolicy,
 }
@@ -74,6 +80,8 @@ impl SessionConfig {
             repeat_limit: 2,
             interrupt: None,
             fetch_allow: Vec::new(),
+            base_url: None,
+            api_key_env: None,
             retry: RetryPolicy::default(),
         }
     }
@@ -191,6 +199,8 @@ pub fn session_spec(
             "autonomy": cfg.tier.name(),
             "approvals_from_yes_flag": yes_flag,
             "fetch_allow": cfg.fetch_allow,
+            "base_url": cfg.base_url,
+            "api_key_env": cfg.api_key_env,
             "budget": {"max_turns": cfg.max_turns, "max_tokens": cfg.max_tokens, "timeout_s": cfg.timeout.as_secs_f64()},
         }),
         effects: effects.iter().map(|e| e.to_string()).collect(),
@@ -298,6 +308,8 @@ pub struct Session<P: Provider> {
     ran_unconfirmed: HashMap<String, i64>,
     pending: Option<PendingInfo>,
     cancel: Cancel,
+    /// A resume under another autonomy: (recorded, now).
+    tier_change: Option<(Tier, Tier)>,
     /// How the last send ended, for the close (or suspension) entry.
     end: Option<SessionEnd>,
 }
@@ -325,6 +337,7 @@ impl<P: Provider> Session<P> {
             pending: None,
             cancel,
             cfg,
+            tier_change: None,
             end: None,
         }
     }
@@ -353,13 +366,25 @@ impl<P: Provider> Session<P> {
         let mut ctx = Context::new(cfg.tier);
         let mut proposals: HashMap<i64, Value> = HashMap::new();
         let mut intents_by_call: HashMap<String, i64> = HashMap::new();
+        let mut recorded_tier: Option<Tier> = None;
         for r in rows {
             let Some(k) = Kind::parse(&r.kind) else {
                 continue;
             };
             let p = r.payload_json();
             match k {
+                Kind::Note if p.get("setting").and_then(Value::as_str) == Some("autonomy") => {
+                    recorded_tier = p
+                        .get("value")
+                        .and_then(Value::as_str)
+                        .and_then(|t| t.parse().ok())
+                        .or(recorded_tier);
+                }
                 Kind::SessionOpened => {
+                    recorded_tier = p
+                        .get("autonomy")
+                        .and_then(Value::as_str)
+                        .and_then(|t| t.parse().ok());
                     if p.get("origin").and_then(Value::as_str) != Some("retie run") {
                         return Err(bad(
                             "it is not an agent session (`retie run`); only those resume".into(),
@@ -428,6 +453,22 @@ impl<P: Provider> Session<P> {
                 .cloned()
                 .collect();
         }
+        // Another autonomy than the session's last recorded one (`--resume
+        // --autonomy`): recorded before anything is decided under it. It
+        // never reaches past a decision already recorded: dispatch holds a
+        // resumed pending approval to the person's answer whatever the tier.
+        let mut rec = rec;
+        let tier_change = match recorded_tier {
+            Some(t) if t != cfg.tier => {
+                rec.setting(
+                    "autonomy",
+                    json!(cfg.tier.name()),
+                    "person (--autonomy on resume)",
+                )?;
+                Some((t, cfg.tier))
+            }
+            _ => None,
+        };
         let cancel = Cancel::new();
         tools.cancel = cancel.clone();
         let ran_unconfirmed = unanswered
@@ -449,8 +490,15 @@ impl<P: Provider> Session<P> {
             pending: None,
             cancel,
             cfg,
+            tier_change,
             end: None,
         })
+    }
+
+    /// The autonomy this resume changed, (recorded before, now), if it
+    /// differs from the session's last recorded one.
+    pub fn tier_change(&self) -> Option<(Tier, Tier)> {
+        self.tier_change
     }
 
     /// The session's id.
@@ -510,6 +558,9 @@ impl<P: Provider> Session<P> {
             r.setting("autonomy", json!(tier.name()), "person")?;
         }
         self.cfg.tier = tier;
+        // The gate reads the context's tier: without this the change was
+        // recorded but the next tasks still asked under the old tier.
+        self.ctx.tier = tier;
         Ok(())
     }
 
@@ -904,6 +955,9 @@ impl<P: Provider> Session<P> {
                             )));
                         }
                     }
+                    // A tool's own failure comes back as its result (the
+                    // model reads it, the session goes on); an error here
+                    // is the ledger's, and nothing may run unrecorded.
                     let r = match self.tools.run(rec, &self.ctx, prepared, approver) {
                         Err(e) => {
                             return Err(Stop::Failed(format!(
@@ -929,9 +983,10 @@ impl<P: Provider> Session<P> {
                         self.unanswered_truncated = truncated;
                         return Err(Stop::Suspended);
                     }
-                    if r.action.is_some() {
+                    if r.took_in {
                         // What the action brought in taints the session
-                        // from now on.
+                        // from now on; an attempt that brought in nothing
+                        // (a refused fetch) taints nothing.
                         self.ctx.taint = self.ctx.taint.after(&self.tools.policy, &action);
                     }
                     if r.status != "ok" {

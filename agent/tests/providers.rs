@@ -1527,3 +1527,51 @@ async fn from_config_builds_each_kind() {
         Err(ProviderError::Permanent(_))
     ));
 }
+
+/// The stream reader is linear and bounded: an 8 MiB line (3.5 s when
+/// every chunk was scanned from the line's start again) is read whole,
+/// and a 64 MiB one (over two minutes) is refused as a malformed answer,
+/// not waited out. A generous timeout turns a hang into a failure.
+#[tokio::test]
+async fn openai_a_long_line_is_read_in_linear_time_and_an_overlong_one_refused() {
+    let text = "x".repeat(8 << 20);
+    let body = sse(&[oa_chunk(
+        json!({"role": "assistant", "content": text}),
+        Some("stop"),
+    )]) + "data: [DONE]\n\n";
+    let server = serve(vec![stream(
+        "text/event-stream",
+        &body,
+        64 << 10,
+        Framing::Chunked,
+    )])
+    .await;
+    let mut p = openai(&server);
+    let (r, _) = tokio::time::timeout(Duration::from_secs(60), run(&mut p, &request()))
+        .await
+        .expect("an 8 MiB line hung the reader");
+    assert_eq!(ok(r).text.len(), 8 << 20);
+
+    let huge = "x".repeat(64 << 20);
+    let body = format!("data: {huge}\n\ndata: [DONE]\n\n");
+    drop(huge);
+    let server = serve(vec![stream(
+        "text/event-stream",
+        &body,
+        256 << 10,
+        Framing::Chunked,
+    )])
+    .await;
+    drop(body);
+    let mut p = openai(&server);
+    let (r, _) = tokio::time::timeout(Duration::from_secs(60), run(&mut p, &request()))
+        .await
+        .expect("a 64 MiB line hung the reader");
+    match r {
+        Err(ProviderError::Malformed(m)) => assert!(m.contains("longer than"), "{m}"),
+        other => panic!(
+            "a 64 MiB line was not refused as malformed: {:?}",
+            other.map(|t| t.text.len())
+        ),
+    }
+}

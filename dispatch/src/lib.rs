@@ -23,9 +23,11 @@ pub mod display;
 pub mod overlay;
 pub mod record;
 pub mod sandbox;
+pub mod write;
 
 use retie_policy::{
-    evaluate, gate, Action, ClassKind, Context, Evaluation, GateInput, Policy, Verdict,
+    evaluate, gate, Action, ClassKind, Context, Decision, Evaluation, GateInput, Policy, Reason,
+    Verdict,
 };
 use serde_json::{json, Value};
 
@@ -319,6 +321,19 @@ pub fn dispatch<E: Executor>(
             ev.decision = regated;
         }
     }
+    // A pending approval this process resumed binds its action: a person
+    // was asked about exactly this (same digest), so a looser autonomy
+    // now (`--resume --autonomy gated`) neither runs it unasked nor
+    // passes over the decision recorded for it. Only a policy deny is
+    // stricter.
+    if let Some(op) = rec.resumed_pending() {
+        if op.digest == ev.digest.to_hex() && ev.decision.verdict == Verdict::Run {
+            ev.decision = Decision {
+                verdict: Verdict::Ask,
+                reasons: vec![Reason::PendingApproval { entry: op.seq }],
+            };
+        }
+    }
     let class = if plan.reversible {
         ev.class.kind()
     } else {
@@ -378,7 +393,10 @@ pub fn dispatch<E: Executor>(
         }
         Verdict::Ask => {
             let keys = grant_keys(&action, &ev);
-            if let Some(g) = rec.granted(&keys) {
+            let resumed = rec
+                .resumed_pending()
+                .is_some_and(|op| op.digest == ev.digest.to_hex());
+            if let (false, Some(g)) = (resumed, rec.granted(&keys)) {
                 (format!("person (grant #{g})"), None)
             } else {
                 let digest_hex = ev.digest.to_hex();

@@ -55,6 +55,22 @@ pub enum ChangesMode {
     Review,
 }
 
+/// What to do when the workspace changed, during the run, at paths the
+/// command also changed (`retie changes apply RUN --theirs|--ours`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnConflict {
+    /// Apply nothing, keep the run and show both sides and the choices.
+    #[default]
+    Refuse,
+    /// Keep the workspace's version of every conflicting path; apply the
+    /// rest.
+    Theirs,
+    /// Take the command's version everywhere; the workspace's version of
+    /// a conflicting path becomes the apply's pre-image, so undo brings it
+    /// back.
+    Ours,
+}
+
 /// One overlay run's scratch space: `STATE/runs/ID/{upper,work}`, and
 /// `run.json` ([`RunMeta`]) so a kept run can be listed, shown, applied or
 /// discarded later (`retie changes`).
@@ -591,19 +607,32 @@ pub struct Handled {
 
 /// Paths of the changeset the command worked on an older version of: the
 /// real workspace changed there after `since` (the lower is read-only to
-/// the command, so only someone else changed it). O(changes × depth).
+/// the command, so only someone else changed it). Each path is judged on
+/// its own (issue 33 item 4), never by its directory's time: an unrelated
+/// file added beside a path the command created is no conflict.
+/// O(changes).
 ///
-/// For a path that exists now, its own ctime tells. For a path that is
-/// absent now, what matters is whether it existed when the command
-/// started: removing an entry changes its directory, so the nearest
-/// ancestor that still exists (the workspace root included) has a ctime
-/// after `since` exactly when something beneath it was removed or
-/// re-created during the run. This fires also on an unrelated entry added
-/// beside a path the command created: conservative, never silent.
+/// - A path that exists now: its own ctime tells (modified, deleted or
+///   created on both sides since the start).
+/// - A path that is absent now, which the command made: it is a conflict
+///   only if it existed when the command started, i.e. the person removed
+///   it since. overlayfs marks every entry it copied up from the workspace
+///   with an `overlay.origin` xattr in `upper`; an entry the command made
+///   from nothing has none. Where the workspace's filesystem is one on
+///   which overlayfs records origins (ext4, xfs, btrfs), that mark decides;
+///   elsewhere the nearest ancestor that still exists decides by its ctime
+///   (conservative: an entry added beside is a conflict there, never a
+///   missed removal).
 ///
 /// `since` must come from [`run_start`], read before the sandbox starts:
 /// every change made after it carries a time at or after it.
-pub fn changed_during_run(ws: &Path, cs: &Changeset, since: SystemTime) -> Vec<String> {
+pub fn changed_during_run(
+    ws: &Path,
+    upper: &Path,
+    cs: &Changeset,
+    since: SystemTime,
+) -> Vec<String> {
+    let origins = records_origins(ws);
     let mut out = Vec::new();
     for c in cs
         .changes
@@ -613,6 +642,7 @@ pub fn changed_during_run(ws: &Path, cs: &Changeset, since: SystemTime) -> Vec<S
         let p = ws.join(c.path.as_str());
         let changed = match change_time(&p) {
             Some(t) => t >= since,
+            None if origins => copied_up(&upper.join(c.path.as_str())),
             None => p
                 .ancestors()
                 .skip(1)
@@ -626,6 +656,34 @@ pub fn changed_during_run(ws: &Path, cs: &Changeset, since: SystemTime) -> Vec<S
         }
     }
     out
+}
+
+/// Whether overlayfs records an `overlay.origin` on every entry it copies
+/// up from the workspace: it does where the lower filesystem can decode
+/// file handles and has a UUID (ext4, xfs, btrfs).
+fn records_origins(ws: &Path) -> bool {
+    const EXT4: i64 = 0xEF53;
+    const XFS: i64 = 0x5846_5342;
+    const BTRFS: i64 = 0x9123_683E;
+    // `f_type` is a C long on some targets and not on others.
+    #[allow(clippy::unnecessary_cast)]
+    rustix::fs::statfs(ws).is_ok_and(|s| [EXT4, XFS, BTRFS].contains(&(s.f_type as i64)))
+}
+
+/// Whether the upper-layer entry at `p` was copied up from the workspace
+/// (it existed there when the command first changed it), not made by the
+/// command: overlayfs's origin mark (`user.` with `userxattr`, as retie
+/// mounts it; `trusted.` otherwise). An entry that cannot be read counts
+/// as copied up (conservative).
+fn copied_up(p: &Path) -> bool {
+    let mut buf = vec![0u8; 4096];
+    match rustix::fs::llistxattr(p, buf.as_mut_slice()) {
+        Ok(n) => buf[..n.min(buf.len())]
+            .split(|b| *b == 0)
+            .any(|name| name == b"user.overlay.origin" || name == b"trusted.overlay.origin"),
+        Err(rustix::io::Errno::NOENT) => false,
+        Err(_) => true,
+    }
 }
 
 /// Return once the coarse clock reads later than the change times of
@@ -883,6 +941,7 @@ pub fn handle(
     run: &mut OverlayRun,
     owner: Option<(u32, u32)>,
     started: SystemTime,
+    on_conflict: OnConflict,
     hooks: &mut dyn ChangesHooks,
 ) -> Result<Handled, Error> {
     let ws_path = snaps.ws.path().to_path_buf();
@@ -922,7 +981,7 @@ pub fn handle(
             .chain(never.iter().map(|b| json!({"path": b.change.path.as_str(), "reason": "retie_state"})))
             .collect::<Vec<_>>(),
     });
-    let applicable = cs.to_apply(allow_blocked).count();
+    let mut applicable = cs.to_apply(allow_blocked).count();
     if applicable == 0 {
         return Ok(Handled {
             json: with(base, "applied", false),
@@ -933,10 +992,46 @@ pub fn handle(
         Ok(l) => l,
         Err(e) => return Err(kept_on_failure(run, hooks, e)),
     };
-    let stale = changed_during_run(&ws_path, &cs, started);
+    let stale = changed_during_run(&ws_path, &run.upper, &cs, started);
+    let mut base = base;
     if !stale.is_empty() && mode != ChangesMode::Discard {
-        return Ok(conflict(run, base, stale));
+        match on_conflict {
+            OnConflict::Refuse => return Ok(conflict(run, &ws_path, &cs, base, stale)),
+            OnConflict::Theirs => {
+                let dropped = keep_theirs(&mut cs, &stale);
+                for p in &dropped {
+                    hooks.say(&format!(
+                        "kept the workspace's version of {} (--theirs): the command's is not applied",
+                        visible(p)
+                    ));
+                }
+                if let Some(o) = base.as_object_mut() {
+                    o.insert(
+                        "changes".into(),
+                        cs.changes.iter().map(change_json).collect(),
+                    );
+                    o.insert("theirs".into(), json!(dropped));
+                }
+                if cs.to_apply(allow_blocked).count() == 0 {
+                    return Ok(Handled {
+                        json: with(base, "applied", false),
+                        failure: None,
+                    });
+                }
+            }
+            OnConflict::Ours => {
+                for p in &stale {
+                    hooks.say(&format!(
+                        "taking the command's version of {} (--ours): the workspace's version is kept as the pre-image (`retie undo {}` brings it back)",
+                        visible(p),
+                        cs.id
+                    ));
+                }
+                base = with(base, "ours", &stale);
+            }
+        }
     }
+    applicable = cs.to_apply(allow_blocked).count();
     let go = match mode {
         ChangesMode::Discard => {
             hooks.say(&format!("{applicable} change(s) discarded"));
@@ -998,13 +1093,44 @@ pub fn handle(
                 summary(&cs, allow_blocked),
                 cs.id
             ));
+            let mut json = with(base, "applied", true);
+            if !entry.raced.is_empty() {
+                // Changed by someone else at the moment of the apply: their
+                // version stayed, the command's is kept in the run.
+                run.keep_because("raced: the workspace changed during the apply");
+                for r in &entry.raced {
+                    hooks.say(&format!(
+                        "{} changed while the changes were applied: your version is kept in the workspace{}; the command's version is not applied there and is kept as run {} (`retie changes show {}`; `retie changes apply {} --ours` takes it, your version kept for undo)",
+                        visible(r.path.as_str()),
+                        r.saved_as.as_ref().map_or_else(String::new, |n| format!(
+                            " (and a later one beside it as {})",
+                            visible(n)
+                        )),
+                        run.id,
+                        run.id,
+                        run.id
+                    ));
+                }
+                json = with(
+                    json,
+                    "raced",
+                    entry
+                        .raced
+                        .iter()
+                        .map(|r| json!({"path": r.path.as_str(), "saved_as": r.saved_as}))
+                        .collect::<Vec<_>>(),
+                );
+                json = with(json, "kept", json!({"run": run.id, "why": "raced"}));
+            }
             Ok(Handled {
-                json: with(base, "applied", true),
+                json,
                 failure: None,
             })
         }
         Err(SnapError::Conflict { paths }) => Ok(conflict(
             run,
+            &ws_path,
+            &cs,
             base,
             paths.iter().map(|m| m.path.to_string()).collect(),
         )),
@@ -1015,17 +1141,78 @@ pub fn handle(
     }
 }
 
-fn conflict(run: &mut OverlayRun, base: serde_json::Value, list: Vec<String>) -> Handled {
+fn conflict(
+    run: &mut OverlayRun,
+    ws: &Path,
+    cs: &Changeset,
+    base: serde_json::Value,
+    list: Vec<String>,
+) -> Handled {
     run.keep_because("conflict");
+    // Both sides of each path: what the workspace holds now, what the
+    // command left.
+    let sides: Vec<String> = list
+        .iter()
+        .map(|p| {
+            let theirs = match std::fs::symlink_metadata(ws.join(p)) {
+                Ok(m) if m.is_dir() => "a directory".to_string(),
+                Ok(m) => format!("{} bytes, changed after the command started", m.len()),
+                Err(_) => "absent (removed after the command started)".to_string(),
+            };
+            let ours = cs
+                .changes
+                .iter()
+                .chain(cs.blocked.iter().map(|b| &b.change))
+                .find(|c| c.path.as_str() == p)
+                .map_or_else(String::new, |c| match &c.new {
+                    Some(Node::Dir { .. }) => format!("{} (a directory)", kind_name(&c.kind)),
+                    Some(n) => format!("{} ({} bytes)", kind_name(&c.kind), n.size()),
+                    None => kind_name(&c.kind).to_string(),
+                });
+            format!("\n  {}: workspace: {theirs}; command: {ours}", visible(p))
+        })
+        .collect();
     let msg = format!(
-        "the workspace changed while the command ran, so its changes were made against an older version; nothing was applied. Conflicting: {}. The command's changes are kept in {}",
-        list.iter().map(|p| visible(p)).collect::<Vec<_>>().join(", "),
-        run.upper.display()
+        "the workspace changed while the command ran, where the command also wrote; nothing was applied. Conflicting:{}\nThe command's changes are kept as run {id} (files in {}). See both sides: `retie changes show {id}`; keep the workspace's version of these and apply the rest: `retie changes apply {id} --theirs`; take the command's version (yours is kept for `retie undo`): `retie changes apply {id} --ours`",
+        sides.concat(),
+        run.upper.display(),
+        id = run.id,
     );
     Handled {
         json: with(with(base, "applied", false), "conflicts", list),
         failure: Some(msg),
     }
+}
+
+/// `--theirs`: drop the conflicting paths from `cs`, and with them the
+/// removal or replacement of a directory above one (which cannot go while
+/// the workspace's version stays in it). Returns the paths dropped.
+fn keep_theirs(cs: &mut Changeset, stale: &[String]) -> Vec<String> {
+    let keep_under = |p: &str| {
+        stale
+            .iter()
+            .any(|s| s == p || s.strip_prefix(p).is_some_and(|r| r.starts_with('/')))
+    };
+    let drop = |c: &Change| {
+        let p = c.path.as_str();
+        stale.iter().any(|s| s == p) || (keep_under(p) && !c.new.as_ref().is_some_and(Node::is_dir))
+    };
+    let mut dropped = Vec::new();
+    cs.changes.retain(|c| {
+        let d = drop(c);
+        if d {
+            dropped.push(c.path.to_string());
+        }
+        !d
+    });
+    cs.blocked.retain(|b| {
+        let d = drop(&b.change);
+        if d {
+            dropped.push(b.change.path.to_string());
+        }
+        !d
+    });
+    dropped
 }
 
 fn with<T: serde::Serialize>(mut v: serde_json::Value, key: &str, val: T) -> serde_json::Value {

@@ -807,8 +807,11 @@ impl SessionState {
                     st.suspended = false;
                 }
                 Kind::SessionClosed => {
+                    // A closed session has no open approval: nothing can
+                    // resume it to carry one out.
                     st.closed = true;
                     st.suspended = false;
+                    pending = None;
                 }
                 Kind::Suspended => st.suspended = true,
                 Kind::Pending => {
@@ -1095,3 +1098,43 @@ fn stall(stage: &str) {
 
 #[cfg(not(debug_assertions))]
 fn stall(_stage: &str) {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(seq: i64, kind: Kind, payload: Value) -> Row {
+        Row {
+            seq,
+            time_ms: 0,
+            session: b"s".to_vec(),
+            actor: b"agent".to_vec(),
+            kind: kind.as_bytes().to_vec(),
+            payload: payload.to_string().into_bytes(),
+            prev: Vec::new(),
+            hash: Vec::new(),
+            signer: Vec::new(),
+            sig: Vec::new(),
+        }
+    }
+
+    /// Issue 33.1: a ledger where a session closed with its pending
+    /// approval never carried out (written by a version that let a
+    /// looser resume run past it) lists no open approval: `retie
+    /// pending` does not show a finished session.
+    #[test]
+    fn a_closed_session_has_no_open_pending_approval() {
+        let mut rows = vec![
+            row(1, Kind::SessionOpened, json!({})),
+            row(2, Kind::Pending, json!({"proposal": 1, "digest": "ab"})),
+            row(3, Kind::Suspended, json!({})),
+        ];
+        let st = SessionState::of(&rows);
+        assert!(st.suspended && st.open_pending.is_some());
+        rows.push(row(4, Kind::Resumed, json!({})));
+        rows.push(row(5, Kind::SessionClosed, json!({})));
+        let st = SessionState::of(&rows);
+        assert!(st.closed);
+        assert!(st.open_pending.is_none(), "{:?}", st.open_pending);
+    }
+}

@@ -20,12 +20,28 @@ use retie_ledger::display::visible;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JobMode {
     /// The real workspace, read-write: nothing to undo.
-    Direct,
+    Direct {
+        /// Run although the workspace holds paths a command could turn
+        /// into code run later on the host ([`direct_plants`]): the
+        /// person said so (`--accept-plants`).
+        accept_plants: bool,
+    },
     /// Behind an overlay; what happens to the changes.
     Overlay {
         changes: ChangesMode,
         allow_blocked: bool,
     },
+}
+
+/// The paths at the top of `workspace` through which a command run in
+/// direct mode could plant code the host runs later, unchecked: a git
+/// directory (hooks, config; or a `.git` file naming one) and a direnv
+/// `.envrc`. Not followed if they are symlinks (their presence is enough).
+pub fn direct_plants(workspace: &Path) -> Vec<&'static str> {
+    [".git", ".envrc"]
+        .into_iter()
+        .filter(|name| std::fs::symlink_metadata(workspace.join(name)).is_ok())
+        .collect()
 }
 
 /// Who sets the sandbox up. Namespaces can only be created from a
@@ -86,7 +102,7 @@ impl Executor for SandboxJob<'_> {
 
     fn plan(&self, _action: &Action) -> UndoPlan {
         match self.mode {
-            JobMode::Direct => UndoPlan {
+            JobMode::Direct { .. } => UndoPlan {
                 reversible: false,
                 detail: json!({
                     "reversible": false,
@@ -178,11 +194,32 @@ impl<'u> SandboxJob<'u> {
         // a masked directory, but it can rename one of its ancestors, and
         // the next run would then start a new ledger and key where the
         // command chose (an attack pass did). Refused, not weakened.
-        if let (JobMode::Direct, Some(dir)) = (&self.mode, self.protect.first()) {
+        if let (JobMode::Direct { .. }, Some(dir)) = (&self.mode, self.protect.first()) {
             return Err(Error::Invalid(format!(
                 "retie's own directory {} lies inside the workspace: a command run in direct mode could move it away and have retie start a new ledger and key where the command chose. Use the overlay mode (the default), or keep retie's state, config and ledger outside the workspace (XDG_STATE_HOME, XDG_CONFIG_HOME, --ledger)",
                 visible(&dir.to_string_lossy())
             )));
+        }
+        // In direct mode nothing is checked on the way back: a command
+        // writes `.git/hooks`, `.git/config` or `.envrc` in place, and the
+        // person's next `git commit` or `cd` runs what it wrote (the plant
+        // table guards only the overlay's apply). Where a workspace holds
+        // such paths, direct mode needs the person's word.
+        if let JobMode::Direct {
+            accept_plants: false,
+        } = self.mode
+        {
+            let found = direct_plants(&self.workspace);
+            if !found.is_empty() {
+                return Err(Error::Invalid(format!(
+                    "the workspace holds {}: in direct mode a command writes these in place, unchecked, and git or direnv runs what it wrote the next time you use them. Use the overlay mode (the default: such changes are blocked before they reach the workspace), or pass --accept-plants with --workspace-mode direct if you accept that",
+                    found
+                        .iter()
+                        .map(|p| visible(p))
+                        .collect::<Vec<_>>()
+                        .join(" and ")
+                )));
+            }
         }
         for dir in &self.protect {
             builder = builder.mask(dir);
@@ -305,7 +342,7 @@ impl<'u> SandboxJob<'u> {
             "interrupted": outcome.interrupted,
         });
         let changes = match (run, self.mode) {
-            (None, _) | (_, JobMode::Direct) => None,
+            (None, _) | (_, JobMode::Direct { .. }) => None,
             (Some(mut r), _) if outcome.timed_out || outcome.interrupted => {
                 // A timed-out or interrupted command's half-done changes
                 // are not applied, and not thrown away either.
@@ -351,6 +388,7 @@ impl<'u> SandboxJob<'u> {
                     &mut r,
                     self.owner,
                     started,
+                    overlay::OnConflict::Refuse,
                     &mut hooks,
                 )?;
                 let applied = h.json["applied"] == json!(true);
@@ -423,10 +461,13 @@ pub fn plan_for(cs: &Changeset, allow_blocked: bool) -> Value {
     })
 }
 
-struct Hooks<'a, 'r> {
-    ui: &'a mut dyn JobUi,
-    step: &'a mut Step<'r>,
-    allow_blocked: bool,
+/// The job's hooks while its changes are handled: what the person sees
+/// and answers through its [`JobUi`], the recording through its step
+/// (also the file write's, `crate::write`).
+pub(crate) struct Hooks<'a, 'r> {
+    pub(crate) ui: &'a mut dyn JobUi,
+    pub(crate) step: &'a mut Step<'r>,
+    pub(crate) allow_blocked: bool,
 }
 
 impl ChangesHooks for Hooks<'_, '_> {

@@ -271,13 +271,7 @@ fn pending_approvals_at_the_chokepoint() {
     assert_eq!(exec.ran, 0);
     assert_eq!(wrong.asked, 1);
     let sid4 = rec.session_id().to_string();
-    rec.finish().expect("finish");
-
-    // 5. The verifier reads the same bindings: everything so far checks
-    // out; a decision (validly signed) that approves another digest than
-    // its pending approval showed, or a second decision, does not.
-    let report = retie_ledger::verify::verify(&ledger).expect("verify");
-    assert!(report.intact, "{:?}", report.problems);
+    // Open until the session closes (a closed session has none).
     let open = retie_dispatch::record::SessionState::of(
         &Ledger::open(&ledger, false, None)
             .expect("open")
@@ -286,6 +280,13 @@ fn pending_approvals_at_the_chokepoint() {
     )
     .open_pending
     .expect("the wrong-digest approval left its pending approval open");
+    rec.finish().expect("finish");
+
+    // 5. The verifier reads the same bindings: everything so far checks
+    // out; a decision (validly signed) that approves another digest than
+    // its pending approval showed, or a second decision, does not.
+    let report = retie_ledger::verify::verify(&ledger).expect("verify");
+    assert!(report.intact, "{:?}", report.problems);
     let user = keys::user_key().expect("user key");
     let mut l = Ledger::open(&ledger, false, Some(&user)).expect("open");
     for _ in 0..2 {

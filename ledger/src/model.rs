@@ -74,6 +74,19 @@ impl Action {
             },
         }
     }
+    /// An undo can do something: reversible, applied to the workspace
+    /// (not timed out, kept, discarded, refused), a changeset to roll
+    /// back, and not undone yet. What `undo last` picks.
+    pub fn undoable(&self) -> bool {
+        self.reversible()
+            && self.status() == "applied"
+            && self.undo_changeset().is_some()
+            && !self.undone()
+    }
+    /// The workspace the action worked in (raw, for comparison).
+    pub fn workspace_path(&self) -> Option<&str> {
+        self.intent.get("workspace").and_then(Value::as_str)
+    }
     pub fn undone(&self) -> bool {
         self.undos
             .iter()
@@ -176,6 +189,12 @@ impl Session {
                 .and_then(Value::as_str)
                 .unwrap_or(""),
         )
+    }
+    /// The workspace (raw, for comparison).
+    pub fn workspace_path(&self) -> Option<&str> {
+        self.opened
+            .pointer("/delegation/workspace")
+            .and_then(Value::as_str)
     }
     /// The objective, for display (control characters escaped).
     pub fn objective(&self) -> String {

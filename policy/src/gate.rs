@@ -297,6 +297,13 @@ pub enum Reason {
         /// What it asks for.
         on: AskOn,
     },
+    /// A person was asked about this exact action (same digest) in an
+    /// earlier process of the session: their decision, or the open
+    /// question, binds it whatever tier the session runs in now.
+    PendingApproval {
+        /// The pending entry's seq in the ledger.
+        entry: i64,
+    },
     /// Medium content risk: recorded, does not ask by itself.
     RiskRecorded,
     /// Nothing asks: the action runs.
@@ -321,6 +328,7 @@ impl Reason {
             Reason::RequiresApproval => "requires-approval".into(),
             Reason::TrifectaFlagged => "trifecta".into(),
             Reason::TierAsks { on, .. } => format!("tier-asks:{}", on.name()),
+            Reason::PendingApproval { .. } => "pending-approval".into(),
             Reason::RiskRecorded => "risk-recorded".into(),
             Reason::Allowed { .. } => "allowed".into(),
         }
@@ -358,6 +366,10 @@ impl fmt::Display for Reason {
                 "the session has taken in untrusted content and this action can send data out (lethal trifecta): a person decides",
             ),
             Reason::TierAsks { tier, on } => write!(f, "the {tier} tier asks for {}", on.phrase()),
+            Reason::PendingApproval { entry } => write!(
+                f,
+                "a person was asked about this exact action (pending approval {entry}): their decision binds it, whatever the autonomy now"
+            ),
             Reason::RiskRecorded => {
                 f.write_str("content risk is medium: recorded, does not ask by itself")
             }

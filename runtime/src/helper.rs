@@ -315,6 +315,7 @@ mod tests {
             fsize: Some(1 << 20),
             nofile: Some(256),
             nproc: Some(64),
+            memory_mib: None,
         };
         let mut spec = Sandbox::builder(["sh", "-c", "echo \u{e9}t\u{e9} > f"])
             .workspace(&ws)

@@ -82,6 +82,40 @@ pub struct Filesystem {
     /// Fresh writable tmpfs directories.
     #[serde(default)]
     pub tmpfs: Vec<PathBuf>,
+    /// The size cap, in MiB, of each writable tmpfs: `$HOME`, every
+    /// `tmpfs` entry, and the toolchains' throwaway directories. Without a
+    /// cap a tmpfs may take half the machine's memory, each. Issue 26,
+    /// item 7; ADR 0418.
+    #[serde(default = "default_tmpfs_size_mib")]
+    pub tmpfs_size_mib: u64,
+    /// The size cap of `/dev/shm`, in MiB.
+    #[serde(default = "default_shm_size_mib")]
+    pub shm_size_mib: u64,
+}
+
+/// The default cap of each writable tmpfs (MiB).
+pub const DEFAULT_TMPFS_SIZE_MIB: u64 = 256;
+/// The default cap of `/dev/shm` (MiB).
+pub const DEFAULT_SHM_SIZE_MIB: u64 = 64;
+/// The largest cap a profile may ask for (MiB): 1 TiB.
+const MAX_TMPFS_SIZE_MIB: u64 = 1 << 20;
+
+fn default_tmpfs_size_mib() -> u64 {
+    DEFAULT_TMPFS_SIZE_MIB
+}
+fn default_shm_size_mib() -> u64 {
+    DEFAULT_SHM_SIZE_MIB
+}
+
+impl Filesystem {
+    /// The `size=` option of a writable tmpfs mount.
+    pub fn tmpfs_size(&self) -> String {
+        format!("{}m", self.tmpfs_size_mib)
+    }
+    /// The `size=` option of `/dev/shm`.
+    pub fn shm_size(&self) -> String {
+        format!("{}m", self.shm_size_mib)
+    }
 }
 
 /// `setrlimit` values (soft = hard) for the command; `None` = inherited.
@@ -98,8 +132,15 @@ pub struct Limits {
     pub fsize: Option<u64>,
     /// RLIMIT_NOFILE.
     pub nofile: Option<u64>,
-    /// RLIMIT_NPROC (counted per user namespace owner; use with care).
+    /// RLIMIT_NPROC: processes and threads of the sandbox's user. The
+    /// kernel counts them per user namespace (ucounts), so the cap is the
+    /// sandbox's own, as root and as any user (ADR 0418).
     pub nproc: Option<u64>,
+    /// A memory limit, MiB. Needs a cgroup v2 subtree per sandbox, which
+    /// retie does not build yet: a profile that asks for one is refused
+    /// when it loads (fail closed, ADR 0418).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mib: Option<u64>,
 }
 
 /// Names under /etc that are synthesized and must never come from the host.
@@ -176,6 +217,27 @@ impl Profile {
                 self.landlock.min_abi
             )));
         }
+        for (key, mib) in [
+            ("filesystem.tmpfs_size_mib", self.filesystem.tmpfs_size_mib),
+            ("filesystem.shm_size_mib", self.filesystem.shm_size_mib),
+        ] {
+            // size=0 would mean "no limit" to tmpfs.
+            if mib == 0 || mib > MAX_TMPFS_SIZE_MIB {
+                return Err(bad(format!(
+                    "{key} = {mib}: a tmpfs cap must be 1 to {MAX_TMPFS_SIZE_MIB} MiB (0 would mean no cap)"
+                )));
+            }
+        }
+        if let Some(mib) = self.limits.memory_mib {
+            return Err(bad(format!(
+                "limits.memory_mib = {mib} cannot be applied: a memory limit needs a cgroup v2 subtree per sandbox (a delegated one as a user), which retie does not build yet (ADR 0418; `retie selftest` says what this host offers). Remove the key; cap what a sandbox can hold with filesystem.tmpfs_size_mib, filesystem.shm_size_mib, limits.nproc and limits.address_space (RLIMIT_AS, per process)"
+            )));
+        }
+        if self.limits.nproc == Some(0) {
+            return Err(bad(
+                "limits.nproc = 0 would let the command start nothing".into()
+            ));
+        }
         crate::toolchain::Selection::parse(&self.toolchain.use_)
             .map_err(|e| bad(format!("toolchain.use: {e}")))?;
         let fs = &self.filesystem;
@@ -249,6 +311,35 @@ mod tests {
         let text = HOST_PROFILE_TOML.replace("[limits]", "[limits]\nnofiles = 3");
         let err = Profile::parse(&text, "t").expect_err("typo must fail");
         assert!(err.to_string().contains("nofiles"), "{err}");
+    }
+
+    /// Issue 26, item 7: the built-in profile caps every tmpfs; a cap of 0
+    /// (no cap to tmpfs) and a memory limit retie cannot apply are refused.
+    #[test]
+    fn tmpfs_caps_default_small_and_limits_that_cannot_hold_are_refused() {
+        let p = Profile::host().expect("host profile");
+        assert_eq!(p.filesystem.tmpfs_size_mib, DEFAULT_TMPFS_SIZE_MIB);
+        assert_eq!(p.filesystem.shm_size_mib, DEFAULT_SHM_SIZE_MIB);
+        assert_eq!(p.filesystem.tmpfs_size(), "256m");
+        assert!(p.limits.nproc.is_some_and(|n| n > 0));
+        let no_keys = HOST_PROFILE_TOML
+            .replace("tmpfs_size_mib = 256\n", "")
+            .replace("shm_size_mib = 64\n", "");
+        let q = Profile::parse(&no_keys, "t").expect("defaults");
+        assert_eq!(q.filesystem.tmpfs_size_mib, DEFAULT_TMPFS_SIZE_MIB);
+        assert_eq!(q.filesystem.shm_size_mib, DEFAULT_SHM_SIZE_MIB);
+        for (from, to) in [
+            ("tmpfs_size_mib = 256", "tmpfs_size_mib = 0"),
+            ("shm_size_mib = 64", "shm_size_mib = 0"),
+            ("tmpfs_size_mib = 256", "tmpfs_size_mib = 2000000"),
+        ] {
+            let text = HOST_PROFILE_TOML.replace(from, to);
+            let err = Profile::parse(&text, "t").expect_err(to);
+            assert!(err.to_string().contains("no cap"), "{err}");
+        }
+        let text = HOST_PROFILE_TOML.replace("[limits]", "[limits]\nmemory_mib = 512");
+        let err = Profile::parse(&text, "t").expect_err("memory limit");
+        assert!(err.to_string().contains("cgroup v2"), "{err}");
     }
 
     #[test]

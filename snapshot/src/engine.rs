@@ -1,4 +1,4 @@
-//! Apply, undo, file-tool writes and recovery: one journaled mechanism.
+//! Apply, undo and recovery: one journaled mechanism.
 //!
 //! Every operation is a list of *targets* (path → wanted state, with the state
 //! expected to be there now) run through [`run`]:
@@ -37,7 +37,9 @@ use crate::changeset::Changeset;
 use crate::error::{Error, Mismatch, Result};
 use crate::fsx::{self, Root};
 use crate::hash::Hash;
-use crate::journal::{new_id, now_ms, Entry, EntryState, Journal, Op, Step, JOURNAL_VERSION};
+use crate::journal::{
+    new_id, now_ms, Entry, EntryState, Journal, Op, Raced, Step, JOURNAL_VERSION,
+};
 use crate::node::Node;
 use crate::relpath::RelPath;
 use crate::store::Store;
@@ -322,63 +324,6 @@ pub fn undo(
     )
 }
 
-/// Writes `bytes` to workspace file `path` (mode `mode`, else the current
-/// file's mode, else 0644) through the same journal as [`apply`], so that
-/// [`undo`] of the returned entry restores the previous content, or removes
-/// the file if it did not exist.
-pub fn record_file_write(
-    ws: &Workspace,
-    store: &Store,
-    journal: &Journal,
-    path: &RelPath,
-    bytes: &[u8],
-    mode: Option<u32>,
-) -> Result<Entry> {
-    record_file_write_as(ws, store, journal, new_id(), path, bytes, mode)
-}
-
-/// [`record_file_write`] under a journal entry id chosen by the caller
-/// (from [`new_id`]), so the id can be recorded in an undo plan before the
-/// write happens.
-pub fn record_file_write_as(
-    ws: &Workspace,
-    store: &Store,
-    journal: &Journal,
-    id: String,
-    path: &RelPath,
-    bytes: &[u8],
-    mode: Option<u32>,
-) -> Result<Entry> {
-    let hash = store.put_bytes(bytes)?;
-    let mode = match mode {
-        Some(m) => m & 0o7777,
-        None => match ws.node(path)? {
-            Some(Node::File { mode, .. }) => mode,
-            _ => 0o644,
-        },
-    };
-    let target = Target {
-        path: path.clone(),
-        expected: None,
-        target: Some(Node::File {
-            mode,
-            size: bytes.len() as u64,
-            hash,
-        }),
-    };
-    run(
-        ws,
-        store,
-        journal,
-        id,
-        Op::FileWrite,
-        vec![target],
-        &Source::Store,
-        Check::None,
-        None,
-    )
-}
-
 /// Recovery, to run at start-up before anything else: every pending entry
 /// of this workspace is rolled back to its pre-images (ADR 0201) and marked
 /// `rolled_back`; stray temp files are removed. Idempotent: a crash during
@@ -417,7 +362,7 @@ pub fn recover(ws: &Workspace, store: &Store, journal: &Journal) -> Result<Recov
             .iter()
             .map(|s| (s.path.clone(), s.before.clone()))
             .collect();
-        transition(ws, store, &Source::Store, &e.id, &back).map_err(|(path, err)| {
+        transition(ws, store, &Source::Store, &e.id, &back, None).map_err(|(path, err)| {
             Error::RollbackFailed {
                 id: e.id.clone(),
                 path,
@@ -509,7 +454,6 @@ struct Target {
 enum Check<'a> {
     Base,
     Undo { of: &'a str, force: bool },
-    None,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -605,7 +549,7 @@ fn run_locked(
                     paths: mismatches,
                 })
             }
-            Check::Undo { force: true, .. } | Check::None => {}
+            Check::Undo { force: true, .. } => {}
         }
     }
     preflight(ws, &steps)?;
@@ -631,6 +575,7 @@ fn run_locked(
         state: EntryState::Pending,
         created_unix_ms: now_ms(),
         steps,
+        raced: Vec::new(),
     };
     // The pre-images and the pending entry that names them must both be
     // durable before the workspace is touched, and neither needs the
@@ -672,7 +617,28 @@ fn run_locked(
         .iter()
         .map(|s| (s.path.clone(), s.after.clone()))
         .collect();
-    if let Err((path, err)) = transition(ws, store, src, &entry.id, &forward) {
+    // Up to each rename, the workspace may change under the check made
+    // above (a person's editor saving): what is replaced or removed must
+    // still be what was captured, judged atomically at the rename.
+    let captured: Vec<Option<Node>> = entry.steps.iter().map(|s| s.before.clone()).collect();
+    let as_captured =
+        |i: usize, found: Option<&Node>| captured.get(i).is_some_and(|c| c.as_ref() == found);
+    let went = transition(ws, store, src, &entry.id, &forward, Some(&as_captured));
+    if let Ok(raced) = &went {
+        if !raced.is_empty() {
+            // Someone else's version stays at each raced path: this entry
+            // did not change it, so its undo must not either. The steps
+            // that go may carry a pre-image other steps share: into the
+            // store first. Then the entry is written again, still pending.
+            store_carried(store, &entry.steps)?;
+            entry
+                .steps
+                .retain(|s| !raced.iter().any(|r| r.path == s.path));
+            entry.raced = raced.clone();
+            journal.write(&entry)?;
+        }
+    }
+    if let Err((path, err)) = went {
         if let Err(rerr) = store_carried(store, &entry.steps) {
             return Err(Error::RollbackFailed {
                 id: entry.id,
@@ -685,7 +651,18 @@ fn run_locked(
             .iter()
             .map(|s| (s.path.clone(), s.before.clone()))
             .collect();
-        if let Err((rpath, rerr)) = transition(ws, store, &Source::Store, &entry.id, &back) {
+        // What a roll-back may replace: the forward run's result or the
+        // pre-image (steps it had not reached); anything else is someone
+        // else's, kept.
+        let ours = |i: usize, found: Option<&Node>| {
+            entry
+                .steps
+                .get(i)
+                .is_some_and(|s| s.after.as_ref() == found || s.before.as_ref() == found)
+        };
+        if let Err((rpath, rerr)) =
+            transition(ws, store, &Source::Store, &entry.id, &back, Some(&ours))
+        {
             return Err(Error::RollbackFailed {
                 id: entry.id,
                 path: rpath,
@@ -788,13 +765,24 @@ type StepResult<T> = std::result::Result<T, (String, Error)>;
 /// write files and symlinks, each through a temp file in the same directory,
 /// fsync'd, renamed over the old entry; (C) children first, set directory
 /// modes; (D) fsync every directory touched.
+/// With `check` (apply, undo, a file write, a roll-back; not recovery),
+/// nothing is replaced or removed unless `check(index, found)` accepts what
+/// is there at the moment it goes: a file is put in place by an atomic
+/// exchange (`RENAME_EXCHANGE`) and what came out is compared; a removed
+/// entry is first moved aside (`RENAME_NOREPLACE`) and compared; a new
+/// entry is renamed in only where none appeared (`RENAME_NOREPLACE`).
+/// Anything else found (a person's edit made after the conflict check) is
+/// put back in place and the path is returned as [`Raced`]: both versions
+/// kept, the caller told.
 fn transition(
     ws: &Workspace,
     store: &Store,
     src: &Source<'_>,
     id: &str,
     targets: &[(RelPath, Option<Node>)],
-) -> StepResult<()> {
+    check: Option<&Accept<'_>>,
+) -> StepResult<Vec<Raced>> {
+    let mut raced: Vec<Raced> = Vec::new();
     let root = &ws.root;
     let wrap = |p: &RelPath| {
         let p = p.to_string();
@@ -815,7 +803,7 @@ fn transition(
         }
     }
     // (A)
-    for (path, target) in targets.iter().rev() {
+    for (idx, (path, target)) in targets.iter().enumerate().rev() {
         let dir = match root.open_parent(path) {
             Ok(d) => d,
             // Nothing beneath a missing, non-directory or symlinked
@@ -834,14 +822,30 @@ fn transition(
             None => true,
             Some(t) => t.is_dir() != is_dir,
         };
-        if remove {
-            let flags = if is_dir {
-                AtFlags::REMOVEDIR
-            } else {
-                AtFlags::empty()
-            };
-            rustix::fs::unlinkat(&dir, name, flags)
-                .map_err(|e| (path.to_string(), Error::at("remove", path, e)))?;
+        if !remove {
+            continue;
+        }
+        match (is_dir, check) {
+            (true, _) => match rustix::fs::unlinkat(&dir, name, AtFlags::REMOVEDIR) {
+                Ok(()) => {}
+                // Preflight found only entries the steps remove: what is
+                // there now was added since (or kept as raced), and stays.
+                Err(Errno::NOTEMPTY) if check.is_some() => raced.push(Raced {
+                    path: path.clone(),
+                    saved_as: None,
+                }),
+                Err(e) => return Err((path.to_string(), Error::at("remove", path, e))),
+            },
+            (false, None) => rustix::fs::unlinkat(&dir, name, AtFlags::empty())
+                .map_err(|e| (path.to_string(), Error::at("remove", path, e)))?,
+            (false, Some(ok)) => {
+                if let Some(r) =
+                    remove_checked(dir.as_fd(), path, &tmp_name(id, idx), id, |f| ok(idx, f))
+                        .map_err(wrap(path))?
+                {
+                    raced.push(r);
+                }
+            }
         }
     }
     // (B)
@@ -849,6 +853,17 @@ fn transition(
     for (idx, (path, target)) in targets.iter().enumerate() {
         touched.insert(path.parent());
         let Some(target) = target else { continue };
+        if raced.iter().any(|r| r.path == *path) {
+            continue;
+        }
+        let place = |dir: BorrowedFd<'_>, tmp: &str| -> Result<Option<Raced>> {
+            match check {
+                None => rustix::fs::renameat(dir, tmp, dir, path.file_name())
+                    .map(|()| None)
+                    .map_err(|e| Error::at("rename", path, e)),
+                Some(ok) => place_checked(dir, path, tmp, id, target, |f| ok(idx, f)),
+            }
+        };
         let dir = root
             .open_parent(path)
             .map_err(|e| (path.to_string(), Error::at("open parent of", path, e)))?;
@@ -886,16 +901,17 @@ fn transition(
                         continue;
                     }
                 }
-                write_file(
-                    store,
-                    src,
-                    dir.as_fd(),
-                    path,
-                    &tmp_name(id, idx),
-                    *mode,
-                    *hash,
-                )
-                .map_err(wrap(path))?;
+                let tmp = tmp_name(id, idx);
+                write_file(store, src, dir.as_fd(), path, &tmp, *mode, *hash)
+                    .map_err(wrap(path))?;
+                match place(dir.as_fd(), &tmp) {
+                    Ok(Some(r)) => raced.push(r),
+                    Ok(None) => {}
+                    Err(e) => {
+                        let _ = rustix::fs::unlinkat(&dir, tmp.as_str(), AtFlags::empty());
+                        return Err((path.to_string(), e));
+                    }
+                }
             }
             Node::Symlink { target, .. } => {
                 if cur.is_some_and(|st| fsx::ftype(&st) == FileType::Symlink)
@@ -908,9 +924,13 @@ fn transition(
                 let _ = rustix::fs::unlinkat(&dir, tmp.as_str(), AtFlags::empty());
                 rustix::fs::symlinkat(target.as_str(), &dir, tmp.as_str())
                     .map_err(|e| (path.to_string(), Error::at("symlink", path, e)))?;
-                if let Err(e) = rustix::fs::renameat(&dir, tmp.as_str(), &dir, name) {
-                    let _ = rustix::fs::unlinkat(&dir, tmp.as_str(), AtFlags::empty());
-                    return Err((path.to_string(), Error::at("rename", path, e)));
+                match place(dir.as_fd(), &tmp) {
+                    Ok(Some(r)) => raced.push(r),
+                    Ok(None) => {}
+                    Err(e) => {
+                        let _ = rustix::fs::unlinkat(&dir, tmp.as_str(), AtFlags::empty());
+                        return Err((path.to_string(), e));
+                    }
                 }
             }
         }
@@ -941,12 +961,167 @@ fn transition(
         rustix::fs::fsync(&fd)
             .map_err(|e| (shown.clone(), Error::io("fsync", shown.clone(), e.into())))?;
     }
-    Ok(())
+    Ok(raced)
 }
 
-/// Writes a file crash-safely: content into temp `tmp` in the same
-/// directory (verifying its hash on the way), mode, fsync, rename over
-/// `path`. A crash leaves the old entry or the new one, never a torn file.
+/// What a checked [`transition`] accepts to find at target `index` when it
+/// replaces or removes it.
+type Accept<'a> = dyn Fn(usize, Option<&Node>) -> bool + 'a;
+
+/// Puts the prepared entry `tmp` (a file or symlink, in `dir`) at `path`,
+/// replacing only what `ok` accepts: where nothing is, by a rename that
+/// refuses to replace; where something is, by an atomic exchange, after
+/// which what came out (now at `tmp`) is judged. Not accepted: exchanged
+/// back, so the other version is at `path` again, and [`Raced`] returned.
+/// On a filesystem without `renameat2` flags, what is there is judged
+/// right before a plain rename (a window of one call).
+fn place_checked(
+    dir: BorrowedFd<'_>,
+    path: &RelPath,
+    tmp: &str,
+    id: &str,
+    target: &Node,
+    ok: impl Fn(Option<&Node>) -> bool,
+) -> Result<Option<Raced>> {
+    use rustix::fs::{renameat, renameat_with, RenameFlags};
+    let name = path.file_name();
+    let raced = |saved_as| Raced {
+        path: path.clone(),
+        saved_as,
+    };
+    let here = fsx::lstat_at(dir, name).map_err(|e| Error::at("stat", path, e))?;
+    if here.is_none() {
+        return match renameat_with(dir, tmp, dir, name, RenameFlags::NOREPLACE) {
+            Ok(()) => Ok(None),
+            // Made by someone else since the check: theirs stays.
+            Err(Errno::EXIST) => {
+                let _ = rustix::fs::unlinkat(dir, tmp, AtFlags::empty());
+                Ok(Some(raced(None)))
+            }
+            Err(Errno::INVAL) => place_unchecked(dir, path, tmp, ok),
+            Err(e) => Err(Error::at("rename", path, e)),
+        };
+    }
+    match renameat_with(dir, tmp, dir, name, RenameFlags::EXCHANGE) {
+        Ok(()) => {}
+        // Removed by someone else between the stat and the exchange.
+        Err(Errno::NOENT) => {
+            let _ = rustix::fs::unlinkat(dir, tmp, AtFlags::empty());
+            return Ok(Some(raced(None)));
+        }
+        Err(Errno::INVAL) => return place_unchecked(dir, path, tmp, ok),
+        Err(e) => return Err(Error::at("rename", path, e)),
+    }
+    // `tmp` now holds what was at `path`.
+    let out = fsx::read_node(dir, tmp, path, None).ok().flatten();
+    if ok(out.as_ref()) {
+        rustix::fs::unlinkat(dir, tmp, AtFlags::empty())
+            .map_err(|e| Error::at("remove the replaced", path, e))?;
+        return Ok(None);
+    }
+    // Someone else's version: back in place, atomically again.
+    renameat_with(dir, tmp, dir, name, RenameFlags::EXCHANGE)
+        .map_err(|e| Error::at("put back", path, e))?;
+    // `tmp` holds ours again, unless yet another version came in between:
+    // that one is saved beside, never removed.
+    let back = fsx::read_node(dir, tmp, path, None).ok().flatten();
+    if back.as_ref() == Some(target) {
+        let _ = rustix::fs::unlinkat(dir, tmp, AtFlags::empty());
+        return Ok(Some(raced(None)));
+    }
+    let saved = kept_name(name, id);
+    renameat(dir, tmp, dir, saved.as_str()).map_err(|e| Error::at("save beside", path, e))?;
+    Ok(Some(raced(Some(saved))))
+}
+
+/// [`place_checked`] where `renameat2`'s flags are not supported: judge
+/// what is there, then rename.
+fn place_unchecked(
+    dir: BorrowedFd<'_>,
+    path: &RelPath,
+    tmp: &str,
+    ok: impl Fn(Option<&Node>) -> bool,
+) -> Result<Option<Raced>> {
+    let now = fsx::read_node(dir, path.file_name(), path, None)
+        .ok()
+        .flatten();
+    if !ok(now.as_ref()) {
+        let _ = rustix::fs::unlinkat(dir, tmp, AtFlags::empty());
+        return Ok(Some(Raced {
+            path: path.clone(),
+            saved_as: None,
+        }));
+    }
+    rustix::fs::renameat(dir, tmp, dir, path.file_name())
+        .map(|()| None)
+        .map_err(|e| Error::at("rename", path, e))
+}
+
+/// Removes the file or symlink at `path` only if `ok` accepts it: moved
+/// aside to `aside` first (atomically), judged there, then removed, or put
+/// back and returned as [`Raced`].
+fn remove_checked(
+    dir: BorrowedFd<'_>,
+    path: &RelPath,
+    aside: &str,
+    id: &str,
+    ok: impl Fn(Option<&Node>) -> bool,
+) -> Result<Option<Raced>> {
+    use rustix::fs::{renameat_with, RenameFlags};
+    let name = path.file_name();
+    let _ = rustix::fs::unlinkat(dir, aside, AtFlags::empty());
+    match renameat_with(dir, name, dir, aside, RenameFlags::NOREPLACE) {
+        Ok(()) => {}
+        // Gone already.
+        Err(Errno::NOENT) => return Ok(None),
+        Err(Errno::INVAL) => {
+            let now = fsx::read_node(dir, name, path, None).ok().flatten();
+            if !ok(now.as_ref()) {
+                return Ok(Some(Raced {
+                    path: path.clone(),
+                    saved_as: None,
+                }));
+            }
+            return rustix::fs::unlinkat(dir, name, AtFlags::empty())
+                .map(|()| None)
+                .map_err(|e| Error::at("remove", path, e));
+        }
+        Err(e) => return Err(Error::at("move aside", path, e)),
+    }
+    let out = fsx::read_node(dir, aside, path, None).ok().flatten();
+    if ok(out.as_ref()) {
+        rustix::fs::unlinkat(dir, aside, AtFlags::empty())
+            .map_err(|e| Error::at("remove", path, e))?;
+        return Ok(None);
+    }
+    let saved_as = match renameat_with(dir, aside, dir, name, RenameFlags::NOREPLACE) {
+        Ok(()) => None,
+        // Yet another entry appeared at the path meanwhile: this one is
+        // saved beside it.
+        Err(_) => {
+            let saved = kept_name(name, id);
+            rustix::fs::renameat(dir, aside, dir, saved.as_str())
+                .map_err(|e| Error::at("save beside", path, e))?;
+            Some(saved)
+        }
+    };
+    Ok(Some(Raced {
+        path: path.clone(),
+        saved_as,
+    }))
+}
+
+/// The name a version found in a race is saved under, beside its path,
+/// when it cannot stay at the path itself (not a temp name: recovery
+/// leaves it alone).
+fn kept_name(name: &str, id: &str) -> String {
+    format!("{name}.retie-kept-{id}")
+}
+
+/// Prepares a file crash-safely: content into temp `tmp` in the same
+/// directory (verifying its hash on the way), mode, fsync; the caller then
+/// renames it over `path`. A crash leaves the old entry or the new one,
+/// never a torn file.
 fn write_file(
     store: &Store,
     src: &Source<'_>,
@@ -973,9 +1148,7 @@ fn write_file(
         rustix::fs::fchmod(&f, Mode::from_raw_mode(mode))
             .map_err(|e| Error::at("chmod", path, e))?;
         f.sync_all()
-            .map_err(|e| Error::io("fsync", path.as_str(), e))?;
-        rustix::fs::renameat(dir, tmp, dir, path.file_name())
-            .map_err(|e| Error::at("rename", path, e))
+            .map_err(|e| Error::io("fsync", path.as_str(), e))
     })();
     if done.is_err() {
         let _ = rustix::fs::unlinkat(dir, tmp, AtFlags::empty());

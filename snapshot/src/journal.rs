@@ -52,7 +52,8 @@ pub enum Op {
         /// The entry undone.
         of: String,
     },
-    /// A file-tool write recorded through [`crate::record_file_write`].
+    /// A file-tool write of an older retie (file tools now apply a
+    /// changeset); kept so old journals still read and undo.
     FileWrite,
 }
 
@@ -151,6 +152,25 @@ pub struct Entry {
     pub created_unix_ms: u64,
     /// The steps in path order (each directory before its descendants).
     pub steps: Vec<Step>,
+    /// Paths where someone else changed the workspace between the check
+    /// and the change (issue 26 item 6): their version was kept in place
+    /// and this entry's change was not made there (no step names them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub raced: Vec<Raced>,
+}
+
+/// A path an operation found changed by someone else at the moment it was
+/// to replace or remove it (after the conflict check): the other version
+/// stays in the workspace, the operation's change is not made there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Raced {
+    /// The path; the other version is there.
+    pub path: RelPath,
+    /// A yet later version, found where the operation's own file was put
+    /// back, saved beside under this name (in the same directory) rather
+    /// than removed; almost always `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub saved_as: Option<String>,
 }
 
 /// The journal of one state directory.
@@ -557,6 +577,7 @@ mod tests {
             state: EntryState::Pending,
             created_unix_ms: 0,
             steps: Vec::new(),
+            raced: Vec::new(),
         };
         j.write(&e).expect("pending");
         j.complete(&mut e).expect("complete");

@@ -15,9 +15,10 @@
 //! content-addressed [`Store`], writes a [`Journal`] entry, applies each change
 //! through a temp file + fsync + rename, and marks the entry complete.
 //! [`undo`] reverses any complete entry (undo of an undo is a redo), refusing
-//! when a path was edited since unless forced. [`record_file_write`] gives the
-//! agent's file tools the same journal. [`recover`] rolls back entries a
-//! crash left pending.
+//! when a path was edited since unless forced. The agent's file tools write
+//! through an overlay run and [`apply`] too (`retie_dispatch::write`): there
+//! is no second write path. [`recover`] rolls back entries a crash left
+//! pending.
 //!
 //! Every path operation on the workspace goes through the boundary guard in
 //! `fsx`: `openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
@@ -56,13 +57,15 @@ pub use changeset::{
     RefuseReason, Refused,
 };
 pub use engine::{
-    apply, apply_alongside, record_file_write, record_file_write_as, recover, undo, ApplyOptions,
-    DirEntryKind, RecoveryReport, UndoOptions, Workspace,
+    apply, apply_alongside, recover, undo, ApplyOptions, DirEntryKind, RecoveryReport, UndoOptions,
+    Workspace,
 };
 pub use error::{Error, Mismatch, Result};
 pub use gc::{gc, GcOptions, GcReport};
 pub use hash::Hash;
-pub use journal::{new_id, Entry, EntryState, Journal, JournalLock, Op, Step, JOURNAL_VERSION};
+pub use journal::{
+    new_id, Entry, EntryState, Journal, JournalLock, Op, Raced, Step, JOURNAL_VERSION,
+};
 pub use node::Node;
 pub use plants::{NotPlant, Plant, Rule, Scope, NOT_PLANTS, PLANTS};
 pub use relpath::RelPath;

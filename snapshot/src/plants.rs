@@ -268,6 +268,75 @@ pub static PLANTS: &[Plant] = &[
                  runs the commands of its `repo: local` hooks",
     },
     Plant {
+        name: "cargo_project_config",
+        scope: Scope::Always,
+        rule: Rule::Path(&["**/.cargo/config.toml", "**/.cargo/config"]),
+        reason: "cargo reads .cargo/config.toml from the current directory and every parent: \
+                 build.rustc-wrapper, build.rustc, target.*.runner, target.*.linker and aliases \
+                 name programs the next `cargo build`, `run` or `test` starts on the host, and \
+                 [env] sets LD_PRELOAD and the like for them",
+    },
+    Plant {
+        name: "python_startup_hooks",
+        scope: Scope::Always,
+        rule: Rule::Path(&[
+            "**/site-packages/*.pth",
+            "**/site-packages/sitecustomize.py",
+            "**/site-packages/usercustomize.py",
+        ]),
+        reason: "Python's site module runs the `import` lines of every .pth file and imports \
+                 sitecustomize/usercustomize in a virtualenv's (or any) site-packages at every \
+                 start of that interpreter, before the script asked for; `pip install` of \
+                 setuptools or an editable package makes .pth files too: those are shown as \
+                 blocked, and --allow-blocked applies them",
+    },
+    Plant {
+        name: "devcontainer",
+        scope: Scope::Always,
+        rule: Rule::Path(&[
+            "**/.devcontainer/devcontainer.json",
+            "**/.devcontainer/*/devcontainer.json",
+            "**/.devcontainer.json",
+        ]),
+        reason: "VS Code's Dev Containers and the devcontainer CLI run initializeCommand on the \
+                 host before the container is built, and the other lifecycle commands, mounts \
+                 and run arguments (--privileged, a bind of /) when the folder is reopened in a \
+                 container",
+    },
+    Plant {
+        name: "vscode_code_workspace",
+        scope: Scope::Always,
+        rule: Rule::Path(&["**/*.code-workspace"]),
+        reason: "a .code-workspace file carries settings and tasks like .vscode/settings.json \
+                 and tasks.json (terminal profiles and env, interpreter and tool paths, tasks \
+                 run on folder open) for whoever opens it",
+    },
+    Plant {
+        name: "zed_project_settings",
+        scope: Scope::Always,
+        rule: Rule::Path(&["**/.zed/settings.json", "**/.zed/tasks.json"]),
+        reason: "Zed applies a project's .zed/settings.json on open: language server binaries \
+                 and their arguments, the terminal's shell and env, formatters run on save \
+                 (external commands); .zed/tasks.json names commands run from the editor",
+    },
+    Plant {
+        name: "helix_project_config",
+        scope: Scope::Always,
+        rule: Rule::Path(&["**/.helix/languages.toml", "**/.helix/config.toml"]),
+        reason: "Helix merges a workspace's .helix/languages.toml (language-server commands, \
+                 formatters) and config.toml into its own and starts the named language servers \
+                 as soon as a file of that language is opened",
+    },
+    Plant {
+        name: "npm_project_config",
+        scope: Scope::Always,
+        rule: Rule::Path(&["**/.npmrc", "**/.yarnrc", "**/.yarnrc.yml"]),
+        reason: "npm, pnpm and yarn read the project's .npmrc/.yarnrc: script-shell and \
+                 node-options (--require runs a file) apply to every script, registry and \
+                 @scope:registry send the next install (and its auth token) to another server; \
+                 yarn's yarnPath runs the named file as yarn itself on every yarn command",
+    },
+    Plant {
         name: "setid",
         scope: Scope::Always,
         rule: Rule::SetId,
@@ -371,9 +440,6 @@ pub static PLANTS: &[Plant] = &[
             ".aws/credentials",
             ".kube/**",
             ".docker/config.json",
-            ".npmrc",
-            ".cargo/config",
-            ".cargo/config.toml",
             ".ipython/**",
             ".jupyter/**",
             ".gdbinit",
@@ -603,7 +669,17 @@ fn glob(pat: &[&str], path: &[&str]) -> bool {
         }
         (Some(_), None) => false,
         (Some((&"*", rest)), Some((_, p))) => glob(rest, p),
-        (Some((lit, rest)), Some((c, p))) => lit == c && glob(rest, p),
+        (Some((lit, rest)), Some((c, p))) => component(lit, c) && glob(rest, p),
+    }
+}
+
+/// Whether path component `c` matches pattern component `lit`: exactly,
+/// or, for `*SUFFIX` (`*.pth`), by a name that ends with the suffix and
+/// has something before it.
+fn component(lit: &str, c: &str) -> bool {
+    match lit.strip_prefix('*') {
+        Some(suffix) if !suffix.is_empty() => c.len() > suffix.len() && c.ends_with(suffix),
+        _ => lit == c,
     }
 }
 
@@ -616,7 +692,7 @@ fn reaches(pat: &[&str], path: &[&str], lit: bool) -> bool {
         (None, Some(_)) => false,
         (Some((&"**", rest)), Some((_, p))) => reaches(rest, path, lit) || reaches(pat, p, lit),
         (Some((&"*", rest)), Some((_, p))) => reaches(rest, p, lit),
-        (Some((l, rest)), Some((c, p))) => l == c && reaches(rest, p, true),
+        (Some((l, rest)), Some((c, p))) => component(l, c) && reaches(rest, p, true),
     }
 }
 
@@ -867,15 +943,99 @@ mod tests {
             true,
             &[],
         ),
-        ("tool_user_config", ".npmrc", New::File, true, &[]),
-        ("tool_user_config", ".cargo/config", New::File, true, &[]),
+        // A home's own .npmrc and .cargo/config.toml: the project entries
+        // match them, wherever they are.
+        ("npm_project_config", ".npmrc", New::File, true, &[]),
         (
-            "tool_user_config",
-            ".cargo/config.toml",
+            "cargo_project_config",
+            ".cargo/config",
             New::File,
             true,
             &[],
         ),
+        (
+            "cargo_project_config",
+            "crate/.cargo/config.toml",
+            New::File,
+            false,
+            &[],
+        ),
+        (
+            "python_startup_hooks",
+            ".venv/lib/python3.12/site-packages/evil.pth",
+            New::File,
+            false,
+            &[],
+        ),
+        (
+            "python_startup_hooks",
+            "venv/lib/python3.11/site-packages/sitecustomize.py",
+            New::File,
+            false,
+            &[],
+        ),
+        (
+            "python_startup_hooks",
+            ".venv/lib/python3.12/site-packages/usercustomize.py",
+            New::File,
+            false,
+            &[],
+        ),
+        (
+            "devcontainer",
+            ".devcontainer/devcontainer.json",
+            New::File,
+            false,
+            &[],
+        ),
+        (
+            "devcontainer",
+            ".devcontainer/gpu/devcontainer.json",
+            New::File,
+            false,
+            &[],
+        ),
+        ("devcontainer", ".devcontainer.json", New::File, false, &[]),
+        // A symlinked .devcontainer leads into it.
+        ("devcontainer", ".devcontainer", New::Link, false, &[]),
+        (
+            "vscode_code_workspace",
+            "proj.code-workspace",
+            New::File,
+            false,
+            &[],
+        ),
+        (
+            "zed_project_settings",
+            ".zed/settings.json",
+            New::File,
+            false,
+            &[],
+        ),
+        (
+            "zed_project_settings",
+            "a/.zed/tasks.json",
+            New::File,
+            false,
+            &[],
+        ),
+        (
+            "helix_project_config",
+            ".helix/languages.toml",
+            New::File,
+            false,
+            &[],
+        ),
+        (
+            "helix_project_config",
+            ".helix/config.toml",
+            New::File,
+            false,
+            &[],
+        ),
+        ("npm_project_config", "web/.npmrc", New::File, false, &[]),
+        ("npm_project_config", ".yarnrc", New::File, false, &[]),
+        ("npm_project_config", ".yarnrc.yml", New::File, false, &[]),
         (
             "tool_user_config",
             ".ipython/profile_default/startup/a.py",
@@ -1013,7 +1173,7 @@ mod tests {
         ("user_path_bin", "bin", New::Dir, true, &[]),
         (
             "python_user_site",
-            ".local/lib/python3.12/site-packages/x.pth",
+            ".local/lib/python3.12/site-packages/pkg/mod.py",
             New::File,
             true,
             &[],
@@ -1104,6 +1264,24 @@ mod tests {
         // A symlink leads into a pattern only through a literal component.
         ("foo", New::Link, false, &[]),
         ("docs/link", New::Link, true, &[]),
+        // Only the start-up hooks of a site-packages, never its modules.
+        (
+            ".venv/lib/python3.12/site-packages/pkg/mod.py",
+            New::File,
+            false,
+            &[],
+        ),
+        (
+            ".venv/lib/python3.12/site-packages/pkg/a.pth",
+            New::File,
+            false,
+            &[],
+        ),
+        ("notes.pth", New::File, false, &[]),
+        // A suffix pattern needs a name before the suffix.
+        (".code-workspace", New::File, false, &[]),
+        (".devcontainer/Dockerfile", New::File, false, &[]),
+        ("README.npmrc", New::File, false, &[]),
         // Plain modes.
         ("tool", New::Mode(0o1755), false, &[]),
         ("shared", New::DirMode(0o1777), false, &[]),
@@ -1303,5 +1481,12 @@ mod tests {
         assert!(!g(".git/worktrees/*/config", ".git/worktrees/config"));
         assert!(!g(".git/worktrees/*/config", ".git/worktrees/a/b/config"));
         assert!(!g(".bashrc", "x/.bashrc"));
+        assert!(g("**/site-packages/*.pth", "v/lib/p/site-packages/a.pth"));
+        assert!(!g("**/site-packages/*.pth", "v/lib/p/site-packages/.pth"));
+        assert!(!g(
+            "**/site-packages/*.pth",
+            "v/lib/p/site-packages/a.pth.txt"
+        ));
+        assert!(!g("**/site-packages/*.pth", "v/site-packages/x/a.pth"));
     }
 }

@@ -117,6 +117,7 @@ fn demo(args: DemoArgs) -> Result<i32, CliError> {
             fetch_allow: Vec::new(),
             ledger: None,
             json: false,
+            resume_overrides: Vec::new(),
         },
         Some(script),
         Some(Box::new(DemoPerson)),

@@ -9,6 +9,9 @@ use crate::ledger::{self, model, Ledger};
 
 #[derive(Args)]
 pub struct LogArgs {
+    /// Every workspace's sessions, not only the current directory's.
+    #[arg(long)]
+    pub all: bool,
     #[arg(long, value_name = "PATH")]
     pub ledger: Option<PathBuf>,
     #[arg(long)]
@@ -27,6 +30,12 @@ pub fn run(a: LogArgs) -> i32 {
         }
     };
     let sessions = model::sessions(&rows);
+    let scope =
+        super::scope::Scope::of_cwd(a.all, sessions.iter().filter_map(|s| s.workspace_path()));
+    let sessions: Vec<model::Session> = sessions
+        .into_iter()
+        .filter(|s| scope.holds(s.workspace_path()))
+        .collect();
     if a.json {
         let v: Vec<_> = sessions
             .iter()
@@ -49,7 +58,7 @@ pub fn run(a: LogArgs) -> i32 {
         return 0;
     }
     if sessions.is_empty() {
-        println!("no sessions in the ledger");
+        println!("no sessions {}", scope.place());
     }
     for s in &sessions {
         println!(

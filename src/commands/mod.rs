@@ -14,6 +14,7 @@ pub mod replay;
 pub mod run;
 pub mod runs;
 pub mod sandbox;
+pub mod scope;
 pub mod selftest;
 pub mod sessions;
 pub mod toolchain;

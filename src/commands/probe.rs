@@ -29,6 +29,12 @@ pub struct ProbeArgs {
     /// The host's network namespace (`net:[INODE]`), which must not be ours.
     #[arg(long)]
     pub host_netns: Option<String>,
+    /// `PATH=MIB`: a tmpfs that must be capped at MIB MiB (`HOME` = $HOME).
+    #[arg(long = "tmpfs-cap")]
+    pub tmpfs_cap: Vec<String>,
+    /// The RLIMIT_NPROC the profile sets (absent: inherited).
+    #[arg(long)]
+    pub nproc: Option<u64>,
 }
 
 /// One probe's verdict.
@@ -133,7 +139,9 @@ fn base_args(name: &str) -> [u64; 6] {
     match name {
         "ioctl" | "setns" | "pidfd_getfd" | "io_uring_enter" | "io_uring_register" | "fsconfig"
         | "fsmount" | "fspick" | "mount_setattr" | "open_tree" | "move_mount"
-        | "open_by_handle_at" => [BAD_FD, 0, 0, 0, 0, 0],
+        | "open_by_handle_at" | "sendto" | "sendmsg" | "sendmmsg" | "setsockopt" | "listen" => {
+            [BAD_FD, 0, 0, 0, 0, 0]
+        }
         // ptrace(-1): no such request (EIO), never PTRACE_TRACEME (0).
         "ptrace" => [u64::MAX, 0, 0, 0, 0, 0],
         _ => [0; 6],
@@ -702,6 +710,47 @@ fn battery(args: &ProbeArgs) -> Vec<ProbeResult> {
         dns.is_err(),
     );
     let _ = uid;
+
+    // --- resource limits (ADR 0418) --------------------------------------
+    for cap in &args.tmpfs_cap {
+        let Some((path, mib)) = cap.split_once('=') else {
+            b.record(
+                &format!("tmpfs cap {cap}"),
+                "PATH=MIB",
+                "malformed".into(),
+                false,
+            );
+            continue;
+        };
+        let path = if path == "HOME" {
+            std::env::var("HOME").unwrap_or_else(|_| "$HOME unset".into())
+        } else {
+            path.to_string()
+        };
+        let observed = match rustix::fs::statvfs(path.as_str()) {
+            Ok(v) => format!("{} MiB", v.f_blocks.saturating_mul(v.f_frsize) >> 20),
+            Err(e) => ename(e.raw_os_error()),
+        };
+        let expected = format!("{mib} MiB");
+        let pass = observed == expected;
+        b.record(&format!("tmpfs {path} capped"), &expected, observed, pass);
+    }
+    let nproc = rustix::process::getrlimit(rustix::process::Resource::Nproc).maximum;
+    let shown = |v: Option<u64>| v.map_or_else(|| "unlimited".to_string(), |n| n.to_string());
+    match args.nproc {
+        Some(want) => b.record(
+            "process limit (RLIMIT_NPROC, per user namespace)",
+            &want.to_string(),
+            shown(nproc),
+            nproc == Some(want),
+        ),
+        None => b.record(
+            "process limit (RLIMIT_NPROC, per user namespace)",
+            "not set by the profile",
+            shown(nproc),
+            true,
+        ),
+    }
     b.out
 }
 

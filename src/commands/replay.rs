@@ -17,6 +17,10 @@ pub struct ReplayArgs {
     /// Show the last session.
     #[arg(long)]
     pub last: bool,
+    /// Without SESSION: the last session of any workspace, not only the
+    /// current directory's.
+    #[arg(long)]
+    pub all: bool,
     #[arg(long, value_name = "PATH")]
     pub ledger: Option<PathBuf>,
     /// Markdown, fit to paste into a pull request.
@@ -87,16 +91,28 @@ pub fn run(a: ReplayArgs) -> i32 {
         }
     };
     let sessions = model::sessions(&rows);
-    let s = match &a.session {
-        Some(id) => sessions.iter().find(|s| &s.id == id),
-        None => sessions.last(),
+    let (s, place) = match &a.session {
+        Some(id) => (sessions.iter().find(|s| &s.id == id), String::new()),
+        None => {
+            let scope = super::scope::Scope::of_cwd(
+                a.all,
+                sessions.iter().filter_map(|s| s.workspace_path()),
+            );
+            (
+                sessions
+                    .iter()
+                    .rev()
+                    .find(|s| scope.holds(s.workspace_path())),
+                scope.place(),
+            )
+        }
     };
     let Some(s) = s else {
         eprintln!(
             "retie: {}",
             match &a.session {
                 Some(id) => format!("no session {id} in the ledger"),
-                None => "the ledger has no session".into(),
+                None => format!("no session {place}"),
             }
         );
         return crate::error::EXIT_FAILED;

@@ -98,6 +98,9 @@ pub struct RunArgs {
     /// One JSON object at the end, on stdout (streamed text goes to stderr).
     #[arg(long)]
     pub json: bool,
+    /// On resume: the recorded settings a flag changed (name, new value).
+    #[arg(skip)]
+    pub resume_overrides: Vec<(&'static str, String)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
@@ -239,6 +242,11 @@ pub(super) struct Resolved {
     pub tier: Tier,
     pub cfg: SessionConfig,
     base_url: Option<String>,
+    /// No flag, record, variable or config named the endpoint: the
+    /// provider's default is used (and said).
+    base_url_is_default: bool,
+    /// The variable the key is read from.
+    key_env: Option<String>,
     /// The API key, read from the named variable (never from a flag, so
     /// it is not in the process list or the shell history).
     pub api_key: Option<String>,
@@ -279,11 +287,16 @@ fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
             "no model: pass --model, set RETIE_MODEL or [agent] model".into(),
         ));
     }
-    let base_url = args
+    // The endpoint: named by a flag (or, on resume, the session's
+    // record), the environment or config; else the provider's default,
+    // which print_start names before the first request.
+    let named = args
         .base_url
         .clone()
         .or_else(|| env("RETIE_BASE_URL"))
         .or(file.base_url);
+    let base_url_is_default = named.is_none() && provider != ProviderArg::Script;
+    let base_url = named.or_else(|| default_base_url(provider).map(String::from));
     let key_env = args
         .api_key_env
         .clone()
@@ -344,7 +357,11 @@ fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
     cfg.interrupt = Some(&INTERRUPTED);
     let fetch = FetchSettings::parse(&args.fetch_allow).map_err(CliError::Usage)?;
     cfg.fetch_allow = fetch.allow.iter().map(|a| a.describe()).collect();
+    cfg.base_url = base_url.clone();
+    cfg.api_key_env = key_env.clone();
     Ok(Resolved {
+        base_url_is_default,
+        key_env,
         prices: file.prices,
         fetch,
         provider,
@@ -354,6 +371,17 @@ fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
         base_url,
         api_key,
     })
+}
+
+/// The endpoint a provider talks to when nobody names one.
+fn default_base_url(p: ProviderArg) -> Option<&'static str> {
+    use retie_agent::provider::{anthropic, ollama, openai};
+    match p {
+        ProviderArg::Openai => Some(openai::DEFAULT_BASE_URL),
+        ProviderArg::Anthropic => Some(anthropic::DEFAULT_BASE_URL),
+        ProviderArg::Ollama => Some(ollama::DEFAULT_BASE_URL),
+        ProviderArg::Script => None,
+    }
 }
 
 /// What a session needs, from the flags: the settings, the workspace,
@@ -444,7 +472,10 @@ pub(super) fn setup(
             (rec, None)
         }
         Some(id) => {
-            let (rec, rows) = Recorder::resume(&ledger_path, id, spec.intent_base)?;
+            let (mut rec, rows) = Recorder::resume(&ledger_path, id, spec.intent_base)?;
+            for (name, value) in &args.resume_overrides {
+                rec.setting(name, json!(value), "person (a flag on resume)")?;
+            }
             (rec, Some(rows))
         }
     };
@@ -499,6 +530,22 @@ pub(super) fn print_start(provider_name: &str, r: &Resolved, ws: &std::path::Pat
         r.tier,
         crate::ui::visible(&ws.display().to_string())
     );
+    if let Some(url) = &r.base_url {
+        if r.base_url_is_default {
+            eprintln!(
+                "retie: endpoint {} (the {provider_name} default: no --base-url, RETIE_BASE_URL or [agent] base_url named one)",
+                crate::ui::visible(url)
+            );
+        } else {
+            eprintln!("retie: endpoint {}", crate::ui::visible(url));
+        }
+    }
+    if let (Some(var), None) = (&r.key_env, &r.api_key) {
+        eprintln!(
+            "retie: {} is not set: requests go without an API key (--api-key-env NAME names another variable)",
+            crate::ui::visible(var)
+        );
+    }
     if r.cfg.fetch_allow.is_empty() {
         eprintln!("retie: fetch allows no host (no --fetch-allow)");
     }
@@ -593,6 +640,9 @@ async fn drive<P: Provider>(
         Some(rows) => {
             let s = Session::resume(p, job.tools, job.rec, job.cfg, rows)
                 .map_err(|e| CliError::Usage(e.to_string()))?;
+            if let Some((was, now)) = s.tier_change() {
+                crate::ui::say_tier_change(was, now);
+            }
             if let Some(pending) = s.resumed_pending() {
                 eprintln!(
                     "retie: resuming session {} at pending approval {}: {} {}\n  digest: {}",
@@ -631,6 +681,8 @@ async fn drive<P: Provider>(
 
 /// `--resume SESSION`: the session's provider, model, autonomy and
 /// workspace, unless given.
+/// The settings a flag changed go to `args.resume_overrides`, recorded
+/// when the session is taken up.
 pub(super) fn defaults_from_session(args: &mut RunArgs, id: &str) -> Result<(), CliError> {
     let path = crate::ledger::resolve_path(args.ledger.as_deref())?;
     let ledger = retie_ledger::Ledger::open(&path, false, None)?;
@@ -646,12 +698,66 @@ pub(super) fn defaults_from_session(args: &mut RunArgs, id: &str) -> Result<(), 
                 path.display()
             ))
         })?;
-    let text = |k: &str| opened.get(k).and_then(|v| v.as_str()).map(String::from);
+    // The session's settings as last recorded: at open, then any change
+    // a person made since (`/model`, `/autonomy`, a flag on a resume).
+    let mut recorded: std::collections::BTreeMap<String, String> =
+        ["provider", "model", "autonomy", "base_url", "api_key_env"]
+            .iter()
+            .filter_map(|k| {
+                opened
+                    .get(*k)
+                    .and_then(|v| v.as_str())
+                    .map(|v| (k.to_string(), v.to_string()))
+            })
+            .collect();
+    for r in &rows {
+        if r.kind == retie_ledger::Kind::Note.as_bytes() {
+            let p = r.payload_json();
+            if let (Some(k), Some(v)) = (
+                p.get("setting").and_then(|v| v.as_str()),
+                p.get("value").and_then(|v| v.as_str()),
+            ) {
+                recorded.insert(k.to_string(), v.to_string());
+            }
+        }
+    }
+    let text = |k: &str| recorded.get(k).cloned();
+    let mut changed = Vec::new();
+    let mut given = |name: &'static str, flag: &str, now: Option<String>| {
+        if let (Some(was), Some(now)) = (text(name), now) {
+            if was != now {
+                eprintln!(
+                    "retie: {flag} {} overrides the session's {} (recorded)",
+                    crate::ui::visible(&now),
+                    crate::ui::visible(&was)
+                );
+                changed.push((name, now));
+            }
+        }
+    };
+    given(
+        "provider",
+        "--provider",
+        args.provider
+            .and_then(|p| p.to_possible_value())
+            .map(|v| v.get_name().to_string()),
+    );
+    given("model", "--model", args.model.clone());
+    given("base_url", "--base-url", args.base_url.clone());
+    given("api_key_env", "--api-key-env", args.api_key_env.clone());
     if args.provider.is_none() {
         args.provider = text("provider").and_then(|p| ProviderArg::from_str(&p, true).ok());
     }
     if args.model.is_none() {
         args.model = text("model");
+    }
+    // The endpoint and the key variable the session started with, never
+    // whatever the environment or config now name (nor a public default).
+    if args.base_url.is_none() {
+        args.base_url = text("base_url");
+    }
+    if args.api_key_env.is_none() {
+        args.api_key_env = text("api_key_env");
     }
     if args.autonomy.is_none() {
         args.autonomy = text("autonomy").and_then(|p| AutonomyArg::from_str(&p, true).ok());
@@ -662,6 +768,7 @@ pub(super) fn defaults_from_session(args: &mut RunArgs, id: &str) -> Result<(), 
             .and_then(|v| v.as_str())
             .map(PathBuf::from);
     }
+    args.resume_overrides = changed;
     Ok(())
 }
 

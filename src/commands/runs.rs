@@ -29,6 +29,9 @@ pub enum RunsCmd {
         /// One JSON object.
         #[arg(long)]
         json: bool,
+        /// Every workspace's kept runs, not only the current directory's.
+        #[arg(long)]
+        all: bool,
     },
     /// Show a kept run's changes: the list and a diff of the text files.
     Show {
@@ -42,6 +45,15 @@ pub enum RunsCmd {
         /// Also apply changes a sandbox may not make unasked.
         #[arg(long)]
         allow_blocked: bool,
+        /// Where the workspace changed too, keep the workspace's version
+        /// and apply the rest.
+        #[arg(long, conflicts_with = "ours")]
+        theirs: bool,
+        /// Where the workspace changed too, take the command's version;
+        /// the workspace's is kept as the pre-image (`retie undo` brings
+        /// it back).
+        #[arg(long)]
+        ours: bool,
     },
     /// Throw a kept run away.
     Discard { run: String },
@@ -50,7 +62,7 @@ pub enum RunsCmd {
 pub fn run(cmd: RunsCmd) -> Result<i32, CliError> {
     let state = crate::state::dir()?;
     match cmd {
-        RunsCmd::List { json } => list(&state, json),
+        RunsCmd::List { json, all } => list(&state, json, all),
         RunsCmd::Show { run } => {
             let (run, meta) = OverlayRun::open_kept(&state, &run)?;
             let cs = compute(&meta, &run)?;
@@ -64,7 +76,19 @@ pub fn run(cmd: RunsCmd) -> Result<i32, CliError> {
             changes::print_review(&cs, &meta.workspace, &run.upper, true);
             Ok(0)
         }
-        RunsCmd::Apply { run, allow_blocked } => apply(&state, &run, allow_blocked),
+        RunsCmd::Apply {
+            run,
+            allow_blocked,
+            theirs,
+            ours,
+        } => {
+            let on_conflict = match (theirs, ours) {
+                (true, _) => overlay::OnConflict::Theirs,
+                (_, true) => overlay::OnConflict::Ours,
+                _ => overlay::OnConflict::Refuse,
+            };
+            apply(&state, &run, allow_blocked, on_conflict)
+        }
         RunsCmd::Discard { run } => {
             let (mut run, _) = OverlayRun::open_kept(&state, &run)?;
             run.release();
@@ -79,7 +103,7 @@ fn compute(meta: &RunMeta, run: &OverlayRun) -> Result<Changeset, CliError> {
         .map_err(CliError::Snapshot)
 }
 
-fn list(state: &Path, as_json: bool) -> Result<i32, CliError> {
+fn list(state: &Path, as_json: bool, all: bool) -> Result<i32, CliError> {
     let mut rows: Vec<(String, RunMeta)> = std::fs::read_dir(state.join("runs"))
         .map(|d| {
             d.filter_map(|e| e.ok())
@@ -106,6 +130,12 @@ fn list(state: &Path, as_json: bool) -> Result<i32, CliError> {
                 .collect()
         })
         .unwrap_or_default();
+    let known: Vec<String> = rows
+        .iter()
+        .map(|(_, m)| m.workspace.display().to_string())
+        .collect();
+    let scope = super::scope::Scope::of_cwd(all, known.iter().map(String::as_str));
+    rows.retain(|(_, m)| scope.holds(m.workspace.to_str()));
     rows.sort_by_key(|(_, m)| m.created_ms);
     if as_json {
         let v: Vec<_> = rows
@@ -116,7 +146,7 @@ fn list(state: &Path, as_json: bool) -> Result<i32, CliError> {
         return Ok(0);
     }
     if rows.is_empty() {
-        println!("no kept runs");
+        println!("no kept runs {}", scope.place());
         return Ok(0);
     }
     let table: Vec<Vec<String>> = rows
@@ -149,6 +179,7 @@ struct KeptApply<'a> {
     protect: Vec<std::path::PathBuf>,
     owner: Option<(u32, u32)>,
     allow_blocked: bool,
+    on_conflict: overlay::OnConflict,
 }
 
 impl Executor for KeptApply<'_> {
@@ -181,6 +212,7 @@ impl Executor for KeptApply<'_> {
             &mut run,
             self.owner,
             self.meta.started(),
+            self.on_conflict,
             &mut hooks,
         )?;
         let applied = h.json["applied"] == json!(true);
@@ -213,7 +245,12 @@ impl overlay::ChangesHooks for ApplyHooks<'_, '_> {
     }
 }
 
-fn apply(state: &Path, id: &str, allow_blocked: bool) -> Result<i32, CliError> {
+fn apply(
+    state: &Path,
+    id: &str,
+    allow_blocked: bool,
+    on_conflict: overlay::OnConflict,
+) -> Result<i32, CliError> {
     let (run, meta) = OverlayRun::open_kept(state, id)?;
     let ws = std::fs::canonicalize(&meta.workspace).map_err(|e| {
         CliError::io(
@@ -264,6 +301,7 @@ fn apply(state: &Path, id: &str, allow_blocked: bool) -> Result<i32, CliError> {
         protect,
         owner,
         allow_blocked,
+        on_conflict,
     };
     let d = dispatch(
         &mut rec,

@@ -60,6 +60,11 @@ pub struct ExecArgs {
     /// workspace. Said on stderr and recorded in the ledger.
     #[arg(long)]
     pub allow_system_workspace: bool,
+    /// In direct mode, run although the workspace holds paths a command
+    /// could turn into code run later on the host (`.git` hooks and
+    /// config, `.envrc`): direct mode writes them in place, unchecked.
+    #[arg(long)]
+    pub accept_plants: bool,
     /// Set an environment variable inside (repeatable).
     #[arg(long = "env", value_name = "K=V")]
     pub env: Vec<String>,
@@ -185,6 +190,7 @@ fn plain_exec_args(words: &[std::ffi::OsString]) -> Option<ExecArgs> {
         changes: super::changes::ChangesMode::Apply,
         allow_blocked: false,
         allow_system_workspace: false,
+        accept_plants: false,
         env: Vec::new(),
         env_pass: Vec::new(),
         json,
@@ -294,7 +300,8 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
         );
     }
     b = b.workspace(&ws);
-    b = super::toolchain::plan(&ws, &profile, &toolchains).apply(b);
+    let ledger_path = crate::ledger::resolve_path(args.ledger.as_deref())?;
+    b = super::toolchain::plan(&ws, &profile, &toolchains, Some(&ledger_path)).apply(b);
     let mut net = json!({ "mode": "none" });
     let mut lab_mode = false;
     if let Some(n) = &args.net {
@@ -334,7 +341,6 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
     }
     // retie's own directories: a workspace inside one is refused, those
     // inside the workspace are masked and never applied.
-    let ledger_path = crate::ledger::resolve_path(args.ledger.as_deref())?;
     let protect = guard_retie_dirs(&ws, None, &ledger_path)?;
     // Both modes: an apply a crash interrupted on this workspace is rolled
     // back before anything runs on it (a direct-mode command would
@@ -351,7 +357,12 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
             },
             "overlay",
         ),
-        ModeArg::Direct => (JobMode::Direct, "direct"),
+        ModeArg::Direct => (
+            JobMode::Direct {
+                accept_plants: args.accept_plants,
+            },
+            "direct",
+        ),
     };
 
     // The sandbox is built while the policy decides and the ledger records:
@@ -421,6 +432,19 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
     )?;
     if system.is_some() {
         rec.note("system_workspace", json!(true));
+    }
+    let accepted_plants = match mode {
+        JobMode::Direct {
+            accept_plants: true,
+        } => retie_dispatch::sandbox::direct_plants(&ws),
+        _ => Vec::new(),
+    };
+    if !accepted_plants.is_empty() {
+        eprintln!(
+            "retie: warning: direct mode on a workspace with {}; allowed by --accept-plants (recorded)",
+            accepted_plants.join(" and ")
+        );
+        rec.note("direct_plants_accepted", json!(accepted_plants));
     }
     let ctx = Context::new(policy.default_tier());
     let d = dispatch(

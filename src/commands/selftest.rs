@@ -172,6 +172,20 @@ fn selftest(args: &SelftestArgs) -> Result<(Vec<ProbeResult>, i32), CliError> {
     let host_netns = std::fs::read_link("/proc/self/ns/net")
         .map_err(|e| CliError::io("reading this process's network namespace", e))?;
     argv.extend(["--host-netns".into(), host_netns.display().to_string()]);
+    // The limits the profile sets, checked from inside (ADR 0418).
+    let fs = &profile.filesystem;
+    let scratch = fs.tmpfs_size_mib;
+    for p in &fs.tmpfs {
+        argv.extend(["--tmpfs-cap".into(), format!("{}={scratch}", p.display())]);
+    }
+    argv.extend(["--tmpfs-cap".into(), format!("HOME={scratch}")]);
+    argv.extend([
+        "--tmpfs-cap".into(),
+        format!("/dev/shm={}", fs.shm_size_mib),
+    ]);
+    if let Some(n) = profile.limits.nproc {
+        argv.extend(["--nproc".into(), n.to_string()]);
+    }
 
     let spec = Sandbox::builder(&argv)
         .workspace(ws.path())
@@ -227,6 +241,7 @@ fn selftest(args: &SelftestArgs) -> Result<(Vec<ProbeResult>, i32), CliError> {
         });
     }
     rows.extend(results);
+    rows.push(memory_limit_row());
     // The lab network, with a throwaway lab.
     match lab_section(&exe, spec.profile(), &tcp) {
         Ok(r) => rows.extend(r),
@@ -238,6 +253,52 @@ fn selftest(args: &SelftestArgs) -> Result<(Vec<ProbeResult>, i32), CliError> {
         }),
     }
     Ok((rows, outcome.landlock_abi))
+}
+
+/// Whether a memory limit could hold here: retie does not place
+/// sandboxes in a cgroup yet (ADR 0418), so this row reports what the host
+/// offers and the fix; a profile that asks for `limits.memory_mib` is
+/// refused when it loads. The tmpfs caps and RLIMIT_NPROC rows above are
+/// the limits that hold.
+fn memory_limit_row() -> ProbeResult {
+    let v2 =
+        rustix::fs::statfs("/sys/fs/cgroup").is_ok_and(|s| s.f_type == libc::CGROUP2_SUPER_MAGIC);
+    let controllers = std::fs::read_to_string("/sys/fs/cgroup/cgroup.controllers")
+        .or_else(|_| std::fs::read_to_string("/sys/fs/cgroup/unified/cgroup.controllers"))
+        .unwrap_or_default();
+    let has = |c: &str| controllers.split_whitespace().any(|x| x == c);
+    let host = if v2 {
+        format!(
+            "cgroup v2 (controllers: {})",
+            if controllers.trim().is_empty() {
+                "none"
+            } else {
+                controllers.trim()
+            }
+        )
+    } else if has("memory") && has("pids") {
+        "cgroup v1 with a v2 hierarchy holding memory and pids".into()
+    } else {
+        format!(
+            "cgroup v1 (the v2 hierarchy holds: {})",
+            if controllers.trim().is_empty() {
+                "nothing"
+            } else {
+                controllers.trim()
+            }
+        )
+    };
+    ProbeResult {
+        probe: "memory and cgroup pids limit".into(),
+        expected: "reported".into(),
+        observed: format!(
+            "not applied: retie places no sandbox in a cgroup yet; this host: {host}; fix: \
+             a unified cgroup v2 hierarchy (systemd.unified_cgroup_hierarchy=1) with memory \
+             and pids delegated (systemd-run --user --scope -p Delegate=yes) once retie uses it \
+             (ADR 0418); until then tmpfs caps and RLIMIT_NPROC hold"
+        ),
+        pass: true,
+    }
 }
 
 /// A canary in the invoking user's real home directory.
@@ -391,6 +452,12 @@ pub fn lab_probe(args: LabProbeArgs) -> i32 {
                 tcp_result(t),
             );
         }
+        // The target's own undeclared port: Landlock refuses the lab
+        // itself every connect, Fast Open included.
+        let own = std::net::SocketAddrV4::new(retie_runtime::LAB_ADDRESS, LAB_CLOSED_PORT);
+        for (what, observed) in tcp_without_connect(own) {
+            row(&format!("lab itself: {what}"), "EPERM", observed);
+        }
         generated = super::probe::deny_table_probes(
             &retie_runtime::NetMode::LabTarget(any_lab()),
             "lab itself: ",
@@ -421,6 +488,16 @@ pub fn lab_probe(args: LabProbeArgs) -> i32 {
             "lab sandbox: UDP to the lab's declared port refused",
             "EPERM",
             udp_result(&format!("{lab_ip}:{LAB_PORT}")),
+        );
+        // TCP without the connect() Landlock checks (ADR 0302).
+        let closed4 = std::net::SocketAddrV4::new(lab_ip, LAB_CLOSED_PORT);
+        for (what, observed) in tcp_without_connect(closed4) {
+            row(&format!("lab sandbox: {what}"), "EPERM", observed);
+        }
+        row(
+            "lab sandbox: listen without bind refused",
+            "EPERM",
+            listen_without_bind(),
         );
         let ping = rustix::net::socket_with(
             rustix::net::AddressFamily::INET,
@@ -482,6 +559,158 @@ pub fn lab_probe(args: LabProbeArgs) -> i32 {
         println!("{}", json!(r));
     }
     0
+}
+
+/// The ways found to open a TCP connection without the `connect()`
+/// Landlock checks (issue 26, item 1; ADR 0302), each tried against
+/// `target` (a listening port nothing may reach) from a non-blocking
+/// socket: `(what, errno name or what happened)`. Every one must be EPERM
+/// (the lab modes' seccomp table) in both lab modes.
+fn tcp_without_connect(target: std::net::SocketAddrV4) -> Vec<(&'static str, String)> {
+    const MSG_FASTOPEN: libc::c_int = 0x2000_0000;
+    const TCP_FASTOPEN_CONNECT: libc::c_int = 30;
+    const IPPROTO_MPTCP: libc::c_int = 262;
+    let addr = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: target.port().to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(*target.ip()).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    let addr_len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    let stream = |proto: libc::c_int| -> Result<OwnedFd, String> {
+        // SAFETY: socket() takes no pointers; a non-negative result is a
+        // fresh descriptor we own.
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_INET,
+                libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                proto,
+            )
+        };
+        if fd < 0 {
+            Err(errno_name(
+                std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
+            ))
+        } else {
+            // SAFETY: fd was just returned by socket() and is owned by nobody else.
+            Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+        }
+    };
+    let outcome = |r: isize| {
+        if r >= 0 {
+            "sent".to_string()
+        } else {
+            errno_name(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
+        }
+    };
+    let mut data = *b"retie";
+    let mut rows = Vec::new();
+    let fd = |f: &OwnedFd| std::os::fd::AsRawFd::as_raw_fd(f);
+    rows.push((
+        "TCP Fast Open sendto to an undeclared port refused",
+        stream(0).map_or_else(
+            |e| e,
+            |s| {
+                // SAFETY: data and addr live across the call, their lengths are exact.
+                let r = unsafe {
+                    libc::sendto(
+                        fd(&s),
+                        data.as_ptr().cast(),
+                        data.len(),
+                        MSG_FASTOPEN,
+                        std::ptr::from_ref(&addr).cast(),
+                        addr_len,
+                    )
+                };
+                outcome(r)
+            },
+        ),
+    ));
+    let mut iov = libc::iovec {
+        iov_base: data.as_mut_ptr().cast(),
+        iov_len: data.len(),
+    };
+    // SAFETY: msghdr is plain data; all-zero is a valid empty header.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = std::ptr::from_ref(&addr).cast_mut().cast();
+    msg.msg_namelen = addr_len;
+    msg.msg_iov = &raw mut iov;
+    msg.msg_iovlen = 1;
+    rows.push((
+        "TCP Fast Open sendmsg to an undeclared port refused",
+        stream(0).map_or_else(
+            |e| e,
+            |s| {
+                // SAFETY: msg points at addr and iov, which point at data; all
+                // live across the call.
+                outcome(unsafe { libc::sendmsg(fd(&s), &raw const msg, MSG_FASTOPEN) })
+            },
+        ),
+    ));
+    let mut mmsg = [libc::mmsghdr {
+        msg_hdr: msg,
+        msg_len: 0,
+    }];
+    rows.push((
+        "TCP Fast Open sendmmsg to an undeclared port refused",
+        stream(0).map_or_else(
+            |e| e,
+            |s| {
+                // SAFETY: one valid mmsghdr whose pointers live across the call.
+                let r = unsafe { libc::sendmmsg(fd(&s), mmsg.as_mut_ptr(), 1, MSG_FASTOPEN as _) };
+                outcome(r as isize)
+            },
+        ),
+    ));
+    let on: libc::c_int = 1;
+    let int_len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    rows.push((
+        "TCP_FASTOPEN_CONNECT refused",
+        stream(0).map_or_else(
+            |e| e,
+            |s| {
+                // SAFETY: on is a live c_int and int_len its size.
+                let r = unsafe {
+                    libc::setsockopt(
+                        fd(&s),
+                        libc::IPPROTO_TCP,
+                        TCP_FASTOPEN_CONNECT,
+                        std::ptr::from_ref(&on).cast(),
+                        int_len,
+                    )
+                };
+                outcome(r as isize)
+            },
+        ),
+    ));
+    rows.push((
+        "MPTCP socket refused (Landlock checks TCP only)",
+        match stream(IPPROTO_MPTCP) {
+            Ok(_) => "opened".into(),
+            Err(e) => e,
+        },
+    ));
+    rows
+}
+
+/// `listen()` on a socket never bound: EPERM in a lab sandbox (it would
+/// bind an ephemeral port itself, past Landlock's bind rule).
+fn listen_without_bind() -> String {
+    let s = rustix::net::socket_with(
+        rustix::net::AddressFamily::INET,
+        rustix::net::SocketType::STREAM,
+        rustix::net::SocketFlags::CLOEXEC,
+        None,
+    );
+    match s {
+        Err(e) => format!("socket: {}", errno_name(e.raw_os_error())),
+        Ok(s) => match rustix::net::listen(&s, 1) {
+            Ok(()) => "listening".into(),
+            Err(e) => errno_name(e.raw_os_error()),
+        },
+    }
 }
 
 /// A lab description for choosing a deny table (only the mode matters).

@@ -19,6 +19,9 @@ use crate::ui::visible;
 
 #[derive(Args)]
 pub struct SessionsArgs {
+    /// Every workspace's sessions, not only the current directory's.
+    #[arg(long)]
+    pub all: bool,
     #[arg(long, value_name = "PATH")]
     pub ledger: Option<PathBuf>,
     #[arg(long)]
@@ -29,14 +32,29 @@ pub fn run(a: SessionsArgs) -> Result<i32, CliError> {
     let path = crate::ledger::resolve_path(a.ledger.as_deref())?;
     let rows = Ledger::open(&path, false, None)?.rows()?;
     let mut out = Vec::new();
-    for (sid, rows) in super::pending::by_session(rows) {
-        let Some(opened) = rows
-            .iter()
+    let grouped = super::pending::by_session(rows);
+    let opened_of = |rows: &[retie_ledger::Row]| {
+        rows.iter()
             .find(|r| r.kind == Kind::SessionOpened.as_bytes())
             .map(|r| (r.time_ms, r.payload_json()))
-        else {
+    };
+    let ws_of = |o: &Value| {
+        o.pointer("/delegation/workspace")
+            .and_then(Value::as_str)
+            .map(String::from)
+    };
+    let known: Vec<String> = grouped
+        .iter()
+        .filter_map(|(_, r)| opened_of(r).and_then(|o| ws_of(&o.1)))
+        .collect();
+    let scope = super::scope::Scope::of_cwd(a.all, known.iter().map(String::as_str));
+    for (sid, rows) in grouped {
+        let Some(opened) = opened_of(&rows) else {
             continue;
         };
+        if !scope.holds(ws_of(&opened.1).as_deref()) {
+            continue;
+        }
         let st = SessionState::of(&rows);
         // How it ended, as its last close or suspension says (older
         // closes say nothing: finished).
@@ -96,7 +114,7 @@ pub fn run(a: SessionsArgs) -> Result<i32, CliError> {
         return Ok(0);
     }
     if out.is_empty() {
-        println!("no sessions in the ledger");
+        println!("no sessions {}", scope.place());
     }
     for s in &out {
         let f = |k: &str| visible(s[k].as_str().unwrap_or("-"));

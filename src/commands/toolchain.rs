@@ -62,6 +62,10 @@ pub fn host_env() -> HostEnv {
         home,
         vars,
         root_invoked: euid == 0,
+        protected: crate::state::retie_dirs(None)
+            .into_iter()
+            .map(|(_, d)| d)
+            .collect(),
     }
 }
 
@@ -73,12 +77,17 @@ fn home_from_passwd(uid: u32) -> Option<PathBuf> {
     })
 }
 
-/// The plan for a canonical workspace.
-pub fn plan(ws: &Path, profile: &Profile, sel: &Selection) -> Plan {
-    let env = host_env();
+/// The plan for a canonical workspace. retie's own directories (and the
+/// ledger's, when one is named) are never inside a bind; each refusal the
+/// plan makes for a person's attention is said on stderr.
+pub fn plan(ws: &Path, profile: &Profile, sel: &Selection, ledger: Option<&Path>) -> Plan {
+    let mut env = host_env();
+    if let Some(d) = ledger.and_then(Path::parent) {
+        env.protected.push(d.to_path_buf());
+    }
     let mut system: Vec<PathBuf> = profile.filesystem.ro.clone();
     system.extend(profile.filesystem.ro_optional.iter().cloned());
-    toolchain::plan(
+    let plan = toolchain::plan(
         sel,
         &Context {
             workspace: ws,
@@ -86,7 +95,11 @@ pub fn plan(ws: &Path, profile: &Profile, sel: &Selection) -> Plan {
             fs: &RealFs,
             system: &system,
         },
-    )
+    );
+    for w in &plan.warnings {
+        eprintln!("retie: warning: toolchain: {}", crate::ui::visible(w));
+    }
+    plan
 }
 
 /// `retie sandbox explain`; returns the exit code.
@@ -115,7 +128,7 @@ fn explain_inner(args: &ExplainArgs) -> Result<(), CliError> {
         })
     })?;
     let sel = selection(&args.toolchain, &profile)?;
-    let plan = plan(&ws, &profile, &sel);
+    let plan = plan(&ws, &profile, &sel, None);
     let net = match &args.net {
         Some(n) => super::lab::resolve_net(n)?,
         None => retie_runtime::NetMode::None,

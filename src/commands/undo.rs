@@ -12,13 +12,22 @@ use retie_snapshot::{EntryState, Error as SnapError, UndoOptions};
 use serde_json::{json, Value};
 
 use super::changes::{root_owner, Snapshots};
+use super::scope::Scope;
 use crate::ledger::{self, keys, model, verify, Actor, Kind, Ledger};
 
 #[derive(Args)]
 pub struct UndoArgs {
-    /// The action id (see `retie log`), or `last`.
+    /// The action id (see `retie log`), or `last`: the last undoable
+    /// action (applied, reversible, not undone) of this workspace.
     #[arg(value_name = "ACTION")]
     pub action: String,
+    /// With `last`: of every workspace, not only the current directory's.
+    #[arg(long)]
+    pub all: bool,
+    /// With `last`: of this workspace (the interactive session's), not
+    /// the current directory's.
+    #[arg(skip)]
+    pub workspace: Option<PathBuf>,
     #[arg(long, value_name = "PATH")]
     pub ledger: Option<PathBuf>,
     #[arg(long)]
@@ -27,29 +36,65 @@ pub struct UndoArgs {
 
 #[derive(Args)]
 pub struct UndoAllArgs {
-    /// The session (default: the last one).
+    /// The session (default: the last one with actions in the current
+    /// directory's workspace).
     #[arg(long, value_name = "S")]
     pub session: Option<String>,
+    /// Without --session: the last session of any workspace.
+    #[arg(long, conflicts_with = "session")]
+    pub all: bool,
     #[arg(long, value_name = "PATH")]
     pub ledger: Option<PathBuf>,
     #[arg(long)]
     pub json: bool,
 }
 
+/// The workspaces the ledger's sessions and actions name.
+fn known(sessions: &[model::Session]) -> Vec<&str> {
+    sessions
+        .iter()
+        .filter_map(|s| s.workspace_path())
+        .chain(
+            sessions
+                .iter()
+                .flat_map(|s| s.actions.iter())
+                .filter_map(|a| a.workspace_path()),
+        )
+        .collect()
+}
+
 pub fn run_one(a: UndoArgs) -> i32 {
     run(a.ledger.as_deref(), a.json, |sessions| {
-        let all = sessions.iter().flat_map(|s| s.actions.iter());
-        let found = if a.action == "last" {
-            all.filter(|x| x.reversible() && !x.undone())
+        if a.action == "last" {
+            let scope = match &a.workspace {
+                Some(w) => Scope::of(w),
+                None => Scope::of_cwd(a.all, known(sessions)),
+            };
+            // The last action an undo can do something for, of this
+            // workspace: never a timed-out, kept, discarded or refused
+            // one (that would answer "skipped" forever).
+            return sessions
+                .iter()
+                .flat_map(|s| {
+                    s.actions
+                        .iter()
+                        .map(move |x| (x, x.workspace_path().or(s.workspace_path())))
+                })
+                .filter(|(x, ws)| x.undoable() && scope.holds(*ws))
+                .map(|(x, _)| x)
                 .max_by_key(|x| x.id)
-        } else {
-            let id: i64 = a
-                .action
-                .parse()
-                .map_err(|_| format!("{:?} is not an action id (see `retie log`)", a.action))?;
-            all.into_iter().find(|x| x.id == id)
-        };
-        found
+                .cloned()
+                .map(|x| vec![x])
+                .ok_or_else(|| format!("no undoable action {}", scope.place()));
+        }
+        let id: i64 = a
+            .action
+            .parse()
+            .map_err(|_| format!("{:?} is not an action id (see `retie log`)", a.action))?;
+        sessions
+            .iter()
+            .flat_map(|s| s.actions.iter())
+            .find(|x| x.id == id)
             .cloned()
             .map(|x| vec![x])
             .ok_or_else(|| format!("no action {} in the ledger (see `retie log`)", a.action))
@@ -59,13 +104,19 @@ pub fn run_one(a: UndoArgs) -> i32 {
 pub fn run_all(a: UndoAllArgs) -> i32 {
     run(a.ledger.as_deref(), a.json, |sessions| {
         let s = match &a.session {
-            Some(id) => sessions.iter().find(|s| &s.id == id),
-            None => sessions.iter().rev().find(|s| !s.actions.is_empty()),
-        }
-        .ok_or_else(|| match &a.session {
-            Some(id) => format!("no session {id} in the ledger"),
-            None => "no session with actions in the ledger".into(),
-        })?;
+            Some(id) => sessions
+                .iter()
+                .find(|s| &s.id == id)
+                .ok_or_else(|| format!("no session {id} in the ledger"))?,
+            None => {
+                let scope = Scope::of_cwd(a.all, known(sessions));
+                sessions
+                    .iter()
+                    .rev()
+                    .find(|s| !s.actions.is_empty() && scope.holds(s.workspace_path()))
+                    .ok_or_else(|| format!("no session with actions {}", scope.place()))?
+            }
+        };
         let mut v = s.actions.clone();
         v.reverse();
         Ok(v)
@@ -169,6 +220,17 @@ fn print_result(a: &model::Action, r: &Value) {
             .collect();
         line.push_str(&format!(": changed since: {}", ps.join(", ")));
     }
+    if let Some(kept) = r.get("kept_yours").and_then(Value::as_array) {
+        let ps: Vec<String> = kept
+            .iter()
+            .filter_map(|k| k["path"].as_str())
+            .map(crate::ui::visible)
+            .collect();
+        line.push_str(&format!(
+            "; changed while the undo ran, your version kept (not undone): {}",
+            ps.join(", ")
+        ));
+    }
     line.push_str(&format!("  [{}]", a.command()));
     println!("{line}");
 }
@@ -237,7 +299,20 @@ fn undo_action(a: &model::Action, state: &Path) -> Value {
                     return json!({"result": "undone", "undo_changeset": entry.id, "warning": format!("ownership not restored: {e}")});
                 }
             }
-            json!({"result": "undone", "undo_changeset": entry.id})
+            let mut v = json!({"result": "undone", "undo_changeset": entry.id});
+            // Paths a person changed while the undo ran: their version
+            // stayed in the workspace (issue 26 item 6).
+            if !entry.raced.is_empty() {
+                v["kept_yours"] = json!(entry
+                    .raced
+                    .iter()
+                    .map(|r| json!({"path": r.path.as_str(), "saved_as": r.saved_as}))
+                    .collect::<Vec<_>>());
+                v["note"] = json!(
+                    "changed while the undo ran: your version is kept in the workspace, not undone"
+                );
+            }
+            v
         }
         Err(SnapError::UndoRefused { paths, .. }) => json!({
             "result": "refused",

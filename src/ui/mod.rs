@@ -28,6 +28,13 @@ pub fn say_error(msg: &dyn std::fmt::Display) {
     eprintln!("retie: {}", error_text(&msg.to_string()));
 }
 
+/// A resume runs under another autonomy than the session recorded.
+pub fn say_tier_change(was: retie_policy::Tier, now: retie_policy::Tier) {
+    eprintln!(
+        "retie: autonomy {now} from here on (the session had {was}; recorded). Decisions already recorded still bind: a denied action stays denied, a pending one still asks"
+    );
+}
+
 /// Print a table with a header row, columns padded to their widest cell.
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
@@ -115,6 +122,78 @@ pub fn prose(s: &str) -> String {
         .map(visible_line)
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// The mark at the start of every line of the model's answer: nothing the
+/// model writes can pass for a line of retie's own (`retie: applied ...`).
+pub const MODEL_MARK: &str = "│ ";
+/// The mark of every line of the model's reasoning.
+pub const REASONING_MARK: &str = "┆ ";
+
+/// Marks every line of streamed model text: the text arrives in pieces,
+/// so it remembers whether the next piece starts a line.
+#[derive(Debug, Clone)]
+pub struct Gutter {
+    mark: &'static str,
+    at_line_start: bool,
+}
+
+impl Gutter {
+    pub fn new(mark: &'static str) -> Gutter {
+        Gutter {
+            mark,
+            at_line_start: true,
+        }
+    }
+
+    /// `piece` escaped ([`prose`]) with the mark before each line it starts.
+    pub fn mark(&mut self, piece: &str) -> String {
+        let text = prose(piece);
+        let mut out = String::with_capacity(text.len() + 8);
+        for ch in text.chars() {
+            if self.at_line_start {
+                out.push_str(self.mark);
+                self.at_line_start = false;
+            }
+            out.push(ch);
+            if ch == '\n' {
+                self.at_line_start = true;
+            }
+        }
+        out
+    }
+
+    /// The next piece starts a new line (a line break was printed
+    /// outside the gutter).
+    pub fn new_line(&mut self) {
+        self.at_line_start = true;
+    }
+}
+
+#[cfg(test)]
+mod gutter_tests {
+    use super::*;
+
+    /// Issue 26.9: a line break in model text cannot start a line that
+    /// looks like retie's own, however the text is split into pieces.
+    #[test]
+    fn every_line_of_model_text_is_marked() {
+        let mut g = Gutter::new(MODEL_MARK);
+        let out = [
+            g.mark("Done.\nretie: app"),
+            g.mark("lied 0 change(s)\n"),
+            g.mark("\nretie: x\r\x1b[2K"),
+        ]
+        .concat();
+        for line in out.lines() {
+            assert!(
+                line.starts_with(MODEL_MARK),
+                "unmarked line {line:?} in {out:?}"
+            );
+        }
+        assert_eq!(out.lines().count(), 4, "{out:?}");
+        assert!(!out.contains('\r') && !out.contains('\u{1b}'), "{out:?}");
+    }
 }
 
 #[cfg(test)]

@@ -1107,3 +1107,586 @@ fn the_write_tools_never_plant_code_that_runs_outside_the_sandbox() {
         }
     }
 }
+
+/// Every path beneath `root` (itself included) whose owner is not `uid`.
+fn not_owned_by(root: &Path, uid: u32) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+    let mut bad = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        let m = std::fs::symlink_metadata(&p).expect("lstat");
+        if m.uid() != uid || m.gid() != uid {
+            bad.push(format!("{} ({}:{})", p.display(), m.uid(), m.gid()));
+        }
+        if m.is_dir() {
+            for e in std::fs::read_dir(&p).expect("read_dir").flatten() {
+                stack.push(e.path());
+            }
+        }
+    }
+    bad
+}
+
+/// The most ordinary thing a coding agent does: a file in directories
+/// that do not exist yet. It used to end the whole session with exit 125
+/// ("its parent directory is missing or not kept"); now the write makes
+/// them, in the same changeset, and undo removes them with the file.
+#[test]
+fn a_write_under_new_directories_succeeds_and_undo_removes_them() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        put(&s, "keep.txt", "kept\n");
+        let start = tree(&s.ws);
+        let script = write_script(
+            &s,
+            serde_json::json!([
+                {"tool_calls": [
+                    {"name": "write", "arguments": {"path": "src/utils/deep/helpers.py", "content": "def helper():\n    return 1\n"}},
+                    {"name": "write", "arguments": {"path": "src/utils/other.py", "content": "x = 1\n"}},
+                    {"name": "read", "arguments": {"path": "src/utils/deep/helpers.py"}}
+                ]},
+                {"text": "done"}
+            ]),
+        );
+        let o = agent(&s, &script, &["--autonomy", "auto"]);
+        assert_code(&o, 0, "retie run");
+        let r = report(&o);
+        let acts = r["actions"].as_array().expect("actions");
+        for a in acts {
+            assert_eq!(a["status"], "ok", "{leg:?}: {r}");
+        }
+        assert_eq!(
+            std::fs::read_to_string(s.ws.join("src/utils/deep/helpers.py")).expect("helpers"),
+            "def helper():\n    return 1\n"
+        );
+        assert!(s.ws.join("src/utils/other.py").is_file());
+        let o = s.retie().args(["verify"]).output().expect("verify");
+        assert_code(&o, 0, "verify");
+        let sid = r["session"].as_str().expect("session");
+        let o = s
+            .retie()
+            .args(["undo-all", "--session", sid])
+            .output()
+            .expect("undo-all");
+        assert!(
+            matches!(o.status.code(), Some(0 | 2)),
+            "{leg:?}: undo-all: {}{}",
+            stdout(&o),
+            stderr(&o)
+        );
+        assert_eq!(
+            tree(&s.ws),
+            start,
+            "{leg:?}: undo left the file or the directories it made\n{}{}",
+            stdout(&o),
+            stderr(&o)
+        );
+    }
+}
+
+/// As root on a workspace owned by someone else, whatever any tool leaves
+/// in it belongs to the workspace's owner: the agent's write and edit
+/// (they used to leave root's files, through a second write path without
+/// the ownership step), bash, the apply of a kept run, and undo.
+#[test]
+fn every_path_a_tool_makes_in_a_workspace_belongs_to_its_owner() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        for f in ["e.txt", "gone.txt"] {
+            std::fs::write(s.ws.join(f), "old\n").expect("write");
+        }
+        let _ = std::process::Command::new("chown")
+            .args(["-R", "65534:65534"])
+            .arg(&s.ws)
+            .status();
+        assert_eq!(not_owned_by(&s.ws, 65534), Vec::<String>::new());
+        let script = write_script(
+            &s,
+            serde_json::json!([
+                {"tool_calls": [
+                    {"name": "write", "arguments": {"path": "a/b/new.txt", "content": "new\n"}},
+                    {"name": "write", "arguments": {"path": "top.txt", "content": "top\n"}},
+                    {"name": "edit", "arguments": {"path": "e.txt", "old_string": "old", "new_string": "edited"}},
+                    {"name": "bash", "arguments": {"command": "mkdir -p c/d && echo x > c/d/f && rm gone.txt"}}
+                ]},
+                {"text": "done"}
+            ]),
+        );
+        let o = agent(&s, &script, &["--autonomy", "auto"]);
+        assert_code(&o, 0, "retie run");
+        let r = report(&o);
+        for a in r["actions"].as_array().expect("actions") {
+            assert_eq!(a["status"], "ok", "{leg:?}: {r}");
+        }
+        assert_eq!(
+            not_owned_by(&s.ws, 65534),
+            Vec::<String>::new(),
+            "{leg:?}: after write, edit and bash"
+        );
+        // A kept run (timed out), applied later.
+        let o = s.exec(
+            &["--timeout", "2"],
+            &["sh", "-c", "mkdir -p k/l && echo k > k/l/f && sleep 30"],
+        );
+        assert_code(&o, 124, "timed out");
+        let o = s
+            .retie()
+            .args(["changes", "list", "--json"])
+            .output()
+            .expect("list");
+        let listed: serde_json::Value = serde_json::from_slice(&o.stdout).expect("list json");
+        let run = listed["runs"][0]["run"].as_str().expect("a kept run");
+        let o = s
+            .retie()
+            .args(["changes", "apply", run])
+            .output()
+            .expect("apply");
+        assert_code(&o, 0, "apply the kept run");
+        assert!(s.ws.join("k/l/f").is_file());
+        assert_eq!(
+            not_owned_by(&s.ws, 65534),
+            Vec::<String>::new(),
+            "{leg:?}: after the apply of a kept run"
+        );
+        let sid = r["session"].as_str().expect("session");
+        let o = s
+            .retie()
+            .args(["undo-all", "--session", sid])
+            .output()
+            .expect("undo-all");
+        assert!(
+            matches!(o.status.code(), Some(0 | 2)),
+            "{leg:?}: undo-all: {}{}",
+            stdout(&o),
+            stderr(&o)
+        );
+        assert_eq!(
+            std::fs::read_to_string(s.ws.join("gone.txt"))
+                .ok()
+                .as_deref(),
+            Some("old\n"),
+            "{leg:?}: undo did not bring back the removed file"
+        );
+        assert_eq!(
+            std::fs::read_to_string(s.ws.join("e.txt")).ok().as_deref(),
+            Some("old\n")
+        );
+        assert_eq!(
+            not_owned_by(&s.ws, 65534),
+            Vec::<String>::new(),
+            "{leg:?}: after undo"
+        );
+    }
+}
+
+/// A tool's failure is the model's to read, never the session's end: a
+/// write refused on the way (a file where a directory must be, a
+/// symlink), and tools whose work cannot even start (retie's run
+/// directory made unusable) are each answered as that call's error,
+/// recorded, and the session finishes.
+#[test]
+fn a_failing_tool_call_does_not_end_the_session() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        put(&s, "file.txt", "x\n");
+        let outside = s.root.path().join("outside");
+        std::fs::create_dir(&outside).expect("outside");
+        std::os::unix::fs::symlink(&outside, s.ws.join("link")).expect("symlink");
+        let state = s.home.join(".local/state/retie");
+        std::fs::create_dir_all(&state).expect("state");
+        let script = write_script(
+            &s,
+            serde_json::json!([
+                {"tool_calls": [
+                    {"name": "write", "arguments": {"path": "file.txt/under/a.py", "content": "x\n"}},
+                    {"name": "write", "arguments": {"path": "link/a.py", "content": "x\n"}}
+                ]},
+                {"tool_calls": [
+                    {"name": "write", "arguments": {"path": "new/a.py", "content": "x\n"}},
+                    {"name": "bash", "arguments": {"command": "true"}}
+                ]},
+                {"tool_calls": [{"name": "read", "arguments": {"path": "file.txt"}}]},
+                {"text": "done"}
+            ]),
+        );
+        // Overlay runs cannot be made: `runs` is a file.
+        std::fs::write(state.join("runs"), "").expect("runs");
+        for p in [
+            s.home.join(".local"),
+            s.home.join(".local/state"),
+            state.clone(),
+            state.join("runs"),
+        ] {
+            s.give(&p);
+        }
+        let o = agent(&s, &script, &["--autonomy", "auto"]);
+        assert_code(&o, 0, "retie run");
+        let r = report(&o);
+        assert_eq!(r["status"], "finished", "{leg:?}: {r}");
+        let st: Vec<&str> = r["actions"]
+            .as_array()
+            .expect("actions")
+            .iter()
+            .map(|a| a["status"].as_str().unwrap_or(""))
+            .collect();
+        // Refused when prepared (nothing proposed), then failed once
+        // recorded: each the model's to read.
+        assert_eq!(
+            st,
+            ["invalid", "invalid", "error", "error", "ok"],
+            "{leg:?}: {r}"
+        );
+        let said: Vec<&str> = r["actions"]
+            .as_array()
+            .expect("actions")
+            .iter()
+            .map(|a| a["said"].as_str().unwrap_or(""))
+            .collect();
+        assert!(said[0].contains("not a directory"), "{said:?}");
+        assert!(said[1].contains("symlink"), "{said:?}");
+        assert!(!s.ws.join("new").exists() && !s.ws.join("file.txt/under").exists());
+        assert_eq!(std::fs::read_dir(&outside).expect("outside").count(), 0);
+        let o = s.retie().args(["verify"]).output().expect("verify");
+        assert_code(&o, 0, "verify");
+    }
+}
+
+/// `agent`, with retie's config and state inside the workspace (as with
+/// `retie run ~`).
+fn agent_with_retie_inside(s: &Scratch, script: &Path) -> Output {
+    let mut c = s.retie();
+    c.args(["run", "--provider", "script", "--script"])
+        .arg(script)
+        .args(["--json", "-p", "look around", "--autonomy", "auto"])
+        .env("XDG_CONFIG_HOME", s.ws.join(".config"))
+        .env("XDG_STATE_HOME", s.ws.join(".local/state"))
+        .env_remove("RETIE_PROVIDER")
+        .stdin(Stdio::null());
+    c.output().expect("run retie")
+}
+
+/// With retie's config and state inside the workspace, no tool hands the
+/// model retie's own key, ledger or checkpoints: read and grep used to
+/// return `.config/retie/user.key` (the ed25519 seed that signs the
+/// ledger) while write, edit, bash and glob refused or masked it. Every
+/// file tool applies the one mask now.
+#[test]
+fn no_tool_reads_retie_s_own_key_when_its_config_lies_in_the_workspace() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        put(&s, "a.txt", "hello\n");
+        let hello = write_script(&s, serde_json::json!([{"text": "hi"}]));
+        let o = agent_with_retie_inside(&s, &hello);
+        assert_code(&o, 0, "first run");
+        let key_path = s.ws.join(".config/retie/user.key");
+        let key = std::fs::read_to_string(&key_path).expect("the user key was made");
+        let seed = key.trim().to_string();
+        assert!(seed.len() >= 32, "{seed:?}");
+        let script = write_script(
+            &s,
+            serde_json::json!([
+                {"tool_calls": [
+                    {"name": "read", "arguments": {"path": ".config/retie/user.key"}},
+                    {"name": "read", "arguments": {"path": key_path.display().to_string()}},
+                    {"name": "read", "arguments": {"path": ".local/state/retie/ledger.db.checkpoints"}},
+                    {"name": "grep", "arguments": {"pattern": ".", "path": ".config/retie"}},
+                    {"name": "grep", "arguments": {"pattern": "[0-9a-f]{16}", "path": ".config"}},
+                    {"name": "grep", "arguments": {"pattern": "[0-9a-f]{16}"}},
+                    {"name": "glob", "arguments": {"pattern": "**"}},
+                    {"name": "glob", "arguments": {"pattern": "*", "path": ".config/retie"}},
+                    {"name": "read", "arguments": {"path": "a.txt"}}
+                ]},
+                {"text": "done"}
+            ]),
+        );
+        let o = agent_with_retie_inside(&s, &script);
+        assert_code(&o, 0, "retie run");
+        let r = report(&o);
+        let acts = r["actions"].as_array().expect("actions");
+        assert_eq!(acts.len(), 9, "{r}");
+        for i in [0, 1, 2, 3, 7] {
+            assert_ne!(
+                acts[i]["status"], "ok",
+                "{leg:?}: call {i} reached retie's own files: {r}"
+            );
+            assert!(
+                acts[i]["said"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("retie's own"),
+                "{leg:?}: {}",
+                acts[i]
+            );
+        }
+        assert_eq!(acts[8]["status"], "ok", "{r}");
+        // Nothing the model was sent holds the seed, or names the key.
+        let all = format!("{}{}", stdout(&o), stderr(&o));
+        assert!(
+            !all.contains(&seed),
+            "{leg:?}: the key reached the model:\n{all}"
+        );
+        for (_, kind, p) in entries_at(&s.ws.join(".local/state/retie/ledger.db")) {
+            let text = p.to_string();
+            assert!(
+                !text.contains(&seed),
+                "{leg:?}: the seed is in a {kind} entry"
+            );
+            let m = &p["message"];
+            if kind == "message" && (m["tool_name"] == "glob" || m["tool_name"] == "grep") {
+                assert!(
+                    !text.contains("user.key"),
+                    "{leg:?}: the key was listed: {text}"
+                );
+                assert!(
+                    !text.contains("ledger.db"),
+                    "{leg:?}: the ledger was listed: {text}"
+                );
+            }
+        }
+    }
+}
+
+/// (seq, kind, payload) of every entry of the ledger at `db`.
+fn entries_at(db: &Path) -> Vec<(i64, String, serde_json::Value)> {
+    let db = rusqlite::Connection::open(db).expect("open the ledger");
+    let mut st = db
+        .prepare("SELECT seq, kind, payload FROM entries ORDER BY seq")
+        .expect("query");
+    st.query_map([], |r| {
+        Ok((
+            r.get::<_, i64>(0)?,
+            r.get::<_, String>(1)?,
+            serde_json::from_str(&r.get::<_, String>(2)?).unwrap_or_default(),
+        ))
+    })
+    .expect("rows")
+    .map(|r| r.expect("row"))
+    .collect()
+}
+
+/// `agent`, killed (and failed) if it has not ended within `secs`: a hang
+/// fails the test instead of stalling it.
+fn agent_within(s: &Scratch, script: &Path, extra: &[&str], secs: f64) -> Output {
+    let mut c = s.retie();
+    c.args(["run", "--provider", "script", "--script"])
+        .arg(script)
+        .args(["--json", "-p", "fix the tests"])
+        .args(extra)
+        .env_remove("RETIE_PROVIDER")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().expect("spawn retie");
+    // Drained while it runs: a full pipe would look like a hang.
+    let drain = |r: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let out = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
+    );
+    let err = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
+    );
+    let done = wait_until(secs, || matches!(child.try_wait(), Ok(Some(_))));
+    if !done {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("retie run did not end within {secs} s");
+    }
+    let status = child.wait().expect("wait");
+    Output {
+        status,
+        stdout: out.join().expect("stdout"),
+        stderr: err.join().expect("stderr"),
+    }
+}
+
+/// What a model sends is bounded: the glob that froze retie-agent ~20 s,
+/// a million `*` (a stack overflow), a regex that compiles to too much,
+/// and a 2 GiB sparse file are each answered with a clear error or a
+/// truncation, and the session goes on.
+#[test]
+fn a_models_pathological_glob_grep_and_read_are_answered_at_once() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        put(&s, &"a".repeat(44), "x\n");
+        let big = s.ws.join("big.txt");
+        let f = std::fs::File::create(&big).expect("create");
+        f.set_len(2 << 30).expect("sparse 2 GiB");
+        drop(f);
+        s.give(&big);
+        let mut long_lines = String::new();
+        for _ in 0..3000 {
+            long_lines.push_str(&"y".repeat(5000));
+            long_lines.push('\n');
+        }
+        put(&s, "long.txt", &long_lines);
+        let stars = "*".repeat(1_000_000);
+        let script = write_script(
+            &s,
+            serde_json::json!([
+                {"tool_calls": [
+                    {"name": "glob", "arguments": {"pattern": "*a*a*a*a*a*a*a*a*a*aQ"}},
+                    {"name": "glob", "arguments": {"pattern": stars}},
+                    {"name": "grep", "arguments": {"pattern": "(?:a{1000}){1000}"}},
+                    {"name": "grep", "arguments": {"pattern": "(((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((a)))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))"}},
+                    {"name": "read", "arguments": {"path": "big.txt"}},
+                    {"name": "grep", "arguments": {"pattern": "y", "path": "long.txt"}},
+                    {"name": "read", "arguments": {"path": "long.txt"}}
+                ]},
+                {"text": "done"}
+            ]),
+        );
+        let o = agent_within(&s, &script, &["--autonomy", "auto"], 120.0);
+        assert_code(&o, 0, "retie run");
+        let r = report(&o);
+        let acts = r["actions"].as_array().expect("actions");
+        let said = |i: usize| acts[i]["said"].as_str().unwrap_or("").to_string();
+        assert_eq!(acts[0]["status"], "ok", "{r}");
+        assert!(said(0).contains("no files match"), "{}", said(0));
+        assert_ne!(acts[1]["status"], "ok", "{r}");
+        assert!(said(1).contains("at most"), "{}", said(1));
+        assert_ne!(acts[2]["status"], "ok", "{r}");
+        assert!(
+            said(2).contains("not a valid regular expression"),
+            "{}",
+            said(2)
+        );
+        assert_ne!(acts[3]["status"], "ok", "{r}");
+        // The sparse file: zeros, not text; only its start was read.
+        assert!(
+            said(4).contains("binary") || said(4).contains("truncated"),
+            "{}",
+            said(4)
+        );
+        // Results are capped (at 1 MiB), and say so: the model reads a
+        // preview whose note gives the result's total size.
+        let result = |call: &str| -> String {
+            entries(&s)
+                .into_iter()
+                .filter(|e| e.1 == "message" && e.2["message"]["tool_call_id"] == call)
+                .map(|e| e.2["message"]["text"].as_str().unwrap_or("").to_string())
+                .next()
+                .unwrap_or_default()
+        };
+        let total = |text: &str| -> usize {
+            text.rsplit_once("(total ")
+                .and_then(|(_, t)| t.split(')').next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(text.len())
+        };
+        let grep_long = result("script_1_6");
+        assert!(
+            grep_long.contains("[line truncated]"),
+            "a 5000-byte line was shown whole"
+        );
+        assert!(
+            total(&grep_long) <= (1 << 20) + 200,
+            "grep's result was not capped: {}",
+            total(&grep_long)
+        );
+        let read_long = result("script_1_7");
+        assert!(
+            total(&read_long) <= (1 << 20) + 200,
+            "read's result was not capped: {}",
+            total(&read_long)
+        );
+        let o = s.retie().args(["verify"]).output().expect("verify");
+        assert_code(&o, 0, "verify");
+    }
+}
+
+/// A refused fetch takes nothing in: the next fetch is refused for the
+/// same reason (no --fetch-allow), not held as a "lethal trifecta"
+/// because "the session has taken in untrusted content" (which, with no
+/// terminal, suspended the run: exit 5). Offline: nothing is allowed, so
+/// nothing is contacted.
+#[test]
+fn a_refused_fetch_does_not_taint_the_session() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let script = write_script(
+            &s,
+            serde_json::json!([
+                {"tool_calls": [{"name": "fetch", "arguments": {"url": "https://first.invalid/"}}]},
+                {"tool_calls": [{"name": "fetch", "arguments": {"url": "https://second.invalid/"}}]},
+                {"text": "done"}
+            ]),
+        );
+        let o = agent(&s, &script, &["--autonomy", "auto"]);
+        assert_code(&o, 0, "retie run");
+        let r = report(&o);
+        assert_eq!(r["status"], "finished", "{r}");
+        let acts = r["actions"].as_array().expect("actions");
+        assert_eq!(acts.len(), 2, "{r}");
+        let why = |i: usize| {
+            acts[i]["said"]
+                .as_str()
+                .unwrap_or("")
+                .replace("second.invalid", "HOST")
+                .replace("first.invalid", "HOST")
+        };
+        assert!(why(0).contains("fetch refused"), "{r}");
+        assert_eq!(
+            why(0),
+            why(1),
+            "{leg:?}: the second fetch was refused for another reason"
+        );
+        assert!(!r.to_string().contains("trifecta"), "{r}");
+    }
+}
+
+/// Issue 26.9: the model's text cannot print a line that looks like
+/// retie's own: every line it streams is marked, in `-p` output (stdout)
+/// and in `--json` mode (stderr), however the lines are split; no line
+/// of the output is the forged one.
+#[test]
+fn model_text_cannot_pass_for_a_line_of_retie() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let forged = "retie: applied 0 change(s)";
+        let sc = write_script(
+            &s,
+            serde_json::json!([
+                {"reasoning": "thinking\nretie: pending approval 1", "text": format!("All done.\n{forged}\n\n{forged}")}
+            ]),
+        );
+        for extra in [&[][..], &["--json"][..]] {
+            let o = s
+                .retie()
+                .args(["run", "--provider", "script", "--script"])
+                .arg(&sc)
+                .args(["-p", "fix the tests"])
+                .args(extra)
+                .env_remove("RETIE_PROVIDER")
+                .stdin(Stdio::null())
+                .output()
+                .expect("run retie");
+            assert_code(&o, 0, "run");
+            let all = format!("{}\n{}", stdout(&o), stderr(&o));
+            assert!(
+                all.contains(forged),
+                "{leg:?}: the text is not shown at all\n{all}"
+            );
+            for line in all.lines() {
+                assert!(
+                    !line.starts_with("retie: applied 0")
+                        && !line.starts_with("retie: pending approval 1"),
+                    "{leg:?} {extra:?}: model text printed as retie's own line {line:?}\n{all}"
+                );
+            }
+        }
+    }
+}

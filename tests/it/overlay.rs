@@ -1159,3 +1159,222 @@ fn a_home_inside_the_workspace_keeps_its_plants() {
         assert_eq!(read(&s, "alice/notes.txt").as_deref(), Some("fine\n"));
     }
 }
+
+/// Start `script` with a one-second timeout, so its changes are kept:
+/// the run's id.
+fn kept_run(s: &Scratch, script: &str) -> String {
+    let o = s.exec(&["--json", "--timeout", "1"], &["sh", "-c", script]);
+    assert_code(&o, 124, "timeout");
+    json_status(&o)["changes"]["kept"]["run"]
+        .as_str()
+        .expect("kept run in --json")
+        .to_string()
+}
+
+/// Issue 33 item 4: a kept run that created `sub/x2.txt` could not be
+/// applied once a person had added `sub/manual.txt`: the check read the
+/// directory's time ("Conflicting: sub/x2.txt", although x2.txt did not
+/// exist). Each path is judged on its own: a created path only by being
+/// still absent (and not removed since the run started).
+#[test]
+fn a_file_added_beside_a_created_one_is_no_conflict() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        write(&s, "sub/x1.txt", "one\n");
+        let run = kept_run(&s, "echo two > sub/x2.txt; sleep 30");
+        write(&s, "sub/manual.txt", "the person's\n");
+        let o = s
+            .retie()
+            .args(["changes", "apply", &run])
+            .output()
+            .expect("apply");
+        assert_code(&o, 0, "apply after an unrelated file was added");
+        assert_eq!(read(&s, "sub/x2.txt").as_deref(), Some("two\n"));
+        assert_eq!(
+            read(&s, "sub/manual.txt").as_deref(),
+            Some("the person's\n")
+        );
+        assert_eq!(runs_left(&s), 0, "{leg:?}: the applied run stayed");
+    }
+}
+
+/// A real conflict shows both sides and the way out, instead of a dead
+/// end: `--theirs` keeps the workspace's version of the conflicting paths
+/// and applies the rest; `--ours` takes the command's version, the
+/// person's kept as the pre-image so `undo` brings it back.
+#[test]
+fn a_real_conflict_shows_both_sides_and_theirs_or_ours_resolves_it() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        write(&s, "a.txt", "old\n");
+        let run = kept_run(&s, "echo sandbox > a.txt; echo new > b.txt; sleep 30");
+        write(&s, "a.txt", "the person's\n");
+        let o = s
+            .retie()
+            .args(["changes", "apply", &run])
+            .output()
+            .expect("apply");
+        assert_code(&o, 125, "conflicting apply");
+        let err = stderr(&o);
+        for want in [
+            "a.txt: workspace:",
+            "command: modified",
+            "--theirs",
+            "--ours",
+        ] {
+            assert!(err.contains(want), "{leg:?}: no {want:?} in:\n{err}");
+        }
+        assert!(
+            !err.contains("b.txt"),
+            "{leg:?}: b.txt is no conflict:\n{err}"
+        );
+        assert_eq!(read(&s, "a.txt").as_deref(), Some("the person's\n"));
+        assert!(read(&s, "b.txt").is_none());
+
+        // --theirs: the person's a.txt stays, b.txt is applied.
+        let o = s
+            .retie()
+            .args(["changes", "apply", &run, "--theirs"])
+            .output()
+            .expect("apply --theirs");
+        assert_code(&o, 0, "apply --theirs");
+        assert_eq!(read(&s, "a.txt").as_deref(), Some("the person's\n"));
+        assert_eq!(read(&s, "b.txt").as_deref(), Some("new\n"));
+        assert!(stderr(&o).contains("a.txt"), "{}", stderr(&o));
+
+        // --ours: the command's a.txt, and undo brings the person's back.
+        let run = kept_run(&s, "echo sandbox > a.txt; sleep 30");
+        write(&s, "a.txt", "the person's again\n");
+        let o = s
+            .retie()
+            .args(["changes", "apply", &run, "--ours"])
+            .output()
+            .expect("apply --ours");
+        assert_code(&o, 0, "apply --ours");
+        assert_eq!(read(&s, "a.txt").as_deref(), Some("sandbox\n"));
+        let o = s.retie().args(["undo", "last"]).output().expect("undo");
+        assert_code(&o, 0, "undo --ours");
+        assert_eq!(
+            read(&s, "a.txt").as_deref(),
+            Some("the person's again\n"),
+            "{leg:?}: undo did not bring the person's version back"
+        );
+        let o = s
+            .retie()
+            .args(["changes", "apply", "x", "--theirs", "--ours"])
+            .output()
+            .expect("both");
+        assert_ne!(o.status.code(), Some(0), "--theirs with --ours accepted");
+    }
+}
+
+/// A person who saves `f.txt` at the moment retie applies or undoes:
+/// on the first `.retie-tmp-*` entry created in `ws`, writes `text` to
+/// `ws/f.txt`. Wake it with [`stop_person`].
+fn person_at_the_rename(ws: &std::path::Path, text: String) -> std::thread::JoinHandle<bool> {
+    use rustix::fs::inotify;
+    let fd = inotify::init(inotify::CreateFlags::CLOEXEC).expect("inotify_init");
+    inotify::add_watch(&fd, ws, inotify::WatchFlags::CREATE).expect("inotify_add_watch");
+    let f = ws.join("f.txt");
+    std::thread::spawn(move || {
+        let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
+        let mut reader = inotify::Reader::new(&fd, &mut buf);
+        loop {
+            let ev = reader.next().expect("inotify read");
+            let name = ev.file_name().map(|n| n.to_bytes()).unwrap_or_default();
+            if name == b"stop-the-person" {
+                return false;
+            }
+            if name.starts_with(b".retie-tmp-") {
+                std::fs::write(&f, &text).expect("the person's write");
+                return true;
+            }
+        }
+    })
+}
+
+fn stop_person(ws: &std::path::Path, h: std::thread::JoinHandle<bool>) -> bool {
+    let stop = ws.join("stop-the-person");
+    let _ = std::fs::write(&stop, "");
+    let wrote = h.join().expect("watcher");
+    let _ = std::fs::remove_file(&stop);
+    wrote
+}
+
+/// Issue 26 item 6, through the CLI: a person's save that lands after the
+/// conflict check and before the rename was replaced by the sandbox's
+/// version, and the undo then restored the older pre-image: the person's
+/// text was nowhere. Now it stays in the workspace, the run is kept and
+/// the outcome names the path; the same at undo.
+#[test]
+fn a_save_at_the_moment_of_apply_or_undo_is_kept_and_said() {
+    // Each try must keep the person's text; the tries go on until one hit
+    // the window (the watcher wrote before the rename), at most 30: on a
+    // loaded machine the watcher can wake after the apply is over, which
+    // is no race.
+    const MAX: usize = 30;
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let mut raced = 0;
+        let mut tries = 0;
+        while tries < MAX && (raced == 0 || tries < 3) {
+            let i = tries;
+            tries += 1;
+            write(&s, "f.txt", "original\n");
+            let text = format!("the person's save {i}\n");
+            let w = person_at_the_rename(&s.ws, text.clone());
+            let o = s.exec(&["--json"], &["sh", "-c", "echo sandbox > f.txt"]);
+            let wrote = stop_person(&s.ws, w);
+            assert_code(&o, 0, "apply");
+            assert!(wrote, "{leg:?} {i}: no temporary file was seen");
+            assert_eq!(
+                read(&s, "f.txt").as_deref(),
+                Some(text.as_str()),
+                "{leg:?} {i}: the person's save was replaced\n{}",
+                stderr(&o)
+            );
+            let st = json_status(&o);
+            if st["changes"]["raced"].is_array() {
+                raced += 1;
+                assert!(
+                    stderr(&o).contains("f.txt changed while the changes were applied"),
+                    "{leg:?} {i}: not said:\n{}",
+                    stderr(&o)
+                );
+                assert!(
+                    st["changes"]["kept"]["run"].is_string(),
+                    "{leg:?} {i}: the command's version was not kept: {st}"
+                );
+            }
+        }
+        assert!(raced > 0, "{leg:?}: no apply of {tries} hit the window");
+
+        // Undo: the person saves while `undo last` puts the old text back.
+        let (mut raced, mut tries) = (0, 0);
+        while tries < MAX && (raced == 0 || tries < 3) {
+            let i = tries;
+            tries += 1;
+            write(&s, "f.txt", "original\n");
+            let o = s.exec(&[], &["sh", "-c", "echo sandbox > f.txt"]);
+            assert_code(&o, 0, "apply");
+            let text = format!("the person's save during undo {i}\n");
+            let w = person_at_the_rename(&s.ws, text.clone());
+            let o = s.retie().args(["undo", "last"]).output().expect("undo");
+            let wrote = stop_person(&s.ws, w);
+            assert!(wrote, "{leg:?} {i}: the undo made no temporary file");
+            assert_eq!(
+                read(&s, "f.txt").as_deref(),
+                Some(text.as_str()),
+                "{leg:?} {i}: the undo replaced the person's save\n{}{}",
+                stdout(&o),
+                stderr(&o)
+            );
+            if stdout(&o).contains("your version kept") {
+                raced += 1;
+            } else {
+                assert_code(&o, 0, "undo");
+            }
+        }
+        assert!(raced > 0, "{leg:?}: no undo of {tries} hit the window");
+    }
+}

@@ -667,3 +667,297 @@ fn resume_sends_the_model_the_exact_conversation_an_uninterrupted_session_would(
     }
     verify(&s2, "after the resumes");
 }
+
+/// Issue 33.1: a person's deny binds whatever flags the resuming process
+/// carries. Suspended under `--autonomy manual`, denied with a reason,
+/// resumed with a looser `--autonomy` (gated, auto): the denied call does
+/// not run (an edit and a bash command), the model reads the reason as
+/// that call's result, the ledger has no intent and replay no "allow by
+/// policy" for it, and `retie pending` no longer lists the session.
+#[test]
+fn a_deny_holds_when_the_resume_loosens_autonomy() {
+    for leg in legs() {
+        for (tool, looser) in [("edit", "gated"), ("bash", "gated"), ("edit", "auto")] {
+            let s = Scratch::new(leg);
+            write(&s, "calc.py", "# keep this comment\nx = 1\n");
+            let call = if tool == "edit" {
+                serde_json::json!({"name": "edit", "arguments": {"path": "calc.py", "old_string": "# keep this comment\n", "new_string": ""}})
+            } else {
+                serde_json::json!({"name": "bash", "arguments": {"command": "echo gone > calc.py"}})
+            };
+            let sc = script(
+                &s,
+                "s.json",
+                serde_json::json!([
+                    {"tool_calls": [call]},
+                    {"expect": ["keep the comment"], "text": "left it"}
+                ]),
+            );
+            let o = start(&s, &sc);
+            assert_code(&o, 5, "suspend");
+            let sid = report(&o)["session"].as_str().expect("sid").to_string();
+            let o = retie(&s, &["deny", &sid, "--reason", "keep the comment"]);
+            assert_code(&o, 0, "deny");
+            let o = s
+                .retie()
+                .args(["run", "--json", "--resume", &sid, "--autonomy", looser])
+                .arg("--script")
+                .arg(&sc)
+                .env_remove("RETIE_PROVIDER")
+                .stdin(Stdio::null())
+                .output()
+                .expect("resume");
+            let ctx = format!("{leg:?} {tool} resumed with --autonomy {looser}");
+            assert_code(&o, 0, &ctx);
+            let r = report(&o);
+            assert_eq!(
+                r["answer"], "left it",
+                "{ctx}: the model did not read the reason: {r}"
+            );
+            assert_eq!(
+                std::fs::read_to_string(s.ws.join("calc.py"))
+                    .ok()
+                    .as_deref(),
+                Some("# keep this comment\nx = 1\n"),
+                "{ctx}: the denied call ran"
+            );
+            let es = entries(&s);
+            assert_eq!(
+                es.iter().filter(|e| e.2 == "intent").count(),
+                0,
+                "{ctx}: an intent was recorded for a denied call"
+            );
+            assert!(es
+                .iter()
+                .any(|e| e.2 == "refusal" && e.3["reason"] == "keep the comment"));
+            let o = retie(&s, &["replay", &sid]);
+            assert_code(&o, 0, "replay");
+            assert!(
+                !stdout(&o).contains("allow by policy"),
+                "{ctx}: replay shows an allow\n{}",
+                stdout(&o)
+            );
+            verify(&s, &ctx);
+            assert!(
+                pending_of(&s, &sid).is_none(),
+                "{ctx}: a finished session is listed as pending"
+            );
+        }
+    }
+}
+
+/// A resume that loosens autonomy does not answer an undecided pending
+/// approval either: it is asked again (with no terminal: suspended again,
+/// nothing ran).
+#[test]
+fn a_looser_resume_does_not_answer_an_undecided_approval() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let sc = script(
+            &s,
+            "s.json",
+            serde_json::json!([
+                {"tool_calls": [{"name": "bash", "arguments": {"command": "echo ran >> log.txt"}}]},
+                {"text": "done"}
+            ]),
+        );
+        let o = start(&s, &sc);
+        assert_code(&o, 5, "suspend");
+        let sid = report(&o)["session"].as_str().expect("sid").to_string();
+        let o = s
+            .retie()
+            .args(["run", "--json", "--resume", &sid, "--autonomy", "auto"])
+            .arg("--script")
+            .arg(&sc)
+            .env_remove("RETIE_PROVIDER")
+            .stdin(Stdio::null())
+            .output()
+            .expect("resume");
+        assert_code(&o, 5, &format!("{leg:?}: a looser resume suspends again"));
+        assert!(!s.ws.join("log.txt").exists(), "{leg:?}: it ran undecided");
+        assert!(pending_of(&s, &sid).is_some());
+    }
+}
+
+/// A loopback OpenAI-format server: the n-th request gets the n-th turn
+/// (SSE chunks); records each request's head and body.
+fn recording_server(
+    turns: Vec<Vec<String>>,
+) -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("addr").to_string();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen2 = seen.clone();
+    std::thread::spawn(move || {
+        for (i, conn) in l.incoming().enumerate() {
+            let Ok(mut c) = conn else { return };
+            let mut r = BufReader::new(c.try_clone().expect("clone"));
+            let mut len = 0usize;
+            let mut head = String::new();
+            loop {
+                let mut line = String::new();
+                if r.read_line(&mut line).unwrap_or(0) == 0 {
+                    break;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    len = v.trim().parse().unwrap_or(0);
+                }
+                if line == "\r\n" {
+                    break;
+                }
+                head.push_str(&line.to_ascii_lowercase());
+            }
+            let mut body = vec![0; len];
+            let _ = r.read_exact(&mut body);
+            head.push_str(&String::from_utf8_lossy(&body));
+            seen2.lock().expect("lock").push(head);
+            let mut out = String::new();
+            for ch in turns.get(i).cloned().unwrap_or_default() {
+                out.push_str(&format!("data: {ch}\n\n"));
+            }
+            out.push_str("data: [DONE]\n\n");
+            let out = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n{out}"
+            );
+            let _ = c.write_all(out.as_bytes());
+        }
+    });
+    (format!("http://{addr}/v1"), seen)
+}
+
+/// Issue 26.5: a resumed session talks to exactly the endpoint and reads
+/// the key from exactly the variable recorded at its start, whatever the
+/// environment names now (here an endpoint under `.invalid` and no
+/// OPENAI_API_KEY): the loopback server sees the resumed request, with
+/// the key. A flag on resume overrides, said on stderr and recorded.
+#[test]
+fn a_resumed_session_talks_to_the_endpoint_it_started_with() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let text = |t: &str| {
+            vec![serde_json::json!({"choices":[{"index":0,"delta":{"content":t},"finish_reason":"stop"}]}).to_string()]
+        };
+        let (url, seen) = recording_server(vec![
+            crate::agent::tool_call_turn("c1", "bash", r#"{"command": "echo ran >> log.txt"}"#),
+            text("appended"),
+        ]);
+        let o = s
+            .retie()
+            .args([
+                "run",
+                "--provider",
+                "openai",
+                "--model",
+                "m1",
+                "--base-url",
+                &url,
+            ])
+            .args([
+                "--api-key-env",
+                "MY_KEY",
+                "--json",
+                "--autonomy",
+                "manual",
+                "-p",
+                "append",
+            ])
+            .env("MY_KEY", "k-recorded-var")
+            .env_remove("RETIE_PROVIDER")
+            .env_remove("RETIE_BASE_URL")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run");
+        assert_code(&o, 5, "suspend against the loopback server");
+        assert!(
+            stderr(&o).contains(&format!("endpoint {url}")),
+            "{}",
+            stderr(&o)
+        );
+        let sid = report(&o)["session"].as_str().expect("sid").to_string();
+        let o = retie(&s, &["approve", &sid]);
+        assert_code(&o, 0, "approve");
+        let o = s
+            .retie()
+            .args(["run", "--json", "--resume", &sid, "--model", "m2"])
+            .env("RETIE_BASE_URL", "http://default.invalid/v1")
+            .env("MY_KEY", "k-recorded-var")
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("RETIE_PROVIDER")
+            .stdin(Stdio::null())
+            .output()
+            .expect("resume");
+        assert_code(
+            &o,
+            0,
+            &format!("{leg:?}: resume against the recorded endpoint"),
+        );
+        assert_eq!(report(&o)["answer"], "appended");
+        assert!(!stderr(&o).contains(".invalid"), "{}", stderr(&o));
+        {
+            let seen = seen.lock().expect("lock");
+            assert_eq!(
+                seen.len(),
+                2,
+                "{leg:?}: the server did not see the resumed request"
+            );
+            assert!(
+                seen.iter().all(|r| r.contains("authorization: bearer k-recorded-var")),
+                "{leg:?}: the resumed request did not carry the key from the recorded variable: {:?}",
+                seen.iter().map(|r| r.split("\r\n{").next().unwrap_or("")).collect::<Vec<_>>()
+            );
+            // A flag overrides: said and recorded.
+            assert!(seen[0].contains("\"model\":\"m1\""), "{}", seen[0]);
+            assert!(seen[1].contains("\"model\":\"m2\""), "{}", seen[1]);
+        }
+        assert!(
+            stderr(&o).contains("--model m2 overrides the session's m1 (recorded)"),
+            "{}",
+            stderr(&o)
+        );
+        let es = entries(&s);
+        assert!(es
+            .iter()
+            .any(|e| e.2 == "note" && e.3["setting"] == "model" && e.3["value"] == "m2"));
+        let opened = es.iter().find(|e| e.2 == "session_opened").expect("opened");
+        assert_eq!(opened.3["base_url"], url.as_str());
+        assert_eq!(opened.3["api_key_env"], "MY_KEY");
+    }
+}
+
+/// With no endpoint named anywhere, retie says which default it uses
+/// before the first request (ollama's is on this machine).
+#[test]
+fn the_default_endpoint_is_named_before_the_first_request() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let o = s
+            .retie()
+            .args([
+                "run",
+                "--provider",
+                "ollama",
+                "--model",
+                "m",
+                "--json",
+                "-p",
+                "hi",
+            ])
+            .env_remove("RETIE_PROVIDER")
+            .env_remove("RETIE_BASE_URL")
+            .env_remove("OLLAMA_API_KEY")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run");
+        assert!(
+            stderr(&o).contains("endpoint http://localhost:11434 (the ollama default"),
+            "{leg:?}: {}",
+            stderr(&o)
+        );
+        assert!(
+            stderr(&o).contains("OLLAMA_API_KEY is not set"),
+            "{}",
+            stderr(&o)
+        );
+    }
+}

@@ -21,6 +21,12 @@ use crate::harness::*;
 /// `retie ARGS` as the leg, with HOME = the scratch home and a clean
 /// toolchain environment.
 fn retie(s: &Scratch, args: &[&str]) -> Output {
+    retie_with(s, &[], args)
+}
+
+/// [`retie`] with some variables of the invoking user set (PATH replaces
+/// the default one).
+fn retie_with(s: &Scratch, vars: &[(&str, &str)], args: &[&str]) -> Output {
     // Homes are private, as root's is: invoked as root, the sandbox user
     // (uid 65534) cannot walk into this one, so the toolchain binds must
     // come through the supervisor's detached trees.
@@ -32,6 +38,7 @@ fn retie(s: &Scratch, args: &[&str]) -> Output {
     }
     cmd.env("HOME", &s.home)
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .envs(vars.iter().copied())
         .args(args)
         .stdin(Stdio::null());
     cmd.output().expect("run retie")
@@ -40,6 +47,10 @@ fn retie(s: &Scratch, args: &[&str]) -> Output {
 /// `sandbox exec` in direct mode (builds write `target/` and the like
 /// straight into the test's workspace).
 fn exec(s: &Scratch, extra: &[&str], argv: &[&str]) -> Output {
+    exec_with(s, &[], extra, argv)
+}
+
+fn exec_with(s: &Scratch, vars: &[(&str, &str)], extra: &[&str], argv: &[&str]) -> Output {
     let mut args = vec![
         "sandbox",
         "exec",
@@ -51,7 +62,7 @@ fn exec(s: &Scratch, extra: &[&str], argv: &[&str]) -> Output {
     args.extend_from_slice(extra);
     args.push("--");
     args.extend_from_slice(argv);
-    retie(s, &args)
+    retie_with(s, vars, &args)
 }
 
 fn explain_json(s: &Scratch) -> serde_json::Value {
@@ -448,6 +459,8 @@ const DIRS: &[&str] = &[
     ".kube",
     ".config/gcloud",
     ".config/gh",
+    ".config/pip",
+    ".pip",
 ];
 
 /// A concrete name for a pattern (`*.pem` -> `canary.pem`).
@@ -579,4 +592,202 @@ fn a_hide_that_cannot_be_applied_fails_the_run() {
     let err =
         retie_runtime::helper::run_via_helper(&bin(Leg::Invoker), &spec).expect_err("wrong kind");
     assert!(err.to_string().contains("expected a regular file"), "{err}");
+}
+
+/// Secrets in the home that no toolchain rule binds (issue 26): a cloud
+/// sync config, an API key, and retie's own state.
+fn home_canaries(s: &Scratch) -> Vec<PathBuf> {
+    let h = &s.home;
+    let files = vec![
+        h.join(".config/rclone/rclone.conf"),
+        h.join(".config/openai/api_key"),
+        h.join(".local/state/retie/canary"),
+    ];
+    for (i, f) in files.iter().enumerate() {
+        put(s, f, &format!("CANARY-home-{i}\n"));
+    }
+    mkdir(s, &h.join(".config/bin"));
+    mkdir(s, &h.join(".local/bin"));
+    files
+}
+
+fn cat_all(files: &[PathBuf]) -> String {
+    let mut script = String::new();
+    for f in files {
+        script.push_str(&format!("cat '{}' 2>/dev/null\n", f.display()));
+    }
+    script.push_str("true\n");
+    script
+}
+
+#[test]
+fn a_planted_pyvenv_cfg_does_not_expose_the_home_next_run() {
+    for leg in legs() {
+        for target in [".config/bin", ".local/bin"] {
+            let s = Scratch::new(leg);
+            let files = home_canaries(&s);
+            // Run 1: the command writes the venv's configuration.
+            let plant = format!(
+                "mkdir -p .venv && printf 'home = {}\\n' > .venv/pyvenv.cfg",
+                s.home.join(target).display()
+            );
+            let o = exec(&s, &[], &["sh", "-c", &plant]);
+            assert_code(&o, 0, &format!("{leg:?}: planting pyvenv.cfg"));
+            assert!(s.ws.join(".venv/pyvenv.cfg").exists());
+            // Run 2: the next command reads the home.
+            let o = exec(&s, &[], &["sh", "-c", &cat_all(&files)]);
+            assert_code(&o, 0, &format!("{leg:?}: the run after the plant"));
+            assert!(
+                !stdout(&o).contains("CANARY"),
+                "{leg:?}: home = ~/{target} exposed the home:\n{}",
+                stdout(&o)
+            );
+            assert!(
+                stderr(&o).contains("pyvenv.cfg"),
+                "{leg:?}: the refusal is not said:\n{}",
+                stderr(&o)
+            );
+        }
+    }
+}
+
+#[test]
+fn go_mod_and_an_empty_path_entry_do_not_set_goroot() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let files = home_canaries(&s);
+        // Run 1: `go` in the workspace leads two levels into the home, so
+        // its grandparent is ~/.config.
+        let plant = format!(
+            "printf 'module x\\n' > go.mod && ln -s '{}' go",
+            files[0].display()
+        );
+        let o = exec(&s, &[], &["sh", "-c", &plant]);
+        assert_code(&o, 0, &format!("{leg:?}: planting go.mod and go"));
+        // Run 2: the user's PATH has an empty entry (the current directory,
+        // which is the workspace).
+        for path in [":/usr/bin:/bin", "/usr/bin::/bin", ".:/usr/bin:/bin"] {
+            let o = exec_with(
+                &s,
+                &[("PATH", path)],
+                &[],
+                &[
+                    "sh",
+                    "-c",
+                    &format!("{}echo GOROOT=$GOROOT\n", cat_all(&files)),
+                ],
+            );
+            assert_code(&o, 0, &format!("{leg:?}: PATH={path}"));
+            let out = stdout(&o);
+            assert!(
+                !out.contains("CANARY"),
+                "{leg:?}: PATH={path} exposed the home:\n{out}"
+            );
+            assert!(
+                out.contains("GOROOT=\n"),
+                "{leg:?}: PATH={path} set a GOROOT:\n{out}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_bind_holding_retie_state_is_refused() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let files = home_canaries(&s);
+        write(&s, "go.mod", "module x\n");
+        // The user's own GOROOT holds retie's state directory.
+        let goroot = s.home.join(".local");
+        let o = exec_with(
+            &s,
+            &[("GOROOT", path_str(&goroot))],
+            &[],
+            &[
+                "sh",
+                "-c",
+                &format!(
+                    "{}ls -A '{}' 2>&1; true\n",
+                    cat_all(&files),
+                    s.home.join(".local/state/retie").display()
+                ),
+            ],
+        );
+        assert_code(&o, 0, &format!("{leg:?}: GOROOT=~/.local"));
+        let out = stdout(&o);
+        assert!(
+            !out.contains("CANARY") && !out.contains("canary"),
+            "{leg:?}: retie's state is visible:\n{out}"
+        );
+        assert!(
+            stderr(&o).contains("retie's own directory"),
+            "{leg:?}: the refusal is not said:\n{}",
+            stderr(&o)
+        );
+    }
+}
+
+#[test]
+fn credential_stores_beside_toolchains_are_unreadable() {
+    let version = node_version().unwrap_or_else(|| "v20.0.0".into());
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let h = s.home.clone();
+        let vdir = fake_nvm(&s, &version);
+        write(&s, ".nvmrc", &format!("{version}\n"));
+        write(&s, ".python-version", "3.11\n");
+        write(&s, "Cargo.toml", "[package]\n");
+        mkdir(&s, &h.join(".cargo/bin"));
+        mkdir(&s, &h.join(".pyenv/versions/3.11/bin"));
+        let planted = [
+            (
+                vdir.join("etc/npmrc"),
+                "//registry.npmjs.org/:_authToken=CANARY-npmrc\n",
+            ),
+            (
+                h.join(".pyenv/versions/3.11/pip.conf"),
+                "[global]\nindex-url = https://u:CANARY-pip@pypi.example.test/simple\n",
+            ),
+            (
+                h.join(".cargo/config.toml"),
+                "[registries.corp]\nindex = \"sparse+https://u:CANARY-cargo@crates.example.test/\"\n",
+            ),
+            (
+                h.join(".cargo/git/db/dep-0123/config"),
+                "[remote \"origin\"]\n\turl = https://bob:CANARY-gitdb@git.example.test/dep.git\n",
+            ),
+            (
+                vdir.join("lib/x/settings.toml"),
+                "password = \"CANARY-deep\"\n",
+            ),
+        ];
+        for (p, text) in &planted {
+            put(&s, p, text);
+        }
+        put(&s, &vdir.join("etc/visible.txt"), "VISIBLE\n");
+        let files: Vec<PathBuf> = planted.iter().map(|(p, _)| p.clone()).collect();
+        let o = exec(
+            &s,
+            &[],
+            &[
+                "sh",
+                "-c",
+                &format!(
+                    "cat '{}'\n{}",
+                    vdir.join("etc/visible.txt").display(),
+                    cat_all(&files)
+                ),
+            ],
+        );
+        assert_code(&o, 0, &format!("{leg:?}: reading the stores"));
+        let out = stdout(&o);
+        assert!(
+            out.starts_with("VISIBLE\n"),
+            "{leg:?}: nothing bound:\n{out}"
+        );
+        assert!(
+            !out.contains("CANARY"),
+            "{leg:?}: a store is readable:\n{out}"
+        );
+    }
 }

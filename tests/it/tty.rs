@@ -446,3 +446,49 @@ fn the_history_is_kept_in_the_state_directory_readable_by_its_owner_only() {
         assert_eq!(mode, 0o600, "history mode {mode:o}");
     }
 }
+
+/// Issue 33.2: `/autonomy gated` takes effect on the next tasks (they no
+/// longer ask "because: manual tier"); `/autonomy` and `/model` with no
+/// argument show the current value.
+#[test]
+fn slash_autonomy_takes_effect_and_shows_the_current_values() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let sc = script(
+            &s,
+            serde_json::json!([
+                {"tool_calls": [{"name": "bash", "arguments": {"command": "echo one > one.txt"}}]},
+                {"expect": ["exit code 0"], "text": "First done."},
+                {"tool_calls": [{"name": "bash", "arguments": {"command": "echo two > two.txt"}}]},
+                {"expect": ["exit code 0"], "text": "Second done."},
+            ]),
+        );
+        let mut t = session(&s, &sc, &["--autonomy", "manual"]);
+        t.expect("retie> ");
+        t.line("/autonomy");
+        t.expect("autonomy manual");
+        t.expect("retie> ");
+        t.line("/model");
+        t.expect("model script");
+        t.expect("retie> ");
+        t.line("/autonomy gated");
+        t.expect("autonomy gated from the next task on");
+        t.expect("retie> ");
+        t.line("write one");
+        t.expect("First done.");
+        t.expect("retie> ");
+        t.line("write two");
+        t.expect("Second done.");
+        t.expect("retie> ");
+        t.line("/autonomy");
+        t.expect("autonomy gated (");
+        end_with_ctrl_d(&s, &mut t);
+        let out = t.output();
+        assert!(
+            !out.contains("approve?") && !out.contains("unknown command"),
+            "{leg:?}: after /autonomy gated a reversible command still asked, or a bare command was unknown:\n{out}"
+        );
+        assert_eq!(read(&s, "one.txt"), "one\n");
+        assert_eq!(read(&s, "two.txt"), "two\n");
+    }
+}

@@ -271,11 +271,22 @@ pub fn plain(s: &str) -> String {
     out
 }
 
+/// Longest line (and server-sent event) taken from a stream. A longer one
+/// is a malformed answer, said at once, never waited out: an 8 MiB line
+/// took 3.5 s and a 64 MiB one over two minutes when every chunk was
+/// scanned from the line's start again.
+pub const LINE_MAX: usize = 16 << 20;
+
 /// Splits a streamed body into lines (`\n` or `\r\n`), tolerating a
-/// last line without its newline.
+/// last line without its newline. Linear: each byte is scanned for the
+/// newline once, and a consumed line is not moved again.
 pub struct Lines {
     resp: reqwest::Response,
     buf: Vec<u8>,
+    /// Where the unread part of `buf` starts.
+    start: usize,
+    /// How far past `start` is known to hold no newline.
+    scanned: usize,
     eof: bool,
 }
 
@@ -284,32 +295,37 @@ impl Lines {
         Lines {
             resp,
             buf: Vec::new(),
+            start: 0,
+            scanned: 0,
             eof: false,
         }
     }
 
     /// The next line, `Ok(None)` at the end of the body. A body that
-    /// breaks off (connection reset, bad chunking) is `Malformed`: the
-    /// answer is incomplete.
+    /// breaks off (connection reset, bad chunking) or a line longer than
+    /// [`LINE_MAX`] is `Malformed`: the answer is incomplete or not one.
     pub async fn next_line(&mut self) -> Result<Option<String>, ProviderError> {
         loop {
-            if let Some(pos) = self.buf.iter().position(|&b| b == b'\n') {
-                let mut line: Vec<u8> = self.buf.drain(..=pos).collect();
-                line.pop();
-                if line.last() == Some(&b'\r') {
-                    line.pop();
-                }
-                return Ok(Some(String::from_utf8_lossy(&line).into_owned()));
+            if let Some(line) = self.take_line() {
+                return Ok(Some(line));
+            }
+            if self.buf.len() - self.start > LINE_MAX {
+                return Err(ProviderError::Malformed(format!(
+                    "a line of the stream is longer than {LINE_MAX} bytes; the answer was not read"
+                )));
             }
             if self.eof {
-                if self.buf.is_empty() {
+                if self.start == self.buf.len() {
                     return Ok(None);
                 }
-                let line = std::mem::take(&mut self.buf);
-                return Ok(Some(String::from_utf8_lossy(&line).into_owned()));
+                let line = String::from_utf8_lossy(&self.buf[self.start..]).into_owned();
+                self.buf.clear();
+                self.start = 0;
+                self.scanned = 0;
+                return Ok(Some(line));
             }
             match self.resp.chunk().await {
-                Ok(Some(bytes)) => self.buf.extend_from_slice(&bytes),
+                Ok(Some(bytes)) => self.push(&bytes),
                 Ok(None) => self.eof = true,
                 Err(e) => {
                     return Err(ProviderError::transient(
@@ -320,6 +336,38 @@ impl Lines {
                         )),
                     ))
                 }
+            }
+        }
+    }
+
+    /// Append a chunk, first dropping the lines already taken when they
+    /// are most of the buffer (so each byte moves at most once more).
+    fn push(&mut self, bytes: &[u8]) {
+        if self.start > 0 && self.start >= self.buf.len() / 2 {
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// A whole line from the buffer, if one is there.
+    fn take_line(&mut self) -> Option<String> {
+        let from = self.start + self.scanned;
+        match self.buf[from..].iter().position(|&b| b == b'\n') {
+            Some(i) => {
+                let end = from + i;
+                let mut line = &self.buf[self.start..end];
+                if line.last() == Some(&b'\r') {
+                    line = &line[..line.len() - 1];
+                }
+                let line = String::from_utf8_lossy(line).into_owned();
+                self.start = end + 1;
+                self.scanned = 0;
+                Some(line)
+            }
+            None => {
+                self.scanned = self.buf.len() - self.start;
+                None
             }
         }
     }
@@ -377,6 +425,11 @@ impl Sse {
                     }
                     ev.data.push_str(value);
                     has_data = true;
+                    if ev.data.len() > LINE_MAX {
+                        return Err(ProviderError::Malformed(format!(
+                            "an event of the stream is longer than {LINE_MAX} bytes; the answer was not read"
+                        )));
+                    }
                 }
                 _ => {}
             }

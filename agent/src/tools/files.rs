@@ -3,12 +3,10 @@
 //! `..`, an absolute path outside the workspace and a symlink anywhere on
 //! the way are refused and said to the model.
 
-use std::path::PathBuf;
-
-use retie_dispatch::overlay::{ApplyLock, Snapshots};
+use retie_dispatch::write::FileWrite;
 use retie_dispatch::{Error, Executor, Step, UndoPlan};
 use retie_policy::Action;
-use retie_snapshot::{DirEntryKind, RelPath, Workspace};
+use retie_snapshot::{DirEntryKind, RelPath};
 use serde_json::{json, Map, Value};
 
 use super::{Prepared, ToolOutput, Tools};
@@ -69,6 +67,9 @@ fn guard_error(raw: &str, e: retie_snapshot::Error) -> String {
         {
             format!("{raw:?}: no such file in the workspace")
         }
+        retie_snapshot::Error::Io { source, .. } if source.raw_os_error() == Some(libc_enotdir()) => {
+            format!("{raw:?}: a component of the path is a file, not a directory")
+        }
         other => format!("{raw:?}: {other}"),
     }
 }
@@ -115,21 +116,27 @@ fn read(t: &Tools, args: &Map<String, Value>) -> ToolOutput {
     let Some(rel) = resolve(&t.workspace, raw)? else {
         return Err("read: the workspace root is a directory; use glob to list it".into());
     };
+    t.masked(&rel, raw)?;
     let (bytes, size) =
         t.ws.read_file(&rel, READ_MAX)
             .map_err(|e| guard_error(raw, e))?;
     let text = text_of(&bytes, raw)?;
-    let offset = int_arg(args, "offset").unwrap_or(1).max(1) as usize;
+    let offset = int_arg(args, "offset").unwrap_or(1).max(1);
+    let offset = usize::try_from(offset).unwrap_or(usize::MAX);
     let limit = int_arg(args, "limit")
-        .map(|l| l as usize)
+        .and_then(|l| usize::try_from(l).ok())
         .unwrap_or(usize::MAX);
     let mut out = String::new();
     for (i, line) in text.lines().enumerate().skip(offset - 1).take(limit) {
+        if out.len() > RESULT_MAX {
+            break;
+        }
         out.push_str(&format!("{:>5}\t{line}\n", i + 1));
     }
+    let mut out = capped(out, "file's text");
     if size > READ_MAX {
         out.push_str(&format!(
-            "[file is {size} bytes; only the first {READ_MAX} were read]\n"
+            "[truncated: the file is {size} bytes; only the first {READ_MAX} were read]\n"
         ));
     }
     if out.is_empty() {
@@ -138,97 +145,232 @@ fn read(t: &Tools, args: &Map<String, Value>) -> ToolOutput {
     Ok(out)
 }
 
-/// Every file beneath `dir` (symlinks listed, never followed).
-fn walk(ws: &Workspace, dir: Option<&RelPath>, out: &mut Vec<(RelPath, DirEntryKind)>) {
-    let Ok(entries) = ws.list_dir(dir) else {
-        return;
-    };
-    for (rel, kind) in entries {
-        if out.len() >= WALK_MAX {
-            return;
+/// How a walk ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Walked {
+    All,
+    /// Stopped at [`WALK_MAX`] entries.
+    Cut,
+    /// The person stopped it.
+    Cancelled,
+}
+
+/// Every file beneath `dir` (symlinks listed, never followed), without
+/// recursion, at most [`WALK_MAX`] entries, stopping when the person
+/// cancels; retie's own directories are left out ([`Tools::masked`]).
+fn walk(t: &Tools, dir: Option<&RelPath>, out: &mut Vec<(RelPath, DirEntryKind)>) -> Walked {
+    let mut todo: Vec<Option<RelPath>> = vec![dir.cloned()];
+    while let Some(d) = todo.pop() {
+        if t.cancelled() {
+            return Walked::Cancelled;
         }
-        if rel.file_name() == ".git" {
+        let Ok(entries) = t.ws.list_dir(d.as_ref()) else {
             continue;
+        };
+        let mut subdirs = Vec::new();
+        for (rel, kind) in entries {
+            if out.len() >= WALK_MAX {
+                return Walked::Cut;
+            }
+            if rel.file_name() == ".git" || t.masked(&rel, rel.as_str()).is_err() {
+                continue;
+            }
+            if kind == DirEntryKind::Dir {
+                subdirs.push(Some(rel.clone()));
+            }
+            out.push((rel, kind));
         }
-        let is_dir = kind == DirEntryKind::Dir;
-        out.push((rel.clone(), kind));
-        if is_dir {
-            walk(ws, Some(&rel), out);
-        }
+        // Depth first, in name order.
+        todo.extend(subdirs.into_iter().rev());
+    }
+    Walked::All
+}
+
+/// What a walk that did not end says.
+fn walk_note(w: Walked) -> &'static str {
+    match w {
+        Walked::All => "",
+        Walked::Cut => "[truncated: the search stopped after 20000 entries; narrow the path]\n",
+        Walked::Cancelled => "[cancelled by the person (Ctrl-C); the search stopped here]\n",
     }
 }
 
 fn glob(t: &Tools, args: &Map<String, Value>) -> ToolOutput {
+    let pattern = str_arg(args, "pattern");
+    if pattern.len() > GLOB_PATTERN_MAX {
+        return Err(format!(
+            "glob: the pattern is {} bytes; at most {GLOB_PATTERN_MAX} are taken",
+            pattern.len()
+        ));
+    }
     let raw = str_arg(args, "path");
     let dir = resolve(&t.workspace, raw)?;
     if let Some(d) = &dir {
+        t.masked(d, raw)?;
         t.ws.list_dir(Some(d)).map_err(|e| guard_error(raw, e))?;
     }
-    let pattern = str_arg(args, "pattern");
     let mut all = Vec::new();
-    walk(&t.ws, dir.as_ref(), &mut all);
+    let walked = walk(t, dir.as_ref(), &mut all);
     let base = dir
         .as_ref()
         .map(|d| format!("{}/", d.as_str()))
         .unwrap_or_default();
-    let hits: Vec<String> = all
-        .iter()
-        .filter(|(_, k)| *k != DirEntryKind::Dir)
-        .filter(|(p, _)| {
-            let rel = p.as_str().strip_prefix(&base).unwrap_or(p.as_str());
-            glob_match(pattern.as_bytes(), rel.as_bytes())
-        })
-        .map(|(p, k)| match k {
-            DirEntryKind::Symlink => format!("{} (symlink, not followed)", p.as_str()),
-            _ => p.as_str().to_string(),
-        })
-        .collect();
-    if hits.is_empty() {
+    let mut out = String::new();
+    let mut cancelled = walked == Walked::Cancelled;
+    for (i, (p, k)) in all.iter().enumerate() {
+        if i % 256 == 0 && t.cancelled() {
+            cancelled = true;
+            break;
+        }
+        if *k == DirEntryKind::Dir {
+            continue;
+        }
+        let rel = p.as_str().strip_prefix(&base).unwrap_or(p.as_str());
+        if !glob_match(pattern.as_bytes(), rel.as_bytes()) {
+            continue;
+        }
+        match k {
+            DirEntryKind::Symlink => {
+                out.push_str(&format!("{} (symlink, not followed)\n", p.as_str()))
+            }
+            _ => out.push_str(&format!("{}\n", p.as_str())),
+        }
+        if out.len() > RESULT_MAX {
+            break;
+        }
+    }
+    if out.is_empty() && walked == Walked::All {
         return Ok("no files match\n".into());
     }
-    Ok(hits.join("\n") + "\n")
+    let mut out = capped(out, "list");
+    out.push_str(walk_note(if cancelled {
+        Walked::Cancelled
+    } else {
+        walked
+    }));
+    Ok(out)
 }
 
-/// `*` and `?` within a component, `**` across components.
+/// Longest glob pattern taken (a model sent a million `*`).
+pub(crate) const GLOB_PATTERN_MAX: usize = 1024;
+/// Longest regular expression taken.
+pub(crate) const GREP_PATTERN_MAX: usize = 4096;
+/// Most bytes a read, glob or grep answers with (the rest is cut, and
+/// said so).
+pub(crate) const RESULT_MAX: usize = 1 << 20;
+/// Longest line grep shows of a match.
+const GREP_LINE_MAX: usize = 2000;
+
+/// `*` and `?` within a component, `**` (a whole component) across
+/// components. Linear in neither, but bounded by the product of the
+/// lengths, without recursion: the classic wildcard walk that, on a
+/// mismatch, backs up only to the last star (at two levels: components
+/// against `**`, bytes against `*`). The recursive matcher it replaces
+/// took ~20 s on `*a*a*a*a*a*a*a*a*a*aQ` against a 44-byte name and
+/// overflowed the stack on a million `*`.
 pub(crate) fn glob_match(p: &[u8], s: &[u8]) -> bool {
-    if p.starts_with(b"**/") {
-        let rest = &p[3..];
-        if glob_match(rest, s) {
-            return true;
+    let ps: Vec<&[u8]> = p.split(|&c| c == b'/').collect();
+    let ss: Vec<&[u8]> = s.split(|&c| c == b'/').collect();
+    let (mut pi, mut si) = (0, 0);
+    // (the pattern component after the last `**`, the path component it
+    // was tried at)
+    let mut star: Option<(usize, usize)> = None;
+    while si < ss.len() {
+        if ps.get(pi) == Some(&&b"**"[..]) {
+            pi += 1;
+            star = Some((pi, si));
+        } else if ps.get(pi).is_some_and(|pc| component_match(pc, ss[si])) {
+            pi += 1;
+            si += 1;
+        } else if let Some((sp, ss0)) = star {
+            pi = sp;
+            si = ss0 + 1;
+            star = Some((sp, si));
+        } else {
+            return false;
         }
-        return s
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| **c == b'/')
-            .any(|(i, _)| glob_match(rest, &s[i + 1..]));
     }
-    if p == b"**" {
-        return true;
+    while ps.get(pi) == Some(&&b"**"[..]) {
+        pi += 1;
     }
-    match (p.first(), s.first()) {
-        (None, None) => true,
-        (Some(b'*'), _) => {
-            glob_match(&p[1..], s) || (!s.is_empty() && s[0] != b'/' && glob_match(p, &s[1..]))
+    pi == ps.len()
+}
+
+/// One component against one pattern component (`*`, `?`, literal bytes).
+fn component_match(p: &[u8], s: &[u8]) -> bool {
+    let (mut pi, mut si) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while si < s.len() {
+        match p.get(pi) {
+            Some(b'*') => {
+                pi += 1;
+                star = Some((pi, si));
+            }
+            Some(&c) if c == b'?' || c == s[si] => {
+                pi += 1;
+                si += 1;
+            }
+            _ => match star {
+                Some((sp, s0)) => {
+                    pi = sp;
+                    si = s0 + 1;
+                    star = Some((sp, si));
+                }
+                None => return false,
+            },
         }
-        (Some(b'?'), Some(c)) if *c != b'/' => glob_match(&p[1..], &s[1..]),
-        (Some(a), Some(b)) if a == b => glob_match(&p[1..], &s[1..]),
-        _ => false,
     }
+    while p.get(pi) == Some(&b'*') {
+        pi += 1;
+    }
+    pi == p.len()
+}
+
+/// `out` cut to [`RESULT_MAX`] bytes (at a line), saying so.
+fn capped(mut out: String, what: &str) -> String {
+    if out.len() <= RESULT_MAX {
+        return out;
+    }
+    let mut cut = RESULT_MAX;
+    while !out.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let cut = out[..cut].rfind('\n').map_or(cut, |i| i + 1);
+    let total = out.len();
+    out.truncate(cut);
+    out.push_str(&format!(
+        "[truncated: the {what} is {total} bytes; only the first {cut} are shown]\n"
+    ));
+    out
 }
 
 fn grep(t: &Tools, args: &Map<String, Value>) -> ToolOutput {
     let pattern = str_arg(args, "pattern");
+    if pattern.len() > GREP_PATTERN_MAX {
+        return Err(format!(
+            "grep: the pattern is {} bytes; at most {GREP_PATTERN_MAX} are taken",
+            pattern.len()
+        ));
+    }
+    // The regex crate matches in linear time; the limits bound what a
+    // pattern may compile to (`(a{1000}){1000}` is refused, not built).
     let re = regex::RegexBuilder::new(pattern)
         .case_insensitive(args.get("ignore_case").and_then(Value::as_bool) == Some(true))
         .size_limit(1 << 20)
+        .dfa_size_limit(1 << 22)
+        .nest_limit(64)
         .build()
         .map_err(|e| format!("grep: not a valid regular expression: {e}"))?;
     let raw = str_arg(args, "path");
     let start = resolve(&t.workspace, raw)?;
+    if let Some(rel) = &start {
+        t.masked(rel, raw)?;
+    }
     let mut files = Vec::new();
+    let mut walked = Walked::All;
     match &start {
         Some(rel) => match t.ws.list_dir(Some(rel)) {
-            Ok(_) => walk(&t.ws, Some(rel), &mut files),
+            Ok(_) => walked = walk(t, Some(rel), &mut files),
             Err(retie_snapshot::Error::Io { source, .. })
                 if source.raw_os_error() == Some(libc_enotdir()) =>
             {
@@ -236,11 +378,15 @@ fn grep(t: &Tools, args: &Map<String, Value>) -> ToolOutput {
             }
             Err(e) => return Err(guard_error(raw, e)),
         },
-        None => walk(&t.ws, None, &mut files),
+        None => walked = walk(t, None, &mut files),
     }
     let mut out = String::new();
     let mut n = 0;
-    for (rel, kind) in files {
+    'files: for (rel, kind) in files {
+        if t.cancelled() {
+            walked = Walked::Cancelled;
+            break;
+        }
         if !matches!(kind, DirEntryKind::File { .. }) {
             continue;
         }
@@ -252,33 +398,43 @@ fn grep(t: &Tools, args: &Map<String, Value>) -> ToolOutput {
         }
         let text = String::from_utf8_lossy(&bytes);
         for (i, line) in text.lines().enumerate() {
+            if i % 4096 == 4095 && t.cancelled() {
+                walked = Walked::Cancelled;
+                break 'files;
+            }
             if re.is_match(line) {
-                out.push_str(&format!("{}:{}:{line}\n", rel.as_str(), i + 1));
+                let mut shown = line;
+                let mut cut = "";
+                if shown.len() > GREP_LINE_MAX {
+                    let mut end = GREP_LINE_MAX;
+                    while !shown.is_char_boundary(end) {
+                        end -= 1;
+                    }
+                    shown = &shown[..end];
+                    cut = " [line truncated]";
+                }
+                out.push_str(&format!("{}:{}:{shown}{cut}\n", rel.as_str(), i + 1));
                 n += 1;
                 if n >= GREP_MAX {
-                    out.push_str(&format!("[stopped at {GREP_MAX} matches]\n"));
-                    return Ok(out);
+                    out.push_str(&format!("[truncated: stopped at {GREP_MAX} matches]\n"));
+                    break 'files;
+                }
+                if out.len() > RESULT_MAX {
+                    break 'files;
                 }
             }
         }
     }
-    if out.is_empty() {
+    if out.is_empty() && walked == Walked::All {
         out.push_str("no matches\n");
     }
+    let mut out = capped(out, "list of matches");
+    out.push_str(walk_note(walked));
     Ok(out)
 }
 
 fn libc_enotdir() -> i32 {
     20
-}
-
-/// What a write or edit will do, worked out before it is proposed.
-#[derive(Debug, Clone)]
-pub(crate) struct PlannedWrite {
-    pub rel: RelPath,
-    pub new: Vec<u8>,
-    /// The content seen when planning (`None`: no such file).
-    pub old: Option<Vec<u8>>,
 }
 
 /// Work out a write or edit and inspect its content (the risk feeds the
@@ -289,15 +445,7 @@ pub(crate) fn prepare_write(t: &Tools, p: &mut Prepared) -> Result<(), String> {
     let rel = resolve(&t.workspace, &raw)
         .map_err(|e| format!("{tool}: {e}"))?
         .ok_or_else(|| format!("{tool}: the workspace root is a directory"))?;
-    for dir in &t.protect {
-        if let Ok(inner) = dir.strip_prefix(&t.workspace) {
-            if rel.as_str().starts_with(&*inner.to_string_lossy()) {
-                return Err(format!(
-                    "{tool}: refused: {raw:?} is inside retie's own state"
-                ));
-            }
-        }
-    }
+    t.masked(&rel, &raw).map_err(|e| format!("{tool}: {e}"))?;
     let old = match t.ws.read_file(&rel, READ_MAX) {
         Ok((b, size)) if size <= READ_MAX => Some(b),
         Ok(_) => return Err(format!("{tool}: {raw:?} is too large to edit here")),
@@ -378,112 +526,12 @@ pub(crate) fn prepare_write(t: &Tools, p: &mut Prepared) -> Result<(), String> {
         "level": insp.level,
         "findings": insp.findings.iter().map(|f| f.to_string()).collect::<Vec<_>>(),
     }));
-    p.write = Some(PlannedWrite { rel, new, old });
+    p.write = Some(FileWrite {
+        path: rel,
+        content: new,
+        seen: old,
+    });
     Ok(())
-}
-
-/// write, edit: the pre-image stored through `record_file_write`, the
-/// journal entry's id in the intent's undo plan before anything is written.
-pub(crate) struct WriteExec {
-    snaps: Snapshots,
-    /// retie's state directory (the workspace's apply lock).
-    state: PathBuf,
-    plan: Option<PlannedWrite>,
-    id: String,
-}
-
-impl WriteExec {
-    pub fn new(snaps: Snapshots, state: PathBuf, p: &Prepared) -> WriteExec {
-        WriteExec {
-            snaps,
-            state,
-            plan: p.write.clone(),
-            id: retie_snapshot::new_id(),
-        }
-    }
-}
-
-impl Executor for WriteExec {
-    type Output = ToolOutput;
-    fn plan(&self, _: &Action) -> UndoPlan {
-        // The intent carries the exact change (path, size, content digest,
-        // created or replaced): it is the durable record right before the
-        // write, so a write needs no second durable entry (one fsync less).
-        let path = self.plan.as_ref().map(|w| w.rel.as_str().to_string());
-        let change = self.plan.as_ref().map(|w| {
-            json!({
-                "path": w.rel.as_str(),
-                "bytes": w.new.len(),
-                "blake3": blake3::hash(&w.new).to_hex().to_string(),
-                "created": w.old.is_none(),
-            })
-        });
-        UndoPlan {
-            reversible: true,
-            detail: json!({
-                "reversible": true,
-                "via": "snapshot",
-                "changeset": self.id,
-                "paths": path.into_iter().collect::<Vec<_>>(),
-                "change": change,
-                "how": "the prior content (or its absence) is stored before the write; undo puts it back",
-            }),
-        }
-    }
-    fn execute(&mut self, _: &Action, step: &mut Step<'_>) -> Result<ToolOutput, Error> {
-        let Some(w) = self.plan.take() else {
-            return Err(Error::Invalid("a write runs once".into()));
-        };
-        // Serialized with every apply on this workspace, and stamped like
-        // one: a sandbox started in the same clock tick waits for the next
-        // (overlay::wait_past_last_apply), or this write would read as a
-        // change made during its run.
-        let lock = ApplyLock::take(&self.state, self.snaps.ws.path())?;
-        // Nothing changed the file since it was inspected and shown.
-        let now = match self.snaps.ws.read_file(&w.rel, READ_MAX) {
-            Ok((b, _)) => Some(b),
-            Err(retie_snapshot::Error::Io { source, .. })
-                if source.kind() == std::io::ErrorKind::NotFound =>
-            {
-                None
-            }
-            Err(e) => {
-                let msg = guard_error(w.rel.as_str(), e);
-                step.set_outcome(json!({"status": "refused", "why": msg}));
-                return Ok(Err(msg));
-            }
-        };
-        if now != w.old {
-            let msg = format!(
-                "{} changed since it was read; nothing written, read it again",
-                w.rel.as_str()
-            );
-            step.set_outcome(json!({"status": "refused", "why": msg}));
-            return Ok(Err(msg));
-        }
-        let entry = retie_snapshot::record_file_write_as(
-            &self.snaps.ws,
-            &self.snaps.store,
-            &self.snaps.journal,
-            self.id.clone(),
-            &w.rel,
-            &w.new,
-            None,
-        )?;
-        lock.stamp();
-        step.set_outcome(json!({
-            "status": "applied",
-            "changeset": entry.id,
-            "changes": 1,
-            "bytes": w.new.len(),
-        }));
-        Ok(Ok(format!(
-            "{} {} ({} bytes)",
-            if w.old.is_none() { "created" } else { "wrote" },
-            w.rel.as_str(),
-            w.new.len()
-        )))
-    }
 }
 
 #[cfg(test)]
@@ -520,5 +568,68 @@ mod tests {
         assert!(glob_match(b"*.sh", b"c.sh"));
         assert!(!glob_match(b"*.sh", b"a/c.sh"));
         assert!(glob_match(b"src/?.rs", b"src/a.rs"));
+        assert!(glob_match(b"src/**/x.rs", b"src/x.rs"));
+        assert!(glob_match(b"src/**/x.rs", b"src/a/b/x.rs"));
+        assert!(!glob_match(b"src/**/x.rs", b"lib/a/x.rs"));
+        assert!(glob_match(b"**", b"a/b/c"));
+        assert!(glob_match(b"a*b*c", b"aXbYbZc"));
+        assert!(!glob_match(b"a*b*c", b"aXbYbZ"));
+        assert!(glob_match(b"**/a/**/b", b"x/a/y/z/b"));
+        assert!(!glob_match(b"?", b"ab"));
+        assert!(glob_match(b"*", b""));
+    }
+
+    fn tools_on(ws: &std::path::Path, state: &std::path::Path) -> Tools {
+        Tools::open(
+            ws.to_path_buf(),
+            state.to_path_buf(),
+            Vec::new(),
+            None,
+            retie_policy::Policy::shipped().expect("the shipped policy"),
+            crate::tools::BashSettings::defaults().expect("bash settings"),
+        )
+        .expect("tools")
+    }
+
+    /// A person's Ctrl-C (the session's cancel token) stops glob's and
+    /// grep's walk at once, and the answer says so.
+    #[test]
+    fn glob_and_grep_stop_when_the_person_cancels() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (ws, state) = (dir.path().join("ws"), dir.path().join("state"));
+        for i in 0..50 {
+            let d = ws.join(format!("d{i}"));
+            std::fs::create_dir_all(&d).expect("mkdir");
+            std::fs::write(d.join("f.txt"), "needle\n").expect("write");
+        }
+        let t = tools_on(&ws, &state);
+        let mut args = Map::new();
+        args.insert("pattern".into(), json!("**/*.txt"));
+        let all = glob(&t, &args).expect("glob");
+        assert_eq!(all.lines().count(), 50, "{all}");
+        t.cancel.cancel();
+        let cut = glob(&t, &args).expect("glob");
+        assert!(cut.contains("cancelled by the person"), "{cut}");
+        args.insert("pattern".into(), json!("needle"));
+        let cut = grep(&t, &args).expect("grep");
+        assert!(cut.contains("cancelled by the person"), "{cut}");
+        assert!(!cut.contains("needle\n"), "{cut}");
+    }
+
+    /// The pattern that froze retie-agent for ~20 s (the recursive
+    /// matcher was exponential in its stars) and a million `*` (which
+    /// overflowed its stack) are answered at once.
+    #[test]
+    fn pathological_globs_are_answered_at_once() {
+        let name = b"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+        assert_eq!(name.len(), 44);
+        assert!(!glob_match(b"*a*a*a*a*a*a*a*a*a*aQ", name));
+        let stars = vec![b'*'; 1_000_000];
+        assert!(glob_match(&stars, name));
+        let mut p = stars.clone();
+        p.push(b'Q');
+        assert!(!glob_match(&p, name));
+        let deep = "**/".repeat(100_000) + "x";
+        assert!(!glob_match(deep.as_bytes(), b"a/b/c/d/e/f/g/h/i/j/y"));
     }
 }

@@ -188,6 +188,11 @@ pub struct CallResult {
     pub pending: Option<i64>,
     /// `edited`: the person's edit, dispatched next.
     pub edited: Option<(i64, String, Map<String, Value>)>,
+    /// What the action brought in reached the model: it ran and answered
+    /// with its content (a command's output, whatever its exit code; a
+    /// fetched page). A refused or failed fetch brought in nothing, and
+    /// taints nothing (issue 35).
+    pub took_in: bool,
 }
 
 /// Approves exactly the arguments the person wrote in an edit, if the
@@ -230,6 +235,39 @@ impl Tools {
             cancel: retie_dispatch::Cancel::new(),
             ws,
         })
+    }
+
+    /// The one mask every tool applies: `Err` (the model's message) when
+    /// `rel` is, or lies beneath, one of retie's own directories inside
+    /// the workspace (its keys, ledger and state: `retie run ~`), which
+    /// no tool reads, lists, searches or writes, as no sandboxed command
+    /// sees them (bash masks the same list, `protect`).
+    pub(crate) fn masked(&self, rel: &retie_snapshot::RelPath, raw: &str) -> Result<(), String> {
+        let inside = self
+            .protect
+            .iter()
+            .chain([&self.state])
+            .filter_map(|d| d.strip_prefix(&self.workspace).ok())
+            .filter(|inner| !inner.as_os_str().is_empty())
+            .any(|inner| std::path::Path::new(rel.as_str()).starts_with(inner));
+        if inside {
+            return Err(format!(
+                "refused: {} is inside retie's own keys, ledger or state, which no tool reaches",
+                retie_dispatch::display::visible(raw)
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether the person stopped the turn (Ctrl-C): the session's token,
+    /// or the interrupt flag a signal handler raises. A tool's own loop
+    /// checks it and stops, saying so.
+    pub(crate) fn cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+            || self
+                .bash
+                .cancel_on_interrupt
+                .is_some_and(|f| f.load(std::sync::atomic::Ordering::SeqCst))
     }
 
     /// The snapshot store and journal (crash recovery run on open).
@@ -303,6 +341,7 @@ impl Tools {
                     summary: first.summary,
                     pending: None,
                     edited: None,
+                    took_in: false,
                 });
             }
         };
@@ -313,6 +352,99 @@ impl Tools {
         let mut r = self.run_one(rec, ctx, edited, &mut edit_approver, Some(pending))?;
         r.text = said(&r.text);
         Ok(r)
+    }
+
+    /// Dispatch `p` with its tool's executor. An executor's failure once
+    /// the action is recorded (an apply that cannot proceed, a sandbox
+    /// that cannot start) is its outcome and the model's error
+    /// ([`Contained`]); `Err` is a failure before it ran, or the ledger's.
+    fn dispatch_call(
+        &mut self,
+        rec: &mut Recorder,
+        ctx: &Context,
+        p: &Prepared,
+        proposal: Proposal,
+        approver: &mut dyn Approver,
+        notes: &mut bash::Notes,
+    ) -> Result<Dispatched<ToolOutput>, retie_dispatch::Error> {
+        let tool = p.action.tool().to_string();
+        let policy = &self.policy;
+        match tool.as_str() {
+            "read" | "glob" | "grep" => {
+                let mut ex = files::ReadExec {
+                    tools: self,
+                    args: &p.args,
+                };
+                dispatch(
+                    rec,
+                    policy,
+                    ctx,
+                    proposal,
+                    approver,
+                    &mut Contained(&mut ex),
+                )
+            }
+            "write" | "edit" => {
+                let mut ex = retie_dispatch::write::WriteJob {
+                    write: p.write.clone(),
+                    state: self.state.clone(),
+                    protect: self.protect.clone(),
+                    snaps: self.snapshots()?,
+                    owner: self.owner,
+                    ui: notes,
+                };
+                dispatch(
+                    rec,
+                    policy,
+                    ctx,
+                    proposal,
+                    approver,
+                    &mut Contained(&mut ex),
+                )
+            }
+            "bash" => {
+                let mut ex = bash::BashExec::new(self, self.snapshots()?, &p.args, notes)?;
+                dispatch(
+                    rec,
+                    policy,
+                    ctx,
+                    proposal,
+                    approver,
+                    &mut Contained(&mut ex),
+                )
+            }
+            "fetch" => {
+                let mut ex = fetch::FetchExec {
+                    settings: &self.fetch,
+                    args: &p.args,
+                };
+                dispatch(
+                    rec,
+                    policy,
+                    ctx,
+                    proposal,
+                    approver,
+                    &mut Contained(&mut ex),
+                )
+            }
+            "recall" => {
+                let mut ex = recall::RecallExec {
+                    recall: &mut self.recall,
+                    args: &p.args,
+                };
+                dispatch(
+                    rec,
+                    policy,
+                    ctx,
+                    proposal,
+                    approver,
+                    &mut Contained(&mut ex),
+                )
+            }
+            other => Err(retie_dispatch::Error::Invalid(format!(
+                "no executor for {other}"
+            ))),
+        }
     }
 
     fn run_one(
@@ -340,46 +472,35 @@ impl Tools {
             edit_of,
         };
         let action = p.action.clone();
-        let policy = &self.policy;
         let mut notes = bash::Notes::default();
-        let d = match tool.as_str() {
-            "read" | "glob" | "grep" => {
-                let mut ex = files::ReadExec {
-                    tools: self,
-                    args: &p.args,
-                };
-                dispatch(rec, policy, &ctx, proposal(action), approver, &mut ex)?
-            }
-            "write" | "edit" => {
-                let mut ex = files::WriteExec::new(self.snapshots()?, self.state.clone(), &p);
-                dispatch(rec, policy, &ctx, proposal(action), approver, &mut ex)?
-            }
-            "bash" => {
-                let mut ex = bash::BashExec::new(self, self.snapshots()?, &p.args, &mut notes)?;
-                dispatch(rec, policy, &ctx, proposal(action), approver, &mut ex)?
-            }
-            "fetch" => {
-                let mut ex = fetch::FetchExec {
-                    settings: &self.fetch,
-                    args: &p.args,
-                };
-                dispatch(rec, policy, &ctx, proposal(action), approver, &mut ex)?
-            }
-            "recall" => {
-                let mut ex = recall::RecallExec {
-                    recall: &mut self.recall,
-                    args: &p.args,
-                };
-                dispatch(rec, policy, &ctx, proposal(action), approver, &mut ex)?
-            }
-            other => {
-                return Err(retie_dispatch::Error::Invalid(format!(
-                    "no executor for {other}"
-                )))
+        let d = match self.dispatch_call(rec, &ctx, &p, proposal(action), approver, &mut notes) {
+            Ok(d) => d,
+            Err(e @ retie_dispatch::Error::Ledger(_)) => return Err(e),
+            // Whatever else went wrong before the action ran (the snapshot
+            // store could not be opened, the output file not made) is this
+            // call's failure, recorded and said to the model; the session
+            // goes on (issue 27).
+            Err(e) => {
+                let why = format!("{tool} could not be started: {e}; nothing ran");
+                rec.refuse(
+                    json!({"origin": if edit_of.is_some() { "person (edit)" } else { "agent" }, "action": p.action.to_json(), "digest": p.action.digest().to_hex()}),
+                    json!({"verdict": "deny", "decided_by": "retie (tool set-up)", "class": "unknown", "reason": why, "approved_digest": null}),
+                    json!({"reason": why, "by": "retie (tool set-up)"}),
+                )?;
+                return Ok(CallResult {
+                    text: why,
+                    action: None,
+                    status: "error",
+                    summary,
+                    pending: None,
+                    edited: None,
+                    took_in: false,
+                });
             }
         };
         Ok(match d {
             Dispatched::Ran { action, output } => {
+                let took_in = output.is_ok() || tool == "bash";
                 let (status, mut text) = match output {
                     Ok(t) => ("ok", t),
                     Err(t) => ("error", t),
@@ -399,6 +520,7 @@ impl Tools {
                     summary,
                     pending: None,
                     edited: None,
+                    took_in,
                 }
             }
             Dispatched::Refused { reason, by } => CallResult {
@@ -408,6 +530,7 @@ impl Tools {
                 summary,
                 pending: None,
                 edited: None,
+                took_in: false,
             },
             Dispatched::Suspended { pending } => CallResult {
                 text: String::new(),
@@ -416,6 +539,7 @@ impl Tools {
                 summary,
                 pending: Some(pending),
                 edited: None,
+                took_in: false,
             },
             Dispatched::Edited {
                 pending,
@@ -428,6 +552,7 @@ impl Tools {
                 summary,
                 pending: None,
                 edited: Some((pending, by, arguments)),
+                took_in: false,
             },
         })
     }
@@ -443,7 +568,7 @@ pub struct Prepared {
     /// The inspection's findings, recorded with the intent.
     pub inspection: Option<Value>,
     /// write/edit: the path and the bytes to write, the content read.
-    pub(crate) write: Option<files::PlannedWrite>,
+    pub(crate) write: Option<retie_dispatch::write::FileWrite>,
 }
 
 /// What the model reads as a tool's output: `Ok` text, or `Err` text for a
@@ -469,8 +594,21 @@ fn command_of(tool: &str, args: &Map<String, Value>) -> Vec<String> {
     }
 }
 
+/// Longest one-line summary of a call shown on the terminal.
+const SUMMARY_MAX: usize = 240;
+
 fn summary_of(tool: &str, args: &Map<String, Value>) -> String {
-    command_of(tool, args).join(" ")
+    let mut s = command_of(tool, args).join(" ");
+    if s.len() > SUMMARY_MAX {
+        let mut end = SUMMARY_MAX;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        let total = s.len();
+        s.truncate(end);
+        s.push_str(&format!("… ({total} bytes)"));
+    }
+    s
 }
 
 /// A small executor helper: never reversible, nothing to plan.
@@ -487,4 +625,34 @@ fn read_outcome(step: &mut Step<'_>, out: &ToolOutput) {
         Ok(t) => json!({"status": "ran", "bytes": t.len()}),
         Err(e) => json!({"status": "refused", "why": e}),
     });
+}
+
+/// A tool's executor whose failure is the call's, not the session's: an
+/// error once the action is recorded becomes its outcome (`failed`, with
+/// the cause) and the model's error text. Only the ledger's own failure
+/// goes on up (nothing may run unrecorded).
+struct Contained<'e, E>(&'e mut E);
+
+impl<E: retie_dispatch::Executor<Output = ToolOutput>> retie_dispatch::Executor
+    for Contained<'_, E>
+{
+    type Output = ToolOutput;
+    fn plan(&self, action: &Action) -> UndoPlan {
+        self.0.plan(action)
+    }
+    fn execute(
+        &mut self,
+        action: &Action,
+        step: &mut Step<'_>,
+    ) -> Result<ToolOutput, retie_dispatch::Error> {
+        match self.0.execute(action, step) {
+            Err(e @ retie_dispatch::Error::Ledger(_)) => Err(e),
+            Err(e) => {
+                let why = e.to_string();
+                step.set_outcome(json!({"status": "failed", "failure": why}));
+                Ok(Err(format!("{} failed: {why}", action.tool())))
+            }
+            ok => ok,
+        }
+    }
 }

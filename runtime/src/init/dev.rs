@@ -11,8 +11,8 @@ const STEP: &str = "dev";
 /// Device nodes bound from the host (a user namespace cannot mknod).
 pub const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
 
-/// Populate /dev.
-pub fn populate() -> StepResult {
+/// Populate /dev; `/dev/shm` is capped at `shm_size` (a tmpfs `size=`).
+pub fn populate(shm_size: &str) -> StepResult {
     let dev = Path::new("/dev");
     std::fs::create_dir_all(dev).map_err(|e| SetupError::io(STEP, "mkdir /dev", e))?;
     mount(
@@ -47,7 +47,7 @@ pub fn populate() -> StepResult {
         &shm,
         "tmpfs",
         MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
-        Some("mode=1777"),
+        Some(&format!("mode=1777,size={shm_size}")),
     )?;
     let links = [
         ("ptmx", "pts/ptmx"),

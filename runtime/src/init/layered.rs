@@ -83,7 +83,13 @@ fn depth(p: &Path) -> usize {
 
 fn scratch(spec: &SandboxSpec, dir: &Path) -> StepResult {
     mountpoint(STEP, dir, true)?;
-    owned_tmpfs(STEP, dir, "0755", "25%", &spec.identity)
+    owned_tmpfs(
+        STEP,
+        dir,
+        "0755",
+        &spec.profile.filesystem.tmpfs_size(),
+        &spec.identity,
+    )
 }
 
 fn attach(tree: &OwnedFd, dst: &Path) -> StepResult {

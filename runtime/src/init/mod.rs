@@ -194,7 +194,7 @@ fn setup_and_wait(
     system::synthesize_etc(spec)?;
     // /proc needs the host's proc still attached (see procfs).
     procfs::mount_proc()?;
-    dev::populate()?;
+    dev::populate(&spec.profile.filesystem.shm_size())?;
     // Scratch tmpfs (home, /tmp) before the workspace, which may live
     // under one of them.
     workspace::mount_scratch(spec)?;

@@ -110,6 +110,11 @@ mod sysnr {
     pub const pidfd_getfd: libc::c_long = libc::SYS_pidfd_getfd;
     pub const quotactl: libc::c_long = libc::SYS_quotactl;
     pub const personality: libc::c_long = libc::SYS_personality;
+    pub const sendto: libc::c_long = libc::SYS_sendto;
+    pub const sendmsg: libc::c_long = libc::SYS_sendmsg;
+    pub const sendmmsg: libc::c_long = libc::SYS_sendmmsg;
+    pub const setsockopt: libc::c_long = libc::SYS_setsockopt;
+    pub const listen: libc::c_long = libc::SYS_listen;
 }
 
 /// The deny list common to every network mode.
@@ -261,19 +266,87 @@ pub const DENY_LAB_NETWORK: &[Deny] = &[
     ),
 ];
 
+/// `MSG_FASTOPEN` (a flags bit of the send calls, an int the kernel
+/// truncates, so compared as a Dword).
+const MSG_FASTOPEN: u64 = 0x2000_0000;
+const IPPROTO_TCP: u64 = libc::IPPROTO_TCP as u64;
+/// `TCP_REPAIR` and `TCP_FASTOPEN_CONNECT` (linux/tcp.h).
+const TCP_REPAIR: u64 = 19;
+const TCP_FASTOPEN_CONNECT: u64 = 30;
+
+/// Extra denials in both lab modes: every way found to open a TCP
+/// connection without the `connect()` that Landlock's port rules see
+/// (ADR 0302, "TCP without connect"). Landlock's hook sits on `connect`
+/// and `bind` of sockets whose protocol is TCP: `sendto`/`sendmsg`/
+/// `sendmmsg` with `MSG_FASTOPEN` send the SYN from the send path and are
+/// never checked, and an MPTCP socket (`IPPROTO_MPTCP`, a stream socket
+/// whose protocol is not TCP) is not checked at all. `MSG_FASTOPEN` can
+/// only come from the flags argument: `sendmsg` ignores the msghdr's own
+/// `msg_flags` on send, and `sendmmsg` takes only `MSG_EOR` from each
+/// entry's.
+pub const DENY_LAB_TCP: &[Deny] = &[
+    deny!(
+        sendto,
+        &[(3, Len::Dword, Op::MaskedEq(MSG_FASTOPEN), MSG_FASTOPEN)],
+        "TCP Fast Open: sendto(MSG_FASTOPEN, addr) connects without connect(), past Landlock's port rules"
+    ),
+    deny!(
+        sendmsg,
+        &[(2, Len::Dword, Op::MaskedEq(MSG_FASTOPEN), MSG_FASTOPEN)],
+        "TCP Fast Open through sendmsg (msg_name is the address): past Landlock's port rules"
+    ),
+    deny!(
+        sendmmsg,
+        &[(3, Len::Dword, Op::MaskedEq(MSG_FASTOPEN), MSG_FASTOPEN)],
+        "TCP Fast Open through sendmmsg: past Landlock's port rules"
+    ),
+    deny!(
+        setsockopt,
+        &[
+            (1, Len::Dword, Op::Eq, IPPROTO_TCP),
+            (2, Len::Dword, Op::Eq, TCP_FASTOPEN_CONNECT)
+        ],
+        "TCP_FASTOPEN_CONNECT defers the SYN to the first write (connect() is still checked today; refused so no later kernel change opens it)"
+    ),
+    deny!(
+        setsockopt,
+        &[
+            (1, Len::Dword, Op::Eq, IPPROTO_TCP),
+            (2, Len::Dword, Op::Eq, TCP_REPAIR)
+        ],
+        "TCP repair mode makes a socket connected without a handshake (needs CAP_NET_ADMIN, which is dropped; refused as well)"
+    ),
+    deny!(
+        socket,
+        &[
+            (0, Len::Dword, Op::Eq, libc::AF_INET as u64),
+            (1, Len::Dword, Op::MaskedEq(SOCK_TYPE_MASK), libc::SOCK_STREAM as u64),
+            (2, Len::Dword, Op::Ne, 0),
+            (2, Len::Dword, Op::Ne, IPPROTO_TCP)
+        ],
+        "stream sockets other than TCP (MPTCP, SCTP): Landlock's port rules check TCP only, an MPTCP connect reaches any port"
+    ),
+];
+
 /// Extra denials for a lab-mode **sandbox** (not the lab target): every
 /// IPv4 datagram socket. Landlock covers UDP only from ABI 10, so without
 /// this rule a datagram reaches any port of the lab; the type is compared
 /// under a mask, so `SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC` is caught
 /// too. ICMP "ping" sockets are datagram sockets and fall under it. ADR 0302.
-pub const DENY_LAB_SANDBOX: &[Deny] = &[deny!(
-    socket,
-    &[
-        (0, Len::Dword, Op::Eq, libc::AF_INET as u64),
-        (1, Len::Dword, Op::MaskedEq(SOCK_TYPE_MASK), libc::SOCK_DGRAM as u64)
-    ],
-    "lab sandbox: UDP and ICMP datagram sockets (Landlock has no UDP rules before ABI 10; the lab's undeclared ports stay out of reach)"
-)];
+pub const DENY_LAB_SANDBOX: &[Deny] = &[
+    deny!(
+        socket,
+        &[
+            (0, Len::Dword, Op::Eq, libc::AF_INET as u64),
+            (1, Len::Dword, Op::MaskedEq(SOCK_TYPE_MASK), libc::SOCK_DGRAM as u64)
+        ],
+        "lab sandbox: UDP and ICMP datagram sockets (Landlock has no UDP rules before ABI 10; the lab's undeclared ports stay out of reach)"
+    ),
+    deny!(
+        listen,
+        "lab sandbox: nothing listens (bind is refused by Landlock, but listen() on an unbound socket binds an ephemeral port itself; unix-socket servers are refused with it, seccomp cannot tell the family)"
+    ),
+];
 
 /// The tables in force for a network mode, by name.
 fn tables(net: &NetMode) -> Vec<(&'static str, &'static [Deny])> {
@@ -282,9 +355,13 @@ fn tables(net: &NetMode) -> Vec<(&'static str, &'static [Deny])> {
         NetMode::None => lists.push(("DENY_NO_NETWORK", DENY_NO_NETWORK)),
         NetMode::Lab(_) => {
             lists.push(("DENY_LAB_NETWORK", DENY_LAB_NETWORK));
+            lists.push(("DENY_LAB_TCP", DENY_LAB_TCP));
             lists.push(("DENY_LAB_SANDBOX", DENY_LAB_SANDBOX));
         }
-        NetMode::LabTarget(_) => lists.push(("DENY_LAB_NETWORK", DENY_LAB_NETWORK)),
+        NetMode::LabTarget(_) => {
+            lists.push(("DENY_LAB_NETWORK", DENY_LAB_NETWORK));
+            lists.push(("DENY_LAB_TCP", DENY_LAB_TCP));
+        }
     }
     lists
 }
@@ -882,6 +959,77 @@ mod tests {
             run_filter(&sandbox, libc::SYS_socket, tcp),
             Ok(libc::SECCOMP_RET_ALLOW)
         );
+    }
+
+    /// Issue 26, item 1: both lab modes refuse every TCP connection made
+    /// without `connect()` (Fast Open through each send call, with any
+    /// other flags and garbage in the high half; TCP_FASTOPEN_CONNECT;
+    /// TCP_REPAIR; MPTCP and other non-TCP stream sockets) and keep plain
+    /// TCP; only the lab sandbox refuses `listen`.
+    #[test]
+    fn lab_modes_refuse_tcp_without_connect() {
+        let eperm = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
+        let allow = libc::SECCOMP_RET_ALLOW;
+        let [none, lab, target] = modes().try_into().unwrap_or_else(|_| panic!("three modes"));
+        let compiled = |m: &NetMode| match compile_all(m) {
+            Ok(Filters(p)) => p,
+            Err(_) => panic!("{m:?}: the filter does not compile"),
+        };
+        let (none, sandbox, target) = (compiled(&none), compiled(&lab), compiled(&target));
+        let nosignal = libc::MSG_NOSIGNAL as u64;
+        for prog in [&sandbox, &target] {
+            for flags in [
+                MSG_FASTOPEN,
+                MSG_FASTOPEN | nosignal,
+                MSG_FASTOPEN | libc::MSG_DONTWAIT as u64 | 0xdead_0000_0000,
+            ] {
+                let to = [3, 0, 1, flags, 0x1000, 16];
+                assert_eq!(run_filter(prog, libc::SYS_sendto, to), Ok(eperm));
+                let msg = [3, 0x1000, flags, 0, 0, 0];
+                assert_eq!(run_filter(prog, libc::SYS_sendmsg, msg), Ok(eperm));
+                let mmsg = [3, 0x1000, 1, flags, 0, 0];
+                assert_eq!(run_filter(prog, libc::SYS_sendmmsg, mmsg), Ok(eperm));
+            }
+            // Plain sends pass.
+            for flags in [0, nosignal] {
+                let to = [3, 0, 1, flags, 0, 0];
+                assert_eq!(run_filter(prog, libc::SYS_sendto, to), Ok(allow));
+                assert_eq!(
+                    run_filter(prog, libc::SYS_sendmsg, [3, 0x1000, flags, 0, 0, 0]),
+                    Ok(allow)
+                );
+            }
+            for opt in [TCP_FASTOPEN_CONNECT, TCP_REPAIR] {
+                let args = [3, IPPROTO_TCP | 0xdead_0000_0000, opt, 0x1000, 4, 0];
+                assert_eq!(run_filter(prog, libc::SYS_setsockopt, args), Ok(eperm));
+            }
+            // TCP_NODELAY (1) passes; so does SO_REUSEADDR at SOL_SOCKET.
+            let nodelay = [3, IPPROTO_TCP, 1, 0x1000, 4, 0];
+            assert_eq!(run_filter(prog, libc::SYS_setsockopt, nodelay), Ok(allow));
+            let reuse = [3, libc::SOL_SOCKET as u64, 2, 0x1000, 4, 0];
+            assert_eq!(run_filter(prog, libc::SYS_setsockopt, reuse), Ok(allow));
+            let inet = libc::AF_INET as u64;
+            let stream = (libc::SOCK_STREAM | libc::SOCK_CLOEXEC) as u64;
+            for proto in [262u64, libc::IPPROTO_SCTP as u64] {
+                let args = [inet, stream, proto, 0, 0, 0];
+                assert_eq!(run_filter(prog, libc::SYS_socket, args), Ok(eperm));
+            }
+            for proto in [0, IPPROTO_TCP] {
+                let args = [inet, stream, proto, 0, 0, 0];
+                assert_eq!(run_filter(prog, libc::SYS_socket, args), Ok(allow));
+            }
+        }
+        assert_eq!(
+            run_filter(&sandbox, libc::SYS_listen, [3, 1, 0, 0, 0, 0]),
+            Ok(eperm)
+        );
+        assert_eq!(
+            run_filter(&target, libc::SYS_listen, [3, 1, 0, 0, 0, 0]),
+            Ok(allow)
+        );
+        // No-network mode has no AF_INET socket at all.
+        let inet = [libc::AF_INET as u64, libc::SOCK_STREAM as u64, 0, 0, 0, 0];
+        assert_eq!(run_filter(&none, libc::SYS_socket, inet), Ok(eperm));
     }
 }
 

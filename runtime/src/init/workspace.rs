@@ -178,7 +178,7 @@ fn mount_overlay(at: &Path, lower: &Path, upper: &Path, work: &Path) -> StepResu
 }
 
 /// Inside: fresh tmpfs for $HOME and the profile's scratch directories,
-/// owned by the sandbox user. Mounted before the workspace, so a workspace
+/// owned by the sandbox user, each capped at the profile's size. Mounted before the workspace, so a workspace
 /// that lives under one of them is bound on top, not hidden.
 pub fn mount_scratch(spec: &SandboxSpec) -> StepResult {
     let id = &spec.identity;
@@ -190,10 +190,12 @@ pub fn mount_scratch(spec: &SandboxSpec) -> StepResult {
         .map(|p| (p.as_path(), "1777"))
         .collect();
     dirs.push((id.home.as_path(), "0700"));
+    // Each capped (the profile's tmpfs_size_mib; ADR 0418).
+    let size = spec.profile.filesystem.tmpfs_size();
     dirs.sort_by_key(|(p, _)| p.components().count());
     for (dir, mode) in dirs {
         mountpoint(STEP, dir, true)?;
-        owned_tmpfs(STEP, dir, mode, "50%", id)?;
+        owned_tmpfs(STEP, dir, mode, &size, id)?;
     }
     Ok(())
 }

@@ -123,6 +123,10 @@ pub struct HostEnv {
     /// True when retie runs as root (the sandbox user is then an
     /// unprivileged stranger to every host file).
     pub root_invoked: bool,
+    /// Directories no bind may hold or lie in, whatever the rule: the
+    /// caller's own state (for retie: its config, state, data and ledger
+    /// directories). A bind that would is refused and said.
+    pub protected: Vec<PathBuf>,
 }
 
 impl HostEnv {
@@ -150,6 +154,51 @@ impl HostEnv {
             .filter(|v| !v.is_empty())
             .map(PathBuf::from)
             .filter(|p| p.is_absolute())
+    }
+
+    /// `$var` if set to an absolute path, else `~/rel`.
+    fn dir_or(&self, var: &str, rel: &str) -> PathBuf {
+        self.var(var).unwrap_or_else(|| self.home.join(rel))
+    }
+
+    fn cargo_home(&self) -> PathBuf {
+        self.dir_or("CARGO_HOME", ".cargo")
+    }
+    fn rustup_home(&self) -> PathBuf {
+        self.dir_or("RUSTUP_HOME", ".rustup")
+    }
+    fn pyenv_root(&self) -> PathBuf {
+        self.dir_or("PYENV_ROOT", ".pyenv")
+    }
+    fn data_home(&self) -> PathBuf {
+        self.dir_or("XDG_DATA_HOME", ".local/share")
+    }
+    fn cache_home(&self) -> PathBuf {
+        self.dir_or("XDG_CACHE_HOME", ".cache")
+    }
+    fn nvm_dir(&self) -> PathBuf {
+        self.dir_or("NVM_DIR", ".nvm")
+    }
+    fn fnm_dir(&self) -> PathBuf {
+        self.var("FNM_DIR")
+            .unwrap_or_else(|| self.data_home().join("fnm"))
+    }
+    fn volta_home(&self) -> PathBuf {
+        self.dir_or("VOLTA_HOME", ".volta")
+    }
+    /// The first entry of `GOPATH`, else `~/go`.
+    fn gopath(&self) -> PathBuf {
+        self.vars
+            .get("GOPATH")
+            .and_then(|v| v.to_str())
+            .and_then(|v| v.split(':').next())
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .unwrap_or_else(|| self.home.join("go"))
+    }
+    fn gomodcache(&self) -> PathBuf {
+        self.var("GOMODCACHE")
+            .unwrap_or_else(|| self.gopath().join("pkg/mod"))
     }
 
     fn var_str(&self, k: &str) -> Option<String> {
@@ -286,6 +335,10 @@ pub struct Plan {
     pub env: BTreeMap<String, String>,
     /// Notes for people (a toolchain called for but not found).
     pub notes: Vec<String>,
+    /// Refusals a person should see on every run, not only in `explain`:
+    /// a workspace file that named a location outside every toolchain
+    /// root, a bind that would have shown a protected directory.
+    pub warnings: Vec<String>,
 }
 
 impl Plan {
@@ -324,16 +377,18 @@ const CACHE_SCAN_DEPTH: usize = 1;
 
 /// Build the plan for `sel` in `ctx.workspace`.
 pub fn plan(sel: &Selection, ctx: &Context<'_>) -> Plan {
+    let resolve = |p: &Path| ctx.fs.canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
     let mut p = Planner {
         ctx,
         plan: Plan {
             selection: sel.describe(),
             ..Plan::default()
         },
-        real_home: ctx
-            .fs
-            .canonicalize(&ctx.env.home)
-            .unwrap_or_else(|_| ctx.env.home.clone()),
+        real_home: resolve(&ctx.env.home),
+        roots: Vec::new(),
+        py_roots: Vec::new(),
+        protected: ctx.env.protected.iter().map(|d| resolve(d)).collect(),
+        goroot: None,
     };
     let kinds: Vec<Kind> = match sel {
         Selection::None => Vec::new(),
@@ -341,6 +396,19 @@ pub fn plan(sel: &Selection, ctx: &Context<'_>) -> Plan {
         Selection::Only(k) => k.clone(),
     };
     let forced = !matches!(sel, Selection::Auto);
+    if !kinds.is_empty() {
+        p.goroot = p.find_goroot();
+        p.roots = p.known_roots();
+        let env = ctx.env;
+        p.py_roots = [
+            env.pyenv_root().join("versions"),
+            env.data_home().join("uv/python"),
+        ]
+        .iter()
+        .filter(|r| p.exists(r))
+        .filter_map(|r| ctx.fs.canonicalize(r).ok())
+        .collect();
+    }
     for k in kinds {
         let marker = p.marker(k);
         let marker = match (marker, forced) {
@@ -388,11 +456,34 @@ fn never_bound_ancestor(path: &Path, home: &Path) -> Option<&'static secrets::Se
     (1..=comps.len()).find_map(|k| SECRETS.iter().find(|s| s.matches_name(&comps[..k])))
 }
 
+/// Where a virtualenv's interpreter lives.
+enum Interp {
+    /// One install directory of pyenv or uv.
+    Install(PathBuf),
+    /// In the profile's system paths: visible already.
+    System,
+    /// No usable `home` line.
+    Missing,
+    /// Somewhere else: refused.
+    Outside(PathBuf),
+}
+
 struct Planner<'a> {
     ctx: &'a Context<'a>,
     plan: Plan,
     /// The home, resolved once.
     real_home: PathBuf,
+    /// Where toolchains may come from: the invoking user's variables and
+    /// the managers' documented layouts, resolved. Nothing read from the
+    /// workspace adds to it; every bind and scratch lies inside one.
+    roots: Vec<PathBuf>,
+    /// The roots a virtualenv's interpreter may be taken from (one install
+    /// directory of one of them is bound): pyenv's versions, uv's pythons.
+    py_roots: Vec<PathBuf>,
+    /// [`HostEnv::protected`], resolved.
+    protected: Vec<PathBuf>,
+    /// GOROOT as the user's environment names it ([`Planner::find_goroot`]).
+    goroot: Option<PathBuf>,
 }
 
 impl Planner<'_> {
@@ -474,6 +565,12 @@ impl Planner<'_> {
         self.plan.notes.push(n);
     }
 
+    fn warn(&mut self, w: String) {
+        if !self.plan.warnings.contains(&w) {
+            self.plan.warnings.push(w);
+        }
+    }
+
     fn exclude(&mut self, path: &Path, reason: impl Into<String>) {
         let reason = reason.into();
         if !self
@@ -515,13 +612,107 @@ impl Planner<'_> {
             );
             return None;
         }
+        // The caller's own directories (retie's ledger, snapshots, keys):
+        // neither inside a bind nor holding one.
+        if let Some(d) = self
+            .protected
+            .iter()
+            .find(|d| d.starts_with(&real) || real.starts_with(d))
+            .cloned()
+        {
+            let why = format!(
+                "{rule}: refused, it holds or lies in {}, retie's own directory (ledger, snapshots, keys are never bound)",
+                d.display()
+            );
+            self.exclude(&real, why.clone());
+            self.warn(format!("{}: {why}", real.display()));
+            return None;
+        }
         if self.ctx.system.iter().any(|s| real.starts_with(s)) {
             return None; // already visible through the profile
         }
         if real.starts_with(self.ws()) {
             return None; // the workspace itself
         }
+        // Only inside a known toolchain location: whatever named this path
+        // (a variable, a link, a file), it can select among the user's own
+        // toolchains but never add a directory of the host.
+        if !self.roots.iter().any(|r| real.starts_with(r)) {
+            self.exclude(
+                &real,
+                format!("{rule}: refused, it lies outside every known toolchain location (rustup, pyenv, uv, pipx, nvm, fnm, volta, Go, ~/.local/bin and their variables)"),
+            );
+            return None;
+        }
         Some(real)
+    }
+
+    /// The toolchain locations, from the invoking user's variables and the
+    /// managers' documented layouts only (never from the workspace),
+    /// resolved; those that do not exist are left out.
+    fn known_roots(&self) -> Vec<PathBuf> {
+        let env = self.ctx.env;
+        let home = self.home();
+        let mut roots = vec![
+            env.cargo_home(),
+            env.rustup_home(),
+            env.pyenv_root(),
+            env.data_home().join("uv"),
+            env.data_home().join("pipx"),
+            home.join(".local/pipx"),
+            env.cache_home().join("pip"),
+            env.cache_home().join("uv"),
+            env.nvm_dir(),
+            env.fnm_dir(),
+            env.volta_home(),
+            home.join(".npm"),
+            env.gopath(),
+            env.gomodcache(),
+            home.join(".local/bin"),
+        ];
+        roots.extend(self.goroot.clone());
+        let mut out: Vec<PathBuf> = Vec::new();
+        for r in roots {
+            if !self.exists(&r) {
+                continue;
+            }
+            if let Ok(real) = self.fs().canonicalize(&r) {
+                if !out.contains(&real) {
+                    out.push(real);
+                }
+            }
+        }
+        out
+    }
+
+    /// GOROOT: the user's variable, else the root of the first `go` on
+    /// the user's PATH. Only absolute PATH entries outside the workspace
+    /// count (an empty entry means the current directory, which a
+    /// sandboxed command can write), and the `go` found must sit in the
+    /// `bin` of a directory laid out as a Go root (`pkg/tool`).
+    fn find_goroot(&self) -> Option<PathBuf> {
+        let env = self.ctx.env;
+        if let Some(r) = env.var("GOROOT") {
+            return Some(r);
+        }
+        let path = env.vars.get("PATH")?.to_string_lossy().into_owned();
+        path.split(':').find_map(|d| {
+            let d = Path::new(d);
+            if !d.is_absolute() {
+                return None;
+            }
+            // Most entries hold no `go`: one failed lstat each.
+            self.fs().symlink_metadata(&d.join("go")).ok()?;
+            let dir = self.fs().canonicalize(d).ok()?;
+            if dir.starts_with(self.ws()) {
+                return None;
+            }
+            let real = self.fs().canonicalize(&dir.join("go")).ok()?;
+            let bin = real.parent()?;
+            let root = bin.parent()?;
+            (bin.file_name()? == "bin" && self.is_dir(&root.join("pkg/tool")))
+                .then(|| root.to_path_buf())
+        })
     }
 
     fn bind(&mut self, p: &Path, rule: &str, cache: bool) -> Option<PathBuf> {
@@ -565,12 +756,8 @@ impl Planner<'_> {
 
     fn rust(&mut self) {
         let env = self.ctx.env;
-        let cargo = env
-            .var("CARGO_HOME")
-            .unwrap_or_else(|| self.home().join(".cargo"));
-        let rustup = env
-            .var("RUSTUP_HOME")
-            .unwrap_or_else(|| self.home().join(".rustup"));
+        let cargo = env.cargo_home();
+        let rustup = env.rustup_home();
         if !self.is_dir(&cargo) && !self.is_dir(&rustup) {
             self.note(format!(
                 "rust: no rustup install at {} or {}; the system toolchain (if any) is used",
@@ -608,16 +795,26 @@ impl Planner<'_> {
                 }
                 for cfg in ["config.toml", "config"] {
                     let f = c.join(cfg);
-                    match self.fs().read_to_string(&f) {
-                        Ok(text) if text.contains("token") => self.exclude(
-                            &f,
-                            "rust: cargo config holds a `token` key (registry credentials); not bound",
-                        ),
-                        Ok(_) => {
-                            self.bind(&f, "rust: cargo configuration", false);
+                    if let Ok(text) = self.fs().read_to_string(&f) {
+                        match secrets::credential_in(&text) {
+                            Some(what) => self.exclude(
+                                &f,
+                                format!("rust: cargo config holds {what} (registry credentials); not bound"),
+                            ),
+                            None => {
+                                self.bind(&f, "rust: cargo configuration", false);
+                            }
                         }
-                        Err(_) => {}
                     }
+                }
+                // The bare repositories of git dependencies keep the URL
+                // they were fetched from, a login in it included; the
+                // cache scan stops above them.
+                let db = c.join("git/db");
+                let mut repos = self.fs().read_dir(&db).unwrap_or_default();
+                repos.sort();
+                for r in repos {
+                    self.check_content(&db.join(r).join("config"), false);
                 }
             }
         }
@@ -648,22 +845,39 @@ impl Planner<'_> {
         }
     }
 
-    /// The install root of a venv's interpreter: `pyvenv.cfg`'s `home`
-    /// (its `bin` directory), resolved, and the directory above `bin`.
-    fn venv_interpreter(&self, venv: &Path) -> Option<PathBuf> {
-        let cfg = self.fs().read_to_string(&venv.join("pyvenv.cfg")).ok()?;
-        let home = cfg.lines().find_map(|l| {
+    /// The install directory of a venv's interpreter, from `pyvenv.cfg`'s
+    /// `home`. The file is data a sandboxed command can write: it selects
+    /// one install directly inside pyenv's versions or uv's pythons (the
+    /// roots come from the user's variables), never a place of its own.
+    fn venv_interpreter(&self, venv: &Path) -> Interp {
+        let Ok(cfg) = self.fs().read_to_string(&venv.join("pyvenv.cfg")) else {
+            return Interp::Missing;
+        };
+        let Some(home) = cfg.lines().find_map(|l| {
             let (k, v) = l.split_once('=')?;
             (k.trim() == "home").then(|| PathBuf::from(v.trim()))
-        })?;
+        }) else {
+            return Interp::Missing;
+        };
         if !home.is_absolute() {
-            return None;
+            return Interp::Missing;
         }
-        let real = self.fs().canonicalize(&home).unwrap_or(home);
-        Some(match real.parent() {
-            Some(up) if real.ends_with("bin") => up.to_path_buf(),
-            _ => real,
-        })
+        let Ok(real) = self.fs().canonicalize(&home) else {
+            return Interp::Missing;
+        };
+        if self.ctx.system.iter().any(|s| real.starts_with(s)) {
+            return Interp::System;
+        }
+        for r in &self.py_roots {
+            if let Some(std::path::Component::Normal(first)) = real
+                .strip_prefix(r)
+                .ok()
+                .and_then(|rest| rest.components().next())
+            {
+                return Interp::Install(r.join(first));
+            }
+        }
+        Interp::Outside(real)
     }
 
     /// A virtualenv at the workspace's top level.
@@ -686,26 +900,31 @@ impl Planner<'_> {
         if let Some(v) = &venv {
             found = true;
             match self.venv_interpreter(v) {
-                Some(root) => {
+                Interp::Install(root) => {
                     self.bind(
                         &root,
-                        "python: the workspace venv's interpreter (pyvenv.cfg `home`)",
+                        "python: the workspace venv's interpreter (pyvenv.cfg `home`, one install of pyenv or uv)",
                         false,
                     );
                 }
-                None => self.note(format!(
-                    "python: {} has no absolute `home` in pyvenv.cfg; its interpreter is not bound",
+                Interp::System => {}
+                Interp::Missing => self.note(format!(
+                    "python: {} has no absolute, existing `home` in pyvenv.cfg; its interpreter is not bound",
                     v.display()
                 )),
+                Interp::Outside(real) => {
+                    let why = format!(
+                        "python: refused, {}/pyvenv.cfg names an interpreter outside pyenv's versions and uv's pythons (a workspace file selects among the user's toolchains, never adds a directory); install it with pyenv or uv, or use a system python",
+                        self.rel(v)
+                    );
+                    self.exclude(&real, why.clone());
+                    self.warn(format!("{}: {why}", real.display()));
+                }
             }
             self.path_first(v.join("bin"));
             self.set("VIRTUAL_ENV", v);
         }
-        let pyenv = self
-            .ctx
-            .env
-            .var("PYENV_ROOT")
-            .unwrap_or_else(|| self.home().join(".pyenv"));
+        let pyenv = self.ctx.env.pyenv_root();
         let wants_pyenv = venv.is_none() || self.exists(&self.ws().join(".python-version"));
         if wants_pyenv && self.is_dir(&pyenv) {
             found = true;
@@ -720,11 +939,7 @@ impl Planner<'_> {
                 self.plan.env.insert("PYENV_VERSION".into(), v);
             }
         }
-        let cache = self
-            .ctx
-            .env
-            .var("XDG_CACHE_HOME")
-            .unwrap_or_else(|| self.home().join(".cache"));
+        let cache = self.ctx.env.cache_home();
         for (sub, var) in [("pip", "PIP_CACHE_DIR"), ("uv", "UV_CACHE_DIR")] {
             if self.is_dir(&cache.join(sub)) {
                 if let Some(d) = self.bind(
@@ -783,26 +998,9 @@ impl Planner<'_> {
 
     fn node(&mut self) {
         let wanted = self.wanted_node();
-        let data = self
-            .ctx
-            .env
-            .var("XDG_DATA_HOME")
-            .unwrap_or_else(|| self.home().join(".local/share"));
-        let nvm = self
-            .ctx
-            .env
-            .var("NVM_DIR")
-            .unwrap_or_else(|| self.home().join(".nvm"));
-        let fnm = self
-            .ctx
-            .env
-            .var("FNM_DIR")
-            .unwrap_or_else(|| data.join("fnm"));
-        let volta = self
-            .ctx
-            .env
-            .var("VOLTA_HOME")
-            .unwrap_or_else(|| self.home().join(".volta"));
+        let nvm = self.ctx.env.nvm_dir();
+        let fnm = self.ctx.env.fnm_dir();
+        let volta = self.ctx.env.volta_home();
         let mut version_dir = None;
         if self.is_dir(&nvm.join("versions/node")) {
             let alias = self
@@ -888,14 +1086,7 @@ impl Planner<'_> {
 
     fn go(&mut self) {
         let env = self.ctx.env;
-        let goroot = env.var("GOROOT").or_else(|| {
-            let path = env.vars.get("PATH")?.to_string_lossy().into_owned();
-            path.split(':').find_map(|d| {
-                let go = Path::new(d).join("go");
-                let real = self.fs().canonicalize(&go).ok()?;
-                real.parent()?.parent().map(Path::to_path_buf)
-            })
-        });
+        let goroot = self.goroot.clone();
         match goroot {
             Some(r) => {
                 if let Some(real) = self.bind(&r, "go: GOROOT (the go command and std)", false) {
@@ -905,14 +1096,7 @@ impl Planner<'_> {
             }
             None => self.note("go: no go command found on PATH and no GOROOT".into()),
         }
-        let gopath = env
-            .vars
-            .get("GOPATH")
-            .and_then(|v| v.to_str())
-            .and_then(|v| v.split(':').next())
-            .map(PathBuf::from)
-            .filter(|p| p.is_absolute())
-            .unwrap_or_else(|| self.home().join("go"));
+        let gopath = env.gopath();
         if self.is_dir(&gopath) {
             if let Some(g) = self.scratch(&gopath, "go: GOPATH (throwaway)") {
                 self.set("GOPATH", &g);
@@ -925,9 +1109,7 @@ impl Planner<'_> {
                 }
             }
         }
-        let modcache = env
-            .var("GOMODCACHE")
-            .unwrap_or_else(|| gopath.join("pkg/mod"));
+        let modcache = env.gomodcache();
         if self.is_dir(&modcache) {
             if let Some(m) = self.bind(&modcache, "go: module cache (read-only)", true) {
                 self.set("GOMODCACHE", &m);
@@ -1006,13 +1188,21 @@ impl Planner<'_> {
                 // its interpreter.
                 for anc in target.ancestors().skip(1).take(3) {
                     if self.exists(&anc.join("pyvenv.cfg")) {
-                        self.bind(anc, &format!("local-bin: the venv `{name}` runs in"), false);
-                        if let Some(root) = self.venv_interpreter(anc) {
-                            self.bind(
-                                &root,
-                                &format!("local-bin: the interpreter of `{name}`'s venv"),
-                                false,
-                            );
+                        // A venv that may not be bound (in the workspace,
+                        // outside every root): its pyvenv.cfg is not read.
+                        let venv = format!("local-bin: the venv `{name}` runs in");
+                        if self.bind(anc, &venv, false).is_some() {
+                            let rule = format!("local-bin: the interpreter of `{name}`'s venv");
+                            match self.venv_interpreter(anc) {
+                                Interp::Install(root) => {
+                                    self.bind(&root, &rule, false);
+                                }
+                                Interp::Outside(real) => self.exclude(
+                                    &real,
+                                    format!("{rule}: refused, outside pyenv's versions and uv's pythons"),
+                                ),
+                                Interp::System | Interp::Missing => {}
+                            }
                         }
                         break;
                     }
@@ -1072,6 +1262,52 @@ impl Planner<'_> {
         }
     }
 
+    /// Read a configuration file inside a bind (through a link: its target,
+    /// when that is inside a bind too) and cover it if it holds a
+    /// credential, or if it is too large or not text to be checked.
+    /// `resolved`: `p` is known to be a regular file at its real path (an
+    /// entry the walk of a resolved bind found), so it is not resolved again.
+    fn check_content(&mut self, p: &Path, resolved: bool) -> bool {
+        let real = if resolved {
+            p.to_path_buf()
+        } else {
+            match self.fs().canonicalize(p) {
+                Ok(r) => r,
+                Err(_) => return false,
+            }
+        };
+        let Ok(meta) = self.fs().metadata(&real) else {
+            return false;
+        };
+        if !meta.is_file() || !self.bound(&real) {
+            return false;
+        }
+        let found = if meta.len() > secrets::CONFIG_MAX {
+            Some("too large to check (covered unread)")
+        } else {
+            match self.fs().read_to_string(&real) {
+                Ok(text) => secrets::credential_in(&text),
+                Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                    Some("not text, so not checked (covered unread)")
+                }
+                // What retie cannot read, the command (same user, or a
+                // stranger when invoked as root) cannot either.
+                Err(_) => None,
+            }
+        };
+        match found {
+            Some(what) => {
+                self.hide(
+                    &real,
+                    "a configuration file holding a credential".into(),
+                    what,
+                );
+                true
+            }
+            None => false,
+        }
+    }
+
     fn bound(&self, p: &Path) -> bool {
         self.plan.binds.iter().any(|b| p.starts_with(&b.path))
     }
@@ -1107,7 +1343,12 @@ impl Planner<'_> {
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
             comps.push(name);
-            self.check(dir, comps);
+            let kind = if meta.is_file() {
+                EntryType::File
+            } else {
+                EntryType::Other
+            };
+            self.check(dir, comps, kind);
             comps.pop();
             return;
         }
@@ -1128,7 +1369,7 @@ impl Planner<'_> {
         for (n, kind) in entries {
             let p = dir.join(&n);
             comps.push(n);
-            let hit = self.check(&p, comps);
+            let hit = self.check(&p, comps, kind);
             if !hit && kind == EntryType::Dir && depth > 1 {
                 let mode = if self.ctx.env.root_invoked {
                     self.fs()
@@ -1144,10 +1385,14 @@ impl Planner<'_> {
         }
     }
 
-    /// Cover `p` if it matches a named entry; true if it did.
-    fn check(&mut self, p: &Path, comps: &[String]) -> bool {
+    /// Cover `p` if it matches a named entry, or if it is a configuration
+    /// file that holds a credential; true if it was covered.
+    fn check(&mut self, p: &Path, comps: &[String], kind: EntryType) -> bool {
         let Some(s) = SECRETS.iter().find(|s| s.matches_name(comps)) else {
-            return false;
+            let name = comps.last().map(String::as_str).unwrap_or_default();
+            return kind != EntryType::Dir
+                && secrets::is_config_name(name)
+                && self.check_content(p, kind == EntryType::File);
         };
         let Ok(meta) = self.fs().symlink_metadata(p) else {
             return false;

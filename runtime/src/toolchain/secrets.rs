@@ -69,6 +69,10 @@ const GCLOUD: &str = "Google Cloud credentials";
 const GH: &str = "GitHub CLI OAuth token";
 const DOCKER: &str = "container registry auth";
 const KUBE: &str = "Kubernetes cluster credentials";
+const NPM_GLOBAL: &str =
+    "a node install's global npmrc ($PREFIX/etc/npmrc: nvm, fnm): registry auth tokens";
+const PIP: &str = "pip's configuration: index URLs with logins, and passwords";
+const YARN: &str = "yarn's npmAuthToken and registry logins";
 
 /// The never-bound list.
 pub const SECRETS: &[Secret] = &[
@@ -89,6 +93,9 @@ pub const SECRETS: &[Secret] = &[
     home(".config/gh", GH),
     home(".docker/config.json", DOCKER),
     home(".kube", KUBE),
+    home(".config/pip", PIP),
+    home(".pip", PIP),
+    home(".yarnrc.yml", YARN),
     // The same names wherever they sit inside a bound directory.
     named(".npmrc", NPM),
     named(".pypirc", PYPI),
@@ -103,6 +110,10 @@ pub const SECRETS: &[Secret] = &[
     named(".config/gh", GH),
     named(".docker/config.json", DOCKER),
     named(".kube", KUBE),
+    named("etc/npmrc", NPM_GLOBAL),
+    named("pip.conf", PIP),
+    named("pip.ini", PIP),
+    named(".yarnrc.yml", YARN),
     // Files named like a key or token store.
     named(
         "credentials*",
@@ -226,5 +237,188 @@ mod tests {
         for s in SECRETS {
             assert!(!s.reason.is_empty(), "{}", s.pattern());
         }
+    }
+}
+
+/// Names of configuration files whose contents the scan reads (besides
+/// the named entries, which are covered whatever they hold): files of
+/// these names, or with these extensions, inside a bind down to its scan
+/// depth, and the few known deep places (`$CARGO_HOME/git/db/*/config`).
+const CONFIG_NAMES: &[&str] = &[
+    "config",
+    "npmrc",
+    ".yarnrc",
+    ".gitconfig",
+    "gitconfig",
+    ".condarc",
+    ".env",
+];
+const CONFIG_EXTS: &[&str] = &[".toml", ".conf", ".cfg", ".ini"];
+
+/// Is a file of this name one whose contents are checked?
+pub fn is_config_name(name: &str) -> bool {
+    CONFIG_NAMES.contains(&name)
+        || CONFIG_EXTS
+            .iter()
+            .any(|e| name.len() > e.len() && name.ends_with(e))
+}
+
+/// The most of a configuration file that is read; a larger one is
+/// covered unread (fail closed).
+pub const CONFIG_MAX: u64 = 256 * 1024;
+
+/// The credential `text` holds, if any, named for people. The forms are
+/// those of the policy's `hardcoded_secret` inspection rules, read the way
+/// configuration files write them (unquoted INI and npmrc values, URLs of
+/// any scheme): a URL with a password in its userinfo
+/// (`https://user:pass@host`), npm's `_authToken`/`_auth`/`_password`
+/// and yarn's `npmAuthToken`, a `password`/`passwd`/`token`/`secret`
+/// setting with a value, a PEM, OpenSSH, PGP or PuTTY private key. Values
+/// that name the environment (`${NPM_TOKEN}`, `$TOKEN`) are not
+/// credentials. Linear in the text; allocates one lowercase copy per line.
+pub fn credential_in(text: &str) -> Option<&'static str> {
+    for line in text.lines() {
+        if (line.contains("-----BEGIN ") && line.contains("PRIVATE KEY"))
+            || line.trim_start().starts_with("PuTTY-User-Key-File-")
+        {
+            return Some("a private key");
+        }
+        if url_with_password(line) {
+            return Some("a URL with a password in it (scheme://user:password@host)");
+        }
+        if let Some(what) = secret_setting(line) {
+            return Some(what);
+        }
+    }
+    None
+}
+
+/// A value that is a reference to the environment, or empty.
+fn is_placeholder(v: &str) -> bool {
+    let v = v.trim().trim_matches(|c| c == '"' || c == '\'').trim();
+    v.is_empty() || v.starts_with('$') || v.starts_with("%(")
+}
+
+fn url_with_password(line: &str) -> bool {
+    let mut rest = line;
+    while let Some(at) = rest.find("://") {
+        let scheme_ok = rest[..at]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_ascii_alphanumeric());
+        let after = &rest[at + 3..];
+        let end = after
+            .find(|c: char| {
+                c == '/' || c == '?' || c == '#' || c.is_whitespace() || "\"'<>`".contains(c)
+            })
+            .unwrap_or(after.len());
+        let authority = &after[..end];
+        if scheme_ok {
+            if let Some((userinfo, _host)) = authority.rsplit_once('@') {
+                if let Some((_user, pass)) = userinfo.split_once(':') {
+                    if !is_placeholder(pass) {
+                        return true;
+                    }
+                }
+            }
+        }
+        rest = after;
+    }
+    false
+}
+
+/// `key = value` or `key: value` where the key names a credential.
+fn secret_setting(line: &str) -> Option<&'static str> {
+    let t = line.trim_start();
+    if t.starts_with('#') || t.starts_with(';') || t.starts_with("//") && !t.contains(":_") {
+        return None;
+    }
+    let at = t.find(['=', ':'])?;
+    // npmrc scopes its keys with a registry: `//host/path/:_authToken=`.
+    let (key, value) = if t.starts_with("//") {
+        let eq = t.find('=')?;
+        (&t[..eq], &t[eq + 1..])
+    } else {
+        (&t[..at], &t[at + 1..])
+    };
+    let key = key
+        .trim()
+        .trim_matches(|c| c == '"' || c == '\'')
+        .to_ascii_lowercase();
+    if is_placeholder(value) {
+        return None;
+    }
+    let last = key.rsplit([':', '/']).next().unwrap_or(&key);
+    if [
+        "_authtoken",
+        "_auth",
+        "_password",
+        "npmauthtoken",
+        "npmauthident",
+    ]
+    .contains(&last)
+    {
+        return Some("an npm or yarn registry auth setting (_authToken, _auth, _password)");
+    }
+    if !key
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
+    {
+        return None;
+    }
+    let named = ["password", "passwd", "token", "secret"]
+        .iter()
+        .any(|w| key.split(['_', '-', '.']).any(|part| part.contains(w)));
+    named.then_some("a password, token or secret setting")
+}
+
+#[cfg(test)]
+mod content_tests {
+    use super::*;
+
+    #[test]
+    fn credentials_in_configuration_are_recognised() {
+        for (text, found) in [
+            ("//registry.npmjs.org/:_authToken=npm_abcdef123456\n", true),
+            ("_auth = dXNlcjpwYXNz\n", true),
+            ("npmAuthToken: \"abc123\"\n", true),
+            (
+                "[global]\nindex-url = https://alice:s3cret@pypi.example.test/simple\n",
+                true,
+            ),
+            ("[global]\npassword = hunter22\n", true),
+            ("[registry]\ntoken = \"x\"\n", true),
+            (
+                "[registries.corp]\nindex = \"sparse+https://u:p4ss@crates.example.test/\"\n",
+                true,
+            ),
+            (
+                "[remote \"origin\"]\n\turl = https://bob:ghp_xyz@git.example.test/r.git\n",
+                true,
+            ),
+            ("-----BEGIN OPENSSH PRIVATE KEY-----\n", true),
+            ("[build]\njobs = 4\n", false),
+            (
+                "[remote \"origin\"]\n\turl = ssh://git@github.com/x/y.git\n",
+                false,
+            ),
+            ("url = https://github.com/x/y\n", false),
+            ("//registry.npmjs.org/:_authToken=${NPM_TOKEN}\n", false),
+            ("password = \"\"\n", false),
+            ("# token = abc\n", false),
+            ("-----BEGIN CERTIFICATE-----\n", false),
+            ("prefix=/home/u/.nvm/versions/node/v20\n", false),
+        ] {
+            assert_eq!(credential_in(text).is_some(), found, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn config_names() {
+        assert!(is_config_name("config"));
+        assert!(is_config_name("config.toml"));
+        assert!(is_config_name("pip.conf"));
+        assert!(!is_config_name("rustc"));
+        assert!(!is_config_name(".toml"));
     }
 }

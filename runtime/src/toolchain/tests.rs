@@ -166,7 +166,7 @@ fn secrets_inside_a_bound_dir_are_covered_by_name() {
 #[test]
 fn python_venv_binds_its_interpreter() {
     let l = lab();
-    let py = l.root.join("pyroot/3.11");
+    let py = l.env.home.join(".pyenv/versions/3.11");
     put(&py.join("bin/python3"), "");
     put(
         &l.ws.join(".venv/pyvenv.cfg"),
@@ -185,7 +185,8 @@ fn nvm_picks_the_wanted_version_and_follows_its_link() {
     put(&l.ws.join(".nvmrc"), "v18\n");
     put(&nvm.join("versions/node/v18.2.0/bin/x"), "");
     put(&nvm.join("versions/node/v20.1.0/bin/x"), "");
-    let real = l.root.join("elsewhere/node18");
+    // The link leads into another toolchain root (volta's images): bound.
+    let real = l.env.home.join(".volta/tools/image/node/18.2.0");
     put(&real.join("bin/node"), "");
     symlink(
         real.join("bin/node"),
@@ -198,6 +199,49 @@ fn nvm_picks_the_wanted_version_and_follows_its_link() {
     assert!(b.contains(&nvm.join("versions/node/v18.2.0")), "{b:?}");
     assert!(b.contains(&real), "{b:?}");
     assert!(!b.contains(&nvm.join("versions/node/v20.1.0")));
+}
+
+#[test]
+fn a_link_leading_outside_every_toolchain_root_is_not_followed() {
+    let mut l = lab();
+    let nvm = l.root.join("nvm");
+    put(&l.ws.join(".nvmrc"), "18\n");
+    put(&nvm.join("versions/node/v18.2.0/bin/x"), "");
+    let elsewhere = l.env.home.join("src/node18");
+    put(&elsewhere.join("bin/node"), "");
+    put(&elsewhere.join("notes.txt"), "CANARY");
+    symlink(
+        elsewhere.join("bin/node"),
+        nvm.join("versions/node/v18.2.0/bin/node"),
+    )
+    .expect("link");
+    l.env.vars.insert("NVM_DIR".into(), nvm.clone().into());
+    // ~/.local/bin tools: one a link out of every root, one into cargo's.
+    let bin = l.env.home.join(".local/bin");
+    put(&l.env.home.join(".cargo/bin/fmt-tool"), "#!/bin/sh\n");
+    std::fs::create_dir_all(&bin).expect("mkdir");
+    symlink(elsewhere.join("bin/node"), bin.join("lint-tool")).expect("link");
+    symlink(l.env.home.join(".cargo/bin/fmt-tool"), bin.join("fmt-tool")).expect("link");
+    put(&l.ws.join("Makefile"), "all:\n\tlint-tool\n\tfmt-tool\n");
+    let p = run(&l, &Selection::Only(vec![Kind::Node, Kind::LocalBin]));
+    let b = bound(&p);
+    assert!(b.contains(&nvm.join("versions/node/v18.2.0")), "{b:?}");
+    assert!(b.contains(&bin.join("fmt-tool")), "{b:?}");
+    assert!(
+        !b.iter()
+            .chain(p.binds.iter().map(|x| &x.source))
+            .any(|x| x.starts_with(&elsewhere)),
+        "{:?}",
+        p.binds
+    );
+    assert!(!b.contains(&bin.join("lint-tool")), "{b:?}");
+    assert!(
+        p.excluded
+            .iter()
+            .any(|e| e.path.starts_with(&elsewhere) && e.reason.contains("outside every known")),
+        "{:?}",
+        p.excluded
+    );
 }
 
 #[test]
@@ -297,6 +341,7 @@ fn go_binds_goroot_from_path_and_the_module_cache() {
     let mut l = lab();
     let goroot = l.root.join("sdk/go");
     put(&goroot.join("bin/go"), "");
+    std::fs::create_dir_all(goroot.join("pkg/tool")).expect("mkdir");
     let gopath = l.env.home.join("go");
     put(&gopath.join("pkg/mod/cache/x"), "");
     put(&gopath.join("bin/gopls"), "");
@@ -321,7 +366,7 @@ fn go_binds_goroot_from_path_and_the_module_cache() {
 #[test]
 fn a_pipx_tool_brings_its_venv_and_interpreter() {
     let l = lab();
-    let py = l.root.join("py/3.12");
+    let py = l.env.home.join(".pyenv/versions/3.12");
     put(&py.join("bin/python3"), "");
     let venv = l.env.home.join(".local/share/pipx/venvs/black");
     put(
@@ -342,4 +387,251 @@ fn a_pipx_tool_brings_its_venv_and_interpreter() {
     assert_eq!(tool.source, venv.join("bin/black"));
     let b = bound(&p);
     assert!(b.contains(&venv) && b.contains(&py), "{b:?}");
+}
+
+/// The home of issue 26's attack: secrets a planted file must not reach.
+fn canaries(l: &Lab) {
+    let h = &l.env.home;
+    put(&h.join(".config/rclone/rclone.conf"), "CANARY");
+    put(&h.join(".config/openai/api_key"), "CANARY");
+    put(&h.join(".config/bin/x"), "");
+    put(&h.join(".local/state/retie/ledger.db"), "CANARY");
+    put(&h.join(".local/bin/tool"), "");
+    put(&h.join(".cargo/bin/cargo"), "");
+    put(&h.join(".pyenv/versions/3.11/bin/python3"), "");
+}
+
+/// Nothing bound holds `p`.
+fn unreachable(p: &Plan, path: &Path) -> bool {
+    !p.binds.iter().any(|b| path.starts_with(&b.path))
+}
+
+#[test]
+fn a_planted_pyvenv_cfg_selects_no_directory_of_the_home() {
+    let l = lab();
+    canaries(&l);
+    let h = l.env.home.clone();
+    for home in [
+        h.join(".config/bin"),
+        h.join(".local/bin"),
+        // A toolchain root, but not a python one.
+        h.join(".cargo/bin"),
+        // A python root itself (not one install inside it), and a way out.
+        h.join(".pyenv/versions"),
+        h.join(".pyenv/versions/3.11/../../../.config/bin"),
+    ] {
+        put(
+            &l.ws.join(".venv/pyvenv.cfg"),
+            &format!("home = {}\n", home.display()),
+        );
+        let p = run(&l, &Selection::Auto);
+        for secret in [
+            ".config/rclone/rclone.conf",
+            ".config/openai/api_key",
+            ".local/state/retie/ledger.db",
+            ".cargo/bin/cargo",
+        ] {
+            assert!(
+                unreachable(&p, &h.join(secret)),
+                "home = {}: {secret} bound: {:?}",
+                home.display(),
+                p.binds
+            );
+        }
+        assert!(
+            p.binds.is_empty(),
+            "home = {}: {:?}",
+            home.display(),
+            p.binds
+        );
+        assert!(
+            p.warnings.iter().any(|w| w.contains("pyvenv.cfg")),
+            "home = {}: no warning: {:?}",
+            home.display(),
+            p.warnings
+        );
+    }
+    // One install of pyenv: bound, and only that one.
+    put(
+        &l.ws.join(".venv/pyvenv.cfg"),
+        &format!("home = {}\n", h.join(".pyenv/versions/3.11/bin").display()),
+    );
+    let p = run(&l, &Selection::Auto);
+    assert_eq!(bound(&p), vec![h.join(".pyenv/versions/3.11")]);
+    assert!(p.warnings.is_empty(), "{:?}", p.warnings);
+}
+
+#[test]
+fn an_empty_or_workspace_path_entry_never_names_goroot() {
+    let mut l = lab();
+    canaries(&l);
+    let h = l.env.home.clone();
+    put(&l.ws.join("go.mod"), "module x\n");
+    // `go` in the workspace, a link to a file two levels under the home:
+    // its grandparent would be ~/.config.
+    symlink(h.join(".config/rclone/rclone.conf"), l.ws.join("go")).expect("link");
+    put(&l.ws.join("bin/go"), "");
+    std::fs::create_dir_all(l.ws.join("pkg/tool")).expect("mkdir");
+    // A plain `go` in ~/.local/bin would make ~/.local a GOROOT.
+    put(&h.join(".local/bin/go"), "");
+    for path in [
+        String::new(),
+        ":/usr/bin".into(),
+        "/usr/bin::/bin".into(),
+        ".".into(),
+        "bin".into(),
+        format!("{}", l.ws.join("bin").display()),
+        format!("{}", h.join(".local/bin").display()),
+    ] {
+        l.env.vars.insert("PATH".into(), path.clone().into());
+        // The process's own directory is the workspace, as when `retie`
+        // is started there.
+        let p = {
+            let _cwd = Cwd::enter(&l.ws);
+            run(&l, &Selection::Only(vec![Kind::Go]))
+        };
+        assert!(!p.env.contains_key("GOROOT"), "PATH={path:?}: {:?}", p.env);
+        for secret in [".config/rclone/rclone.conf", ".local/state/retie/ledger.db"] {
+            assert!(
+                unreachable(&p, &h.join(secret)),
+                "PATH={path:?}: {secret} bound: {:?}",
+                p.binds
+            );
+        }
+    }
+}
+
+/// Change the process's directory for a while (tests in this module that
+/// use it hold the lock: the directory is process-wide).
+struct Cwd(
+    PathBuf,
+    #[allow(dead_code)] std::sync::MutexGuard<'static, ()>,
+);
+
+static CWD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+impl Cwd {
+    fn enter(p: &Path) -> Cwd {
+        let guard = CWD.lock().unwrap_or_else(|e| e.into_inner());
+        let old = std::env::current_dir().expect("cwd");
+        std::env::set_current_dir(p).expect("chdir");
+        Cwd(old, guard)
+    }
+}
+
+impl Drop for Cwd {
+    fn drop(&mut self) {
+        let _ = std::env::set_current_dir(&self.0);
+    }
+}
+
+#[test]
+fn a_bind_holding_or_inside_a_protected_directory_is_refused() {
+    let mut l = lab();
+    canaries(&l);
+    let h = l.env.home.clone();
+    l.env.protected = vec![h.join(".local/state/retie")];
+    put(&l.ws.join("go.mod"), "module x\n");
+    // The user's own GOROOT, set to a directory holding retie's state.
+    l.env
+        .vars
+        .insert("GOROOT".into(), h.join(".local").into_os_string());
+    let p = run(&l, &Selection::Only(vec![Kind::Go]));
+    assert!(
+        unreachable(&p, &h.join(".local/state/retie/ledger.db")),
+        "{:?}",
+        p.binds
+    );
+    assert!(
+        p.warnings
+            .iter()
+            .any(|w| w.contains("retie's own directory")),
+        "{:?}",
+        p.warnings
+    );
+    // And one inside it.
+    let mut l2 = lab();
+    let nvm = l2.env.home.join(".local/state/retie/nvm");
+    put(&nvm.join("versions/node/v20.1.0/bin/node"), "");
+    put(&l2.ws.join(".nvmrc"), "20\n");
+    l2.env.protected = vec![l2.env.home.join(".local/state/retie")];
+    l2.env.vars.insert("NVM_DIR".into(), nvm.into());
+    let p = run(&l2, &Selection::Auto);
+    assert!(p.binds.is_empty(), "{:?}", p.binds);
+    assert!(!p.warnings.is_empty());
+}
+
+fn hidden(p: &Plan) -> Vec<PathBuf> {
+    p.hidden.iter().map(|h| h.path.clone()).collect()
+}
+
+#[test]
+fn credential_stores_the_name_list_missed_are_covered() {
+    let mut l = lab();
+    let h = l.env.home.clone();
+    // nvm: the version's global npmrc (no leading dot).
+    let nvm = h.join(".nvm");
+    let v = nvm.join("versions/node/v20.1.0");
+    put(&v.join("bin/node"), "");
+    put(
+        &v.join("etc/npmrc"),
+        "//registry.npmjs.org/:_authToken=npm_CANARY\n",
+    );
+    put(&l.ws.join(".nvmrc"), "20\n");
+    // pyenv: a version's pip.conf.
+    let pyenv = h.join(".pyenv");
+    put(&pyenv.join("versions/3.11/bin/python3"), "");
+    put(
+        &pyenv.join("versions/3.11/pip.conf"),
+        "[global]\nindex-url = https://u:CANARY@pypi.example.test/simple\n",
+    );
+    put(&l.ws.join(".python-version"), "3.11\n");
+    // cargo: a registry URL with a password, and a git dependency's db.
+    put(&l.ws.join("Cargo.toml"), "");
+    put(&h.join(".cargo/bin/cargo"), "");
+    put(
+        &h.join(".cargo/config.toml"),
+        "[registries.corp]\nindex = \"sparse+https://u:CANARY@crates.example.test/\"\n",
+    );
+    let db = h.join(".cargo/git/db/dep-0123");
+    put(
+        &db.join("config"),
+        "[remote \"origin\"]\n\turl = https://bob:CANARY@git.example.test/dep.git\n",
+    );
+    let clean = h.join(".cargo/git/db/clean-4567/config");
+    put(
+        &clean,
+        "[remote \"origin\"]\n\turl = https://git.example.test/clean.git\n",
+    );
+    // A configuration file deeper in a bind, with and without a password.
+    put(&v.join("lib/x/settings.toml"), "password = \"hunter22\"\n");
+    put(&v.join("lib/y/settings.toml"), "jobs = 4\n");
+    l.env.vars.insert("NVM_DIR".into(), nvm.into());
+    let p = run(&l, &Selection::Auto);
+    let hid = hidden(&p);
+    for want in [
+        v.join("etc/npmrc"),
+        pyenv.join("versions/3.11/pip.conf"),
+        db.join("config"),
+        v.join("lib/x/settings.toml"),
+    ] {
+        assert!(
+            hid.contains(&want),
+            "{} not hidden: {hid:#?}",
+            want.display()
+        );
+    }
+    assert!(!hid.contains(&clean) && !hid.contains(&v.join("lib/y/settings.toml")));
+    assert!(
+        !bound(&p).contains(&h.join(".cargo/config.toml")),
+        "{:?}",
+        p.binds
+    );
+    assert!(
+        p.excluded
+            .iter()
+            .any(|e| e.path == h.join(".cargo/config.toml") && e.reason.contains("password")),
+        "{:?}",
+        p.excluded
+    );
 }

@@ -2,8 +2,8 @@
 //! full tree hash (path, kind, mode, content or target).
 
 use retie_snapshot::{
-    apply, record_file_write, undo, ApplyOptions, ChangeKind, Changeset, ComputeOptions,
-    EntryState, Error, Op, RelPath, UndoOptions,
+    apply, undo, ApplyOptions, ChangeKind, Changeset, ComputeOptions, EntryState, Error, Op,
+    RelPath, UndoOptions,
 };
 
 use crate::common::{assert_tree, base_tree, put, tree, Env};
@@ -311,32 +311,6 @@ fn planted_git_hook_and_config_are_blocked() {
 }
 
 #[test]
-fn file_tool_writes_share_the_journal() {
-    let env = Env::new();
-    base_tree(&env.ws);
-    let before = tree(&env.ws);
-    let (ws, store, journal) = env.open();
-    let p = RelPath::new("a.txt").expect("valid");
-    let w1 = record_file_write(&ws, &store, &journal, &p, b"tool write\n", None).expect("write");
-    let after1 = tree(&env.ws);
-    assert_eq!(
-        std::fs::read(env.ws.join("a.txt")).expect("read"),
-        b"tool write\n"
-    );
-    let q = RelPath::new("dir/sub/created.rs").expect("valid");
-    let w2 = record_file_write(&ws, &store, &journal, &q, b"fn main() {}\n", Some(0o600))
-        .expect("write");
-    undo(&w2.id, &ws, &store, &journal, &UndoOptions::default()).expect("undo create");
-    assert!(!env.ws.join("dir/sub/created.rs").exists());
-    assert_tree("after undoing the create", &after1, &tree(&env.ws));
-    let u1 = undo(&w1.id, &ws, &store, &journal, &UndoOptions::default()).expect("undo write");
-    assert_tree("after undoing both", &before, &tree(&env.ws));
-    undo(&u1.id, &ws, &store, &journal, &UndoOptions::default()).expect("redo write");
-    assert_tree("redo", &after1, &tree(&env.ws));
-    assert_eq!(journal.entries().expect("entries").len(), 5);
-}
-
-#[test]
 fn apply_twice_is_refused_and_blobs_dedup() {
     let env = Env::new();
     base_tree(&env.ws);
@@ -458,6 +432,7 @@ fn a_journal_of_the_older_layout_keeps_its_pending_entries() {
         state: EntryState::Pending,
         created_unix_ms: 0,
         steps: Vec::new(),
+        raced: Vec::new(),
     };
     std::fs::write(
         jdir.join("0123456789abcdef.pending.json"),
@@ -574,6 +549,7 @@ fn a_pending_entry_whose_pre_images_were_never_stored_rolls_back() {
             }),
             before_content: None,
         }],
+        raced: Vec::new(),
     };
     let open = env.state.join("journal").join("open");
     std::fs::write(
@@ -633,6 +609,7 @@ fn a_re_apply_cut_short_is_recovered_despite_the_earlier_rolled_back_entry() {
         state: EntryState::RolledBack,
         created_unix_ms: 0,
         steps: vec![step],
+        raced: Vec::new(),
     };
     let jdir = env.state.join("journal");
     std::fs::write(

@@ -7,3 +7,4 @@ mod cases;
 mod common;
 mod crash;
 mod plants;
+mod race;

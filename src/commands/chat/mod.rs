@@ -130,6 +130,9 @@ fn chat(mut args: RunArgs) -> Result<i32, CliError> {
     let mut ui = render::ChatRender::new(spin.clone());
     let mut tasks = 0u64;
     if resuming {
+        if let Some((was, now)) = session.tier_change() {
+            crate::ui::say_tier_change(was, now);
+        }
         if let Some(p) = session.resumed_pending() {
             eprintln!(
                 "retie: resumed at pending approval {}: {} {}\n  digest: {}",

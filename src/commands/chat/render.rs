@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use retie_agent::session::{CallRecord, Render};
 use retie_agent::{StreamEvent, ToolCall};
 
-use crate::ui::{prose, visible, Style};
+use crate::ui::{visible, Gutter, Style, MODEL_MARK, REASONING_MARK};
 
 const FRAMES: &[&str] = &["|", "/", "-", "\\"];
 
@@ -97,6 +97,9 @@ pub struct ChatRender {
     /// The last thing printed on stdout ended a line (or nothing was).
     at_line_start: bool,
     in_reasoning: bool,
+    /// Every line of the model's text and reasoning marked.
+    text: Gutter,
+    reasoning: Gutter,
 }
 
 impl ChatRender {
@@ -106,6 +109,8 @@ impl ChatRender {
             spin,
             at_line_start: true,
             in_reasoning: false,
+            text: Gutter::new(MODEL_MARK),
+            reasoning: Gutter::new(REASONING_MARK),
         }
     }
 
@@ -119,6 +124,8 @@ impl ChatRender {
             eprintln!();
             self.in_reasoning = false;
         }
+        self.text.new_line();
+        self.reasoning.new_line();
     }
 }
 
@@ -130,14 +137,16 @@ impl Render for ChatRender {
                 if self.in_reasoning {
                     eprintln!();
                     self.in_reasoning = false;
+                    self.reasoning.new_line();
                 }
-                print!("{}", prose(t));
+                print!("{}", self.text.mark(t));
                 let _ = std::io::stdout().flush();
                 self.at_line_start = t.ends_with('\n');
             }
             StreamEvent::Reasoning(t) if !t.is_empty() => {
                 stop(&self.spin);
-                eprint!("{}", self.err.dim(&prose(t)));
+                let marked = self.reasoning.mark(t);
+                eprint!("{}", self.err.dim(&marked));
                 let _ = std::io::stderr().flush();
                 self.in_reasoning = !t.ends_with('\n');
             }
@@ -195,6 +204,9 @@ impl Render for ChatRender {
 pub struct PlainRender {
     json: bool,
     err: Style,
+    /// Every line of the model's text and reasoning marked.
+    text: Gutter,
+    reasoning: Gutter,
 }
 
 impl PlainRender {
@@ -202,6 +214,8 @@ impl PlainRender {
         PlainRender {
             json,
             err: Style::stderr(),
+            text: Gutter::new(MODEL_MARK),
+            reasoning: Gutter::new(REASONING_MARK),
         }
     }
 }
@@ -209,16 +223,22 @@ impl PlainRender {
 impl Render for PlainRender {
     fn event(&mut self, ev: &StreamEvent) {
         match ev {
-            StreamEvent::Text(t) if self.json => eprint!("{}", prose(t)),
+            StreamEvent::Text(t) if self.json => eprint!("{}", self.text.mark(t)),
             StreamEvent::Text(t) => {
-                print!("{}", prose(t));
+                print!("{}", self.text.mark(t));
                 let _ = std::io::stdout().flush();
             }
-            StreamEvent::Reasoning(t) => eprint!("{}", self.err.dim(&prose(t))),
+            StreamEvent::Reasoning(t) => {
+                let marked = self.reasoning.mark(t);
+                eprint!("{}", self.err.dim(&marked));
+            }
             StreamEvent::ToolCall(_) => {}
         }
     }
     fn call(&mut self, c: &CallRecord) {
+        // What follows starts a line of its own (printed below).
+        self.text.new_line();
+        self.reasoning.new_line();
         let id = c.action.map(|a| format!("#{a} ")).unwrap_or_default();
         let said: String = c
             .said

@@ -20,8 +20,8 @@ pub const HELP: &str = "\
 /diff              what this session changed so far
 /approvals         the \"always\" grants of this session
 /approvals revoke N  revoke grant N
-/autonomy LEVEL    manual, gated or auto, from the next task on
-/model NAME        the model asked from the next task on
+/autonomy [LEVEL]  show, or set manual, gated or auto from the next task on
+/model [NAME]      show, or set the model asked from the next task on
 /cost              tokens in and out so far (and the cost, with prices in config)
 /help              this list
 Ctrl-C cancels the running turn; Ctrl-C twice or Ctrl-D ends the session.
@@ -48,6 +48,8 @@ pub fn run(line: &str, cx: Ctx<'_>) {
             let action = rest.first().copied().unwrap_or("last").to_string();
             undo::run_one(undo::UndoArgs {
                 action,
+                all: false,
+                workspace: Some(cx.session.tools().workspace.clone()),
                 ledger,
                 json: false,
             });
@@ -55,6 +57,7 @@ pub fn run(line: &str, cx: Ctx<'_>) {
         ("/undo-all", []) => {
             undo::run_all(undo::UndoAllArgs {
                 session: Some(id.clone()),
+                all: false,
                 ledger,
                 json: false,
             });
@@ -63,6 +66,7 @@ pub fn run(line: &str, cx: Ctx<'_>) {
             replay::run(replay::ReplayArgs {
                 session: Some(id.clone()),
                 last: false,
+                all: false,
                 ledger,
                 markdown: false,
                 json: false,
@@ -103,6 +107,14 @@ pub fn run(line: &str, cx: Ctx<'_>) {
                 None => println!("no grant {} (see /approvals)", visible(n)),
             }
         }
+        ("/autonomy", []) => println!(
+            "autonomy {} (change it with /autonomy manual|gated|auto)",
+            cx.session.config().tier
+        ),
+        ("/model", []) => println!(
+            "model {} (change it with /model NAME)",
+            visible(&cx.session.config().model)
+        ),
         ("/autonomy", [level]) => match level.parse::<Tier>() {
             Ok(t) => match cx.session.set_tier(t) {
                 Ok(()) => println!("autonomy {t} from the next task on (recorded)"),
