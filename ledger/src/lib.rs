@@ -16,6 +16,7 @@ pub mod display;
 pub mod keys;
 pub mod model;
 pub mod retest;
+pub mod provider;
 pub mod sqlite_memory;
 pub mod verify;
 
@@ -156,11 +157,14 @@ pub enum Kind {
     Suspended,
     /// A process took the session up again (`retie run --resume`).
     Resumed,
+    /// A model turn's attempt that failed, its cause and whether it was
+    /// retried ([`provider::ProviderAttempt`]).
+    ProviderAttempt,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 18] = [
+    pub const ALL: [Kind; 19] = [
         Kind::LedgerOpened,
         Kind::SessionOpened,
         Kind::SessionClosed,
@@ -179,6 +183,7 @@ impl Kind {
         Kind::Revoke,
         Kind::Suspended,
         Kind::Resumed,
+        Kind::ProviderAttempt,
     ];
 
     /// The stored name.
@@ -202,6 +207,7 @@ impl Kind {
             Kind::Revoke => "revoke",
             Kind::Suspended => "suspended",
             Kind::Resumed => "resumed",
+            Kind::ProviderAttempt => "provider_attempt",
         }
     }
 

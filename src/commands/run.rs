@@ -3,9 +3,11 @@
 //! chokepoint live in the agent and dispatch crates.
 //!
 //! Exit codes (ADR 0501): 0 finished; 3 a budget ran out (turns, tokens,
-//! time); 4 the provider failed permanently (auth, quota, unknown model,
-//! unavailable after retries); 5 suspended (an approval is pending and
-//! nobody could answer: `retie approve`/`deny`, then `--resume`); 130
+//! time); 4 the provider refused permanently (invalid request, auth,
+//! entitlement, quota, unknown model, a malformed answer); 5 suspended
+//! (an approval is pending and nobody could answer: `retie
+//! approve`/`deny`, then `--resume`; or the provider failed transiently
+//! on every attempt at a turn: `--resume` once it answers); 130
 //! interrupted; 125 a usage error or a failure of retie itself.
 
 use std::io::IsTerminal;
@@ -141,6 +143,14 @@ pub struct AgentConfig {
     max_turns: Option<u32>,
     max_tokens: Option<u64>,
     timeout: Option<u64>,
+    /// Attempts at one turn when the provider fails transiently (error
+    /// event, 5xx, 429, dropped connection, cut stream), the first
+    /// included; then the session suspends (default 4;
+    /// `RETIE_MAX_ATTEMPTS` overrides).
+    max_attempts: Option<u32>,
+    /// The longest wait between attempts, seconds (default 60): a
+    /// provider asking longer (Retry-After) suspends the session at once.
+    retry_max_wait: Option<u64>,
     /// Dollars per million tokens, per model: `[agent.prices."MODEL"]`.
     #[serde(default)]
     prices: std::collections::BTreeMap<String, Price>,
@@ -329,6 +339,26 @@ pub(super) fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
     }
     if let Some(n) = args.timeout.or(file.timeout) {
         cfg.timeout = Duration::from_secs(n.max(1));
+    }
+    let attempts = match env("RETIE_MAX_ATTEMPTS") {
+        Some(v) => Some(v.parse::<u32>().map_err(|_| {
+            CliError::Usage(format!(
+                "RETIE_MAX_ATTEMPTS={}: expected a number of attempts (1 or more)",
+                crate::ui::visible(&v)
+            ))
+        })?),
+        None => file.max_attempts,
+    };
+    if let Some(n) = attempts {
+        if n == 0 {
+            return Err(CliError::Usage(
+                "max_attempts must be 1 or more (1: never retry a failed turn)".into(),
+            ));
+        }
+        cfg.retry.max_attempts = n;
+    }
+    if let Some(n) = file.retry_max_wait {
+        cfg.retry.max_delay = Duration::from_secs(n);
     }
     cfg.interrupt = Some(&INTERRUPTED);
     let fetch = FetchSettings::parse(&args.fetch_allow).map_err(CliError::Usage)?;

@@ -19,6 +19,7 @@ mod library;
 mod lifecycle;
 mod overlay;
 mod policy;
+mod providers;
 mod resume;
 mod retest;
 mod toolchain;
