@@ -15,8 +15,8 @@
 pub mod display;
 pub mod keys;
 pub mod model;
-pub mod retest;
 pub mod provider;
+pub mod retest;
 pub mod sqlite_memory;
 pub mod verify;
 
