@@ -64,6 +64,9 @@ enum Command {
     Verify(commands::verify::VerifyArgs),
     /// Show a session's actions, decisions and outcomes (verified first).
     Replay(commands::replay::ReplayArgs),
+    /// A retest session's report from the ledger alone: markdown, JSON
+    /// or SARIF 2.1.0.
+    Report(commands::report::ReportArgs),
     /// List the ledger's sessions and their action ids.
     Log(commands::log::LogArgs),
     /// Kept overlay runs (timed out, conflicting, not reviewed): list,
@@ -83,6 +86,10 @@ enum Command {
     /// Exits 0 finished, 3 budget spent, 4 provider failed, 5 suspended
     /// (an approval is pending), 130 interrupted, 125 usage error.
     Run(commands::run::RunArgs),
+    /// Retest pentest findings against a lab: one agent session per
+    /// finding, each command approved and run in a lab-mode sandbox, a
+    /// verdict (still_open, fixed, inconclusive) in the ledger.
+    Retest(commands::retest::RetestArgs),
     /// Pending approvals across sessions: session, tool, frozen
     /// arguments, digest, age.
     Pending(commands::pending::PendingArgs),
@@ -150,6 +157,7 @@ fn main() -> ExitCode {
         Command::Verify(args) => commands::verify::run(args),
         Command::Replay(args) => commands::replay::run(args),
         Command::Log(args) => commands::log::run(args),
+        Command::Report(args) => commands::report::run(args),
         Command::Changes(cmd) => or_125(commands::runs::run(cmd)),
         Command::Gc(args) => or_125(commands::gc::gc(args)),
         Command::Status(args) => or_125(commands::gc::status(args)),
@@ -163,6 +171,7 @@ fn main() -> ExitCode {
         _ if !AGENT => exec_agent(),
         Command::Run(args) => commands::run::run(args),
         Command::Demo(args) => commands::demo::run(args),
+        Command::Retest(args) => commands::retest::run(args),
         Command::Pending(args) => or_125(commands::pending::list(args)),
         Command::Approve(args) => or_125(commands::pending::approve(args)),
         Command::Deny(args) => or_125(commands::pending::deny(args)),

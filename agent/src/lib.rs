@@ -15,10 +15,12 @@
 
 pub mod model;
 pub mod provider;
+pub mod retry;
 pub mod session;
 pub mod tools;
 
 pub use model::{
-    Message, ProviderError, Role, StreamEvent, ToolCall, ToolSpec, Turn, TurnRequest, Usage,
+    Cause, Message, ProviderError, Role, StreamEvent, ToolCall, ToolSpec, Transient, Turn,
+    TurnRequest, Usage,
 };
 pub use provider::Provider;

@@ -132,21 +132,113 @@ pub struct Turn {
     pub raw: Vec<String>,
 }
 
-/// How a provider failed.
+/// How a provider failed: the one place a failure is classified, by the
+/// provider that spoke the wire format. The session retries a
+/// [`Transient`] failure (the whole turn, with backoff) and stops at
+/// once on any other.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ProviderError {
-    /// Authentication, permission, quota or an unknown model: retrying
+    /// Authentication, permission (entitlement), an invalid request, an
+    /// unknown model, an exhausted quota or weekly cap: asking again
     /// cannot help. The session stops with the provider-failure code.
-    #[error("the provider refused permanently: {0}")]
+    #[error("the provider refused: {0}")]
     Permanent(String),
-    /// Rate limited or overloaded, after the capped retries.
-    #[error("the provider stayed unavailable: {0}")]
-    Unavailable(String),
-    /// The stream or body could not be understood (mid-stream error event,
-    /// a stream that ended before its terminator, garbage).
+    /// The answer is not in the wire format (garbage, a line too long):
+    /// asking again would get the same. Stops like `Permanent`.
     #[error("the provider's answer was malformed: {0}")]
     Malformed(String),
-    /// Connection-level failure.
-    #[error("could not reach the provider: {0}")]
-    Transport(String),
+    /// Worth asking again: the turn is retried; what this attempt
+    /// streamed is dropped.
+    #[error("{0}")]
+    Transient(Transient),
+}
+
+impl ProviderError {
+    /// A transient failure with no wait asked.
+    pub fn transient(cause: Cause, message: impl Into<String>) -> ProviderError {
+        ProviderError::Transient(Transient {
+            cause,
+            status: None,
+            message: message.into(),
+            retry_after: None,
+        })
+    }
+
+    /// The cause's name for the ledger (`refused`, `malformed` for the
+    /// permanent ones).
+    pub fn cause_name(&self) -> &'static str {
+        match self {
+            ProviderError::Permanent(_) => "refused",
+            ProviderError::Malformed(_) => "malformed",
+            ProviderError::Transient(t) => t.cause.name(),
+        }
+    }
+
+    /// The provider's message, without the classification's words.
+    pub fn message(&self) -> &str {
+        match self {
+            ProviderError::Permanent(m) | ProviderError::Malformed(m) => m,
+            ProviderError::Transient(t) => &t.message,
+        }
+    }
+}
+
+/// A failure worth retrying, with its cause and the provider's hint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Transient {
+    pub cause: Cause,
+    /// The HTTP status, when the failure was one.
+    pub status: Option<u16>,
+    /// The provider's own message (plain text, capped).
+    pub message: String,
+    /// How long the provider asked to wait (Retry-After, reset headers).
+    pub retry_after: Option<std::time::Duration>,
+}
+
+impl std::fmt::Display for Transient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.cause.describe(), self.message)
+    }
+}
+
+/// Why a transient failure happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// An error event inside a stream that began with HTTP 200
+    /// (OpenAI's error object, Anthropic's `event: error`, an Ollama
+    /// error line).
+    ErrorEvent,
+    /// HTTP 5xx (529 overloaded included), 408, 409.
+    ServerError,
+    /// HTTP 429 that is a rate limit (not an exhausted quota).
+    RateLimited,
+    /// The connection could not be made or dropped mid-answer.
+    Connection,
+    /// The stream ended without its end marker (`[DONE]`,
+    /// `message_stop`, `done: true`).
+    CutOff,
+}
+
+impl Cause {
+    /// The name recorded in the ledger.
+    pub fn name(self) -> &'static str {
+        match self {
+            Cause::ErrorEvent => "error_event",
+            Cause::ServerError => "server_error",
+            Cause::RateLimited => "rate_limited",
+            Cause::Connection => "connection",
+            Cause::CutOff => "cut_off",
+        }
+    }
+
+    /// In words, for a person.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Cause::ErrorEvent => "the provider reported an error mid-stream",
+            Cause::ServerError => "the provider failed",
+            Cause::RateLimited => "the provider is rate limiting",
+            Cause::Connection => "the connection to the provider failed",
+            Cause::CutOff => "the stream stopped before its end",
+        }
+    }
 }

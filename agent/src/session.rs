@@ -20,9 +20,12 @@ use retie_policy::{Context, Tier};
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::model::{Message, Role, StreamEvent, ToolCall, TurnRequest, Usage};
+use crate::model::{Message, ProviderError, Role, StreamEvent, ToolCall, TurnRequest, Usage};
 use crate::provider::Provider;
-use crate::tools::{self, Tools};
+use crate::tools::Tools;
+use retie_ledger::provider::{ProviderAttempt, SessionEnd};
+
+pub use crate::retry::RetryPolicy;
 
 /// The system prompt the agent runs with (its digest is recorded).
 pub const SYSTEM_PROMPT: &str = "You are retie, a coding agent working in one project directory (the workspace). \
@@ -60,6 +63,8 @@ pub struct SessionConfig {
     /// The environment variable the API key is read from (its name only:
     /// the key is never recorded).
     pub api_key_env: Option<String>,
+    /// How a turn whose provider failed transiently is asked again.
+    pub retry: RetryPolicy,
 }
 
 impl SessionConfig {
@@ -77,6 +82,7 @@ impl SessionConfig {
             fetch_allow: Vec::new(),
             base_url: None,
             api_key_env: None,
+            retry: RetryPolicy::default(),
         }
     }
 }
@@ -101,6 +107,20 @@ pub enum Status {
 }
 
 impl Status {
+    /// The name recorded in the ledger (as in `--json`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::Finished => "finished",
+            Status::TurnBudget => "turn_budget",
+            Status::TokenBudget => "token_budget",
+            Status::TimeBudget => "time_budget",
+            Status::ProviderFailed => "provider_failed",
+            Status::Interrupted => "interrupted",
+            Status::Suspended => "suspended",
+            Status::Failed => "failed",
+        }
+    }
+
     pub fn is_budget(self) -> bool {
         matches!(
             self,
@@ -149,6 +169,9 @@ pub trait Render: Send {
     fn call_started(&mut self, _call: &ToolCall) {}
     /// A call ended (ran, refused, invalid).
     fn call(&mut self, c: &CallRecord);
+    /// The provider failed transiently (`why`); the turn is asked again
+    /// after `wait`, and what this attempt streamed is dropped.
+    fn retrying(&mut self, _why: &str, _wait: Duration) {}
 }
 
 /// The session-open entry: provider, model, the system prompt's digest.
@@ -287,6 +310,8 @@ pub struct Session<P: Provider> {
     cancel: Cancel,
     /// A resume under another autonomy: (recorded, now).
     tier_change: Option<(Tier, Tier)>,
+    /// How the last send ended, for the close (or suspension) entry.
+    end: Option<SessionEnd>,
 }
 
 impl<P: Provider> Session<P> {
@@ -313,6 +338,7 @@ impl<P: Provider> Session<P> {
             cancel,
             cfg,
             tier_change: None,
+            end: None,
         }
     }
 
@@ -340,6 +366,8 @@ impl<P: Provider> Session<P> {
         let mut ctx = Context::new(cfg.tier);
         let mut proposals: HashMap<i64, Value> = HashMap::new();
         let mut intents_by_call: HashMap<String, i64> = HashMap::new();
+        let mut awaiting_outcome: std::collections::BTreeMap<i64, retie_policy::Action> =
+            std::collections::BTreeMap::new();
         let mut recorded_tier: Option<Tier> = None;
         for r in rows {
             let Some(k) = Kind::parse(&r.kind) else {
@@ -359,7 +387,12 @@ impl<P: Provider> Session<P> {
                         .get("autonomy")
                         .and_then(Value::as_str)
                         .and_then(|t| t.parse().ok());
-                    if p.get("origin").and_then(Value::as_str) != Some("retie run") {
+                    // `retie retest` sessions (issue 28) are agent sessions
+                    // with another tool set: the same resume.
+                    if !matches!(
+                        p.get("origin").and_then(Value::as_str),
+                        Some("retie run" | "retie retest")
+                    ) {
                         return Err(bad(
                             "it is not an agent session (`retie run`); only those resume".into(),
                         ));
@@ -393,7 +426,10 @@ impl<P: Provider> Session<P> {
                     proposals.insert(r.seq, p);
                 }
                 Kind::Intent => {
-                    // What ran taints the session as it did then.
+                    // What ran taints the session as it did then: judged
+                    // at its outcome, by the live session's rule (content
+                    // that reached the model: a result that ran, or any
+                    // bash output; a refused fetch brought nothing in).
                     if let Some(a) = p
                         .get("proposal")
                         .and_then(Value::as_i64)
@@ -401,14 +437,31 @@ impl<P: Provider> Session<P> {
                         .and_then(|pp| pp.get("action"))
                         .and_then(|a| retie_policy::Action::from_json(&a.to_string()).ok())
                     {
-                        ctx.taint = ctx.taint.after(&tools.policy, &a);
+                        awaiting_outcome.insert(r.seq, a);
                     }
                     if let Some(c) = p.get("call").and_then(Value::as_str) {
                         intents_by_call.insert(c.to_string(), r.seq);
                     }
                 }
+                Kind::Outcome => {
+                    if let Some(a) = p
+                        .get("action")
+                        .and_then(Value::as_i64)
+                        .and_then(|seq| awaiting_outcome.remove(&seq))
+                    {
+                        let ran = p.get("status").and_then(Value::as_str) == Some("ran");
+                        if ran || a.tool() == "bash" {
+                            ctx.taint = ctx.taint.after(&tools.policy, &a);
+                        }
+                    }
+                }
                 _ => {}
             }
+        }
+        // An intent with no outcome (a crash while it ran): what it took
+        // in cannot be known, so it taints, as if it had reached the model.
+        for a in awaiting_outcome.values() {
+            ctx.taint = ctx.taint.after(&tools.policy, a);
         }
         if messages.is_empty() {
             return Err(bad("its opening entry is missing".into()));
@@ -465,6 +518,7 @@ impl<P: Provider> Session<P> {
             cancel,
             cfg,
             tier_change,
+            end: None,
         })
     }
 
@@ -546,6 +600,15 @@ impl<P: Provider> Session<P> {
         Ok(())
     }
 
+    /// Record a note of the session now (durable at once): a retest's
+    /// verdict, an operator's adjudication.
+    pub fn record_note(&mut self, by_person: bool, payload: Value) -> Result<(), SessionError> {
+        if let Some(r) = self.rec.as_mut() {
+            r.record_note(by_person, payload)?;
+        }
+        Ok(())
+    }
+
     pub fn revoke(&mut self, seq: i64) -> Result<(), SessionError> {
         match self.rec.as_mut() {
             Some(r) => Ok(r.revoke(seq, "person")?),
@@ -621,6 +684,21 @@ impl<P: Provider> Session<P> {
         approver: &mut dyn Approver,
         ui: &mut dyn Render,
     ) -> Report {
+        let report = self.send_turns(user_text, approver, ui).await;
+        self.end = Some(SessionEnd {
+            outcome: report.status.name().into(),
+            message: report.message.clone(),
+            turns: self.turns,
+        });
+        report
+    }
+
+    async fn send_turns(
+        &mut self,
+        user_text: Option<&str>,
+        approver: &mut dyn Approver,
+        ui: &mut dyn Render,
+    ) -> Report {
         let started = Instant::now();
         let mut actions = Vec::new();
         let mut turns_here = 0u32;
@@ -669,7 +747,7 @@ impl<P: Provider> Session<P> {
             let req = TurnRequest {
                 model: self.cfg.model.clone(),
                 messages: self.messages.clone(),
-                tools: tools::specs(),
+                tools: self.tools.specs(),
                 max_tokens: self.cfg.max_output_tokens,
             };
             // What the model is about to read is durable before it is
@@ -685,49 +763,147 @@ impl<P: Provider> Session<P> {
                 );
             }
             turns_here += 1;
-            self.turns += 1;
-            let mut on_event = |e: StreamEvent| ui.event(&e);
-            // A person's Ctrl-C (the session's cancel token, or the
-            // process's interrupt flag) ends the wait for the model at
-            // once: the request is dropped, the turn ends interrupted.
-            let (cancel, flag) = (self.cancel.clone(), self.cfg.interrupt);
-            let asked = async {
-                tokio::select! {
-                    t = tokio::time::timeout(left, self.provider.turn(&req, &mut on_event)) => Some(t),
-                    () = cancelled(cancel, flag) => None,
-                }
-            };
-            let Some(answer) = asked.await else {
-                return self.report(
-                    Status::Interrupted,
-                    "interrupted while the model answered; the request was dropped".into(),
-                    String::new(),
-                    actions,
-                );
-            };
-            let turn = match answer {
-                Err(_) => {
-                    let m = format!(
-                        "stopped: the time budget ({} s) ran out while the model answered",
-                        self.cfg.timeout.as_secs()
+            // The turn, asked again while the provider fails
+            // transiently: each failed attempt is recorded with its
+            // cause; what it streamed is dropped (its calls were never
+            // complete: a provider reports calls only after a clean
+            // end); after `retry.max_attempts` the session suspends.
+            let mut attempt = 0u32;
+            let mut left = left;
+            let turn = loop {
+                attempt += 1;
+                let mut streamed = 0u64;
+                let answer = {
+                    let mut on_event = |e: StreamEvent| {
+                        if let StreamEvent::Text(t) = &e {
+                            streamed += t.chars().count() as u64;
+                        }
+                        ui.event(&e)
+                    };
+                    // A person's Ctrl-C (the session's cancel token, or
+                    // the process's interrupt flag) ends the wait for the
+                    // model at once: the request is dropped, the turn
+                    // ends interrupted.
+                    let (cancel, flag) = (self.cancel.clone(), self.cfg.interrupt);
+                    let asked = async {
+                        tokio::select! {
+                            t = tokio::time::timeout(left, self.provider.turn(&req, &mut on_event)) => Some(t),
+                            () = cancelled(cancel, flag) => None,
+                        }
+                    };
+                    asked.await
+                };
+                let Some(answer) = answer else {
+                    return self.report(
+                        Status::Interrupted,
+                        "interrupted while the model answered; the request was dropped".into(),
+                        String::new(),
+                        actions,
                     );
-                    return self.report(Status::TimeBudget, m, String::new(), actions);
+                };
+                let e = match answer {
+                    Err(_) => {
+                        let m = format!(
+                            "stopped: the time budget ({} s) ran out while the model answered",
+                            self.cfg.timeout.as_secs()
+                        );
+                        return self.report(Status::TimeBudget, m, String::new(), actions);
+                    }
+                    Ok(Ok(t)) => break t,
+                    Ok(Err(e)) => e,
+                };
+                let transient = match &e {
+                    ProviderError::Transient(t) => Some(t.clone()),
+                    _ => None,
+                };
+                let retry = self.cfg.retry;
+                let wait = transient
+                    .as_ref()
+                    .filter(|_| attempt < retry.max_attempts)
+                    .and_then(|t| retry.wait(attempt, t.retry_after));
+                let in_budget = wait.is_some_and(|w| started.elapsed() + w < self.cfg.timeout);
+                let record = ProviderAttempt {
+                    turn: self.turns + 1,
+                    attempt,
+                    cause: e.cause_name().into(),
+                    transient: transient.is_some(),
+                    status: transient.as_ref().and_then(|t| t.status),
+                    message: e.message().to_string(),
+                    retry_after_ms: transient
+                        .as_ref()
+                        .and_then(|t| t.retry_after)
+                        .map(|d| d.as_millis() as u64),
+                    retried: in_budget,
+                    wait_ms: wait.filter(|_| in_budget).map(|d| d.as_millis() as u64),
+                    dropped_text_chars: streamed,
+                };
+                if let Some(rec) = self.rec.as_mut() {
+                    if let Err(err) = rec.provider_attempt(&record) {
+                        return self.report(
+                            Status::Failed,
+                            format!("the ledger failed: {err}"),
+                            String::new(),
+                            actions,
+                        );
+                    }
                 }
-                Ok(Err(e)) => {
+                let Some(t) = transient else {
                     return self.report(
                         Status::ProviderFailed,
                         format!("the provider failed: {e}"),
                         String::new(),
                         actions,
-                    )
+                    );
+                };
+                let Some(w) = wait.filter(|_| in_budget) else {
+                    let why = if attempt >= retry.max_attempts {
+                        format!("the provider failed {attempt} times in a row")
+                    } else if wait.is_none() {
+                        format!(
+                            "the provider asks to wait {} s, more than the {} s retie waits",
+                            t.retry_after.map(|d| d.as_secs()).unwrap_or(0),
+                            retry.max_delay.as_secs()
+                        )
+                    } else {
+                        "the time budget would run out while waiting to retry".into()
+                    };
+                    let m = format!(
+                        "suspended: {why} (last: {t}); nothing of the failed attempts was kept. Continue with `retie run --resume {}` once it answers",
+                        self.id()
+                    );
+                    return self.report(Status::Suspended, m, String::new(), actions);
+                };
+                ui.retrying(&t.to_string(), w);
+                let (cancel, flag) = (self.cancel.clone(), self.cfg.interrupt);
+                tokio::select! {
+                    () = tokio::time::sleep(w) => {}
+                    () = cancelled(cancel, flag) => {
+                        return self.report(
+                            Status::Interrupted,
+                            "interrupted while waiting to ask the model again".into(),
+                            String::new(),
+                            actions,
+                        );
+                    }
                 }
-                Ok(Ok(t)) => t,
+                let Some(l) = self.cfg.timeout.checked_sub(started.elapsed()) else {
+                    let m = format!(
+                        "stopped: the time budget ({} s) is spent",
+                        self.cfg.timeout.as_secs()
+                    );
+                    return self.report(Status::TimeBudget, m, String::new(), actions);
+                };
+                left = l;
             };
+            // A turn counts once answered (as `retie sessions` counts
+            // the assistant messages); failed attempts are entries of
+            // their own.
+            self.turns += 1;
             self.usage.input_tokens += turn.usage.input_tokens;
             self.usage.output_tokens += turn.usage.output_tokens;
             self.push(
                 Message::assistant(&turn.text, turn.tool_calls.clone()),
-                json!({ "usage": turn.usage, "truncated": turn.truncated, "stop_reason": turn.stop_reason }),
+                json!({ "usage": turn.usage, "truncated": turn.truncated, "stop_reason": turn.stop_reason, "attempt": attempt }),
             );
             if turn.tool_calls.is_empty() {
                 if turn.truncated {
@@ -744,6 +920,10 @@ impl<P: Provider> Session<P> {
             if let Err(r) = self.calls(&turn.tool_calls, turn.truncated, approver, ui, &mut actions)
             {
                 return r.into_report(self, actions);
+            }
+            if self.tools.concluded() {
+                // A retest's valid conclusion ends it (issue 28).
+                return self.report(Status::Finished, "concluded".into(), String::new(), actions);
             }
         }
     }
@@ -776,8 +956,14 @@ impl<P: Provider> Session<P> {
             let key = (call.name.clone(), call.raw_arguments.clone());
             let rec = self.rec.as_mut().ok_or(Stop::Closed)?;
             rec.note("call", json!(call.id));
-            let checked = check_call(call, truncated, &self.failures, self.cfg.repeat_limit)
-                .and_then(|args| self.tools.prepare(&call.name, &args));
+            let checked = check_call(
+                &self.tools,
+                call,
+                truncated,
+                &self.failures,
+                self.cfg.repeat_limit,
+            )
+            .and_then(|args| self.tools.prepare(&call.name, &args));
             let line = match checked {
                 Err(msg) => {
                     if let Err(e) = refuse_call(rec, call, &msg) {
@@ -887,9 +1073,19 @@ impl<P: Provider> Session<P> {
         let Some(rec) = self.rec.take() else {
             return Ok(());
         };
-        match &self.pending {
-            Some(p) => rec.suspend(p.pending)?,
-            None => rec.finish()?,
+        match (&self.pending, &self.end) {
+            (Some(p), _) => rec.suspend(p.pending)?,
+            // Suspended with no approval pending: the provider stayed
+            // unavailable. The session stays open, to be resumed.
+            (None, Some(end)) if end.outcome == Status::Suspended.name() => {
+                rec.suspend_on_provider(end)?
+            }
+            (None, Some(end)) => rec.finish_as(end)?,
+            (None, None) => rec.finish_as(&SessionEnd {
+                outcome: Status::Finished.name().into(),
+                message: "closed before any task".into(),
+                turns: self.turns,
+            })?,
         }
         Ok(())
     }
@@ -993,6 +1189,7 @@ pub async fn run<P: Provider>(
 
 /// The checks before a call may be prepared; `Err` is for the model.
 fn check_call(
+    tools: &Tools,
     call: &ToolCall,
     truncated: bool,
     failures: &HashMap<(String, String), usize>,
@@ -1004,11 +1201,11 @@ fn check_call(
             call.name
         ));
     }
-    if tools::declaration(&call.name).is_none() {
+    if tools.lookup(&call.name).is_none() {
         return Err(format!(
             "there is no tool named {:?}; the tools are: {}",
             call.name,
-            tools::TOOL_NAMES.join(", ")
+            tools.names().join(", ")
         ));
     }
     let n = failures

@@ -3,14 +3,14 @@
 //! quirks of the field notes. Nothing here reaches beyond loopback.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use retie_agent::provider::{
-    from_config, AnthropicProvider, AnyProvider, OllamaProvider, OpenAiProvider, RetryPolicy,
-    ScriptProvider,
+    from_config, AnthropicProvider, AnyProvider, OllamaProvider, OpenAiProvider, ScriptProvider,
 };
 use retie_agent::{
-    Message, Provider, ProviderError, StreamEvent, ToolCall, ToolSpec, Turn, TurnRequest,
+    Cause, Message, Provider, ProviderError, StreamEvent, ToolCall, ToolSpec, Transient, Turn,
+    TurnRequest,
 };
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -18,7 +18,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 // ---------------------------------------------------------------- server
 
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 enum Framing {
     /// Transfer-Encoding: chunked, properly ended.
     Chunked,
@@ -202,11 +202,11 @@ async fn handle(mut sock: TcpStream, reply: Reply, log: Arc<Mutex<Vec<Seen>>>) {
 
 // ---------------------------------------------------------------- helpers
 
-fn fast_retry() -> RetryPolicy {
-    RetryPolicy {
-        max_retries: 3,
-        base_delay: Duration::from_millis(5),
-        max_delay: Duration::from_secs(2),
+/// The transient failure `r` must be, with its cause.
+fn transient(r: Result<Turn, ProviderError>, cause: Cause) -> Transient {
+    match r {
+        Err(ProviderError::Transient(t)) if t.cause == cause => t,
+        other => panic!("expected a transient failure ({cause:?}), got {other:?}"),
     }
 }
 
@@ -319,7 +319,6 @@ fn named_sse(events: &[Value]) -> String {
 fn openai(server: &Server) -> OpenAiProvider {
     OpenAiProvider::new(Some(&format!("{}/v1", server.base)), Some("sk-test".into()))
         .expect("provider")
-        .with_retry(fast_retry())
 }
 
 fn oa_chunk(delta: Value, finish: Option<&str>) -> Value {
@@ -579,36 +578,66 @@ async fn openai_reasoning_goes_to_reasoning_not_text() {
 }
 
 #[tokio::test]
-async fn openai_error_mid_stream_after_200() {
+async fn openai_error_mid_stream_after_200_is_transient() {
     let body = sse(&[
         oa_chunk(json!({"content": "Working"}), None),
         json!({"error": {"message": "The server had an error\u{1b}[2J while processing", "type": "server_error"}}),
     ]);
     let server = serve(vec![sse_reply(&body)]).await;
-    match run(&mut openai(&server), &request()).await.0 {
-        Err(ProviderError::Malformed(m)) => {
-            assert!(m.contains("server_error"), "{m}");
-            assert!(!m.contains('\u{1b}'), "control characters escaped: {m}");
-        }
-        other => panic!("expected Malformed, got {other:?}"),
-    }
+    let (r, events) = run(&mut openai(&server), &request()).await;
+    let t = transient(r, Cause::ErrorEvent);
+    assert!(t.message.contains("server_error"), "{}", t.message);
+    assert!(
+        !t.message.contains('\u{1b}'),
+        "control characters escaped: {}",
+        t.message
+    );
+    assert!(
+        !events.iter().any(|e| matches!(e, StreamEvent::ToolCall(_))),
+        "no call reported from a failed stream"
+    );
+    assert_eq!(
+        server.seen().len(),
+        1,
+        "the provider asks once; the session retries"
+    );
+    // One whose type says the request is refused is permanent.
+    let body = sse(&[json!({"error": {"message": "bad", "type": "invalid_request_error"}})]);
+    let server = serve(vec![sse_reply(&body)]).await;
+    assert!(matches!(
+        run(&mut openai(&server), &request()).await.0,
+        Err(ProviderError::Permanent(_))
+    ));
 }
 
 #[tokio::test]
-async fn openai_stream_that_ends_without_done_is_malformed() {
+async fn openai_stream_that_ends_without_done_is_cut_off() {
     let body = sse(&[
-        oa_chunk(json!({"content": "Half"}), None),
-        oa_chunk(json!({}), Some("stop")),
+        oa_chunk(
+            json!({"content": "Half", "tool_calls": [{"index": 0, "id": "c1", "function": {"name": "read", "arguments": "{\"path\": \"a\"}"}}]}),
+            None,
+        ),
+        oa_chunk(json!({}), Some("tool_calls")),
     ]);
     for framing in [Framing::Close, Framing::Chunked, Framing::ChunkedAbort] {
         let server = serve(vec![stream("text/event-stream", &body, 5, framing)]).await;
-        match run(&mut openai(&server), &request()).await.0 {
-            Err(ProviderError::Malformed(m)) => {
-                assert!(m.contains("terminator") || m.contains("broke off"), "{m}")
-            }
-            other => panic!("expected Malformed, got {other:?}"),
+        let (r, events) = run(&mut openai(&server), &request()).await;
+        match r {
+            Err(ProviderError::Transient(t))
+                if matches!(t.cause, Cause::CutOff | Cause::Connection) => {}
+            other => panic!("expected a cut stream, got {other:?}"),
         }
+        // The call was complete in the stream, but the stream was not:
+        // it is never reported.
+        assert!(
+            !events.iter().any(|e| matches!(e, StreamEvent::ToolCall(_))),
+            "{framing:?}: no call reported from a cut stream"
+        );
     }
+    // Cut inside an event's JSON: a cut stream too, not garbage.
+    let cut = "data: {\"choices\": [{\"index\": 0, \"delta\": {\"content\": \"Ha";
+    let server = serve(vec![stream("text/event-stream", cut, 5, Framing::Close)]).await;
+    transient(run(&mut openai(&server), &request()).await.0, Cause::CutOff);
 }
 
 #[tokio::test]
@@ -650,56 +679,46 @@ async fn openai_truncated_tool_json_is_never_ok() {
 }
 
 #[tokio::test]
-async fn openai_429_honours_retry_after_then_succeeds() {
-    let ok_body = format!(
-        "{}data: [DONE]\n\n",
-        sse(&[oa_chunk(json!({"content": "hi"}), Some("stop"))])
-    );
-    let server = serve(vec![
-        error_reply(
-            429,
-            vec![("retry-after", "1".into())],
-            json!({"error": {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}}),
-        ),
-        sse_reply(&ok_body),
-    ])
+async fn openai_429_is_transient_with_the_wait_asked_and_5xx_too() {
+    let server = serve(vec![error_reply(
+        429,
+        vec![("retry-after", "1".into())],
+        json!({"error": {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}}),
+    )])
     .await;
-    let started = Instant::now();
-    let turn = ok(run(&mut openai(&server), &request()).await.0);
-    assert_eq!(turn.text, "hi");
-    assert!(
-        started.elapsed() >= Duration::from_millis(900),
-        "waited {:?}, Retry-After said 1 s",
-        started.elapsed()
+    let t = transient(
+        run(&mut openai(&server), &request()).await.0,
+        Cause::RateLimited,
     );
-    assert_eq!(server.seen().len(), 2);
-}
+    assert_eq!(t.retry_after, Some(Duration::from_secs(1)));
+    assert_eq!(t.status, Some(429));
+    assert!(t.message.contains("Rate limit reached"), "{}", t.message);
+    assert_eq!(server.seen().len(), 1, "the provider asks once");
 
-#[tokio::test]
-async fn openai_rate_limit_that_persists_is_unavailable_after_the_capped_retries() {
-    let limited = || {
-        error_reply(
-            429,
-            vec![("retry-after", "30".into())],
-            json!({"error": {"message": "slow down", "code": "rate_limit_exceeded"}}),
-        )
-    };
-    let server = serve(vec![limited(), limited(), limited(), limited()]).await;
-    let mut p = openai(&server).with_retry(RetryPolicy {
-        max_retries: 2,
-        base_delay: Duration::from_millis(1),
-        max_delay: Duration::from_millis(20),
-    });
-    let started = Instant::now();
-    match run(&mut p, &request()).await.0 {
-        Err(ProviderError::Unavailable(m)) => assert!(m.contains("slow down"), "{m}"),
-        other => panic!("expected Unavailable, got {other:?}"),
-    }
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "the cap bounds the wait"
+    // The reset headers when there is no Retry-After.
+    let server = serve(vec![error_reply(
+        429,
+        vec![
+            ("x-ratelimit-reset-requests", "6m0s".into()),
+            ("x-ratelimit-reset-tokens", "1.5s".into()),
+        ],
+        json!({"error": {"message": "slow down", "code": "rate_limit_exceeded"}}),
+    )])
+    .await;
+    let t = transient(
+        run(&mut openai(&server), &request()).await.0,
+        Cause::RateLimited,
     );
-    assert_eq!(server.seen().len(), 3, "one try and two retries");
+    assert_eq!(t.retry_after, Some(Duration::from_millis(1500)));
+
+    for status in [500, 502, 503] {
+        let server = serve(vec![error_reply(status, vec![], json!({"error": "busy"}))]).await;
+        let t = transient(
+            run(&mut openai(&server), &request()).await.0,
+            Cause::ServerError,
+        );
+        assert_eq!(t.status, Some(status));
+    }
 }
 
 #[tokio::test]
@@ -731,6 +750,19 @@ async fn openai_429_insufficient_quota_and_404_model_are_permanent() {
     .await;
     match run(&mut openai(&server), &request()).await.0 {
         Err(ProviderError::Permanent(m)) => assert!(m.contains("quota"), "{m}"),
+        other => panic!("expected Permanent, got {other:?}"),
+    }
+    assert_eq!(server.seen().len(), 1);
+
+    // A weekly cap is not a rate limit: waiting seconds cannot help.
+    let server = serve(vec![error_reply(
+        429,
+        vec![("retry-after", "1".into())],
+        json!({"error": "you have reached your weekly usage limit"}),
+    )])
+    .await;
+    match run(&mut openai(&server), &request()).await.0 {
+        Err(ProviderError::Permanent(m)) => assert!(m.contains("weekly"), "{m}"),
         other => panic!("expected Permanent, got {other:?}"),
     }
     assert_eq!(server.seen().len(), 1);
@@ -876,23 +908,21 @@ async fn openai_llama_server_stream_as_recorded() {
 }
 
 #[tokio::test]
-async fn connection_refused_is_transport() {
+async fn connection_refused_is_transient() {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     drop(listener);
     let mut p = OpenAiProvider::new(Some(&format!("http://{addr}/v1")), None).expect("provider");
     match run(&mut p, &request()).await.0 {
-        Err(ProviderError::Transport(_)) => {}
-        other => panic!("expected Transport, got {other:?}"),
+        Err(ProviderError::Transient(t)) if t.cause == Cause::Connection => {}
+        other => panic!("expected a transient connection failure, got {other:?}"),
     }
 }
 
 // ---------------------------------------------------------------- Ollama
 
 fn ollama(server: &Server) -> OllamaProvider {
-    OllamaProvider::new(Some(&server.base), None)
-        .expect("provider")
-        .with_retry(fast_retry())
+    OllamaProvider::new(Some(&server.base), None).expect("provider")
 }
 
 fn nd(lines: &[Value]) -> String {
@@ -969,28 +999,47 @@ async fn ollama_two_parallel_calls_and_num_ctx_configurable() {
 }
 
 #[tokio::test]
-async fn ollama_error_mid_stream_after_200() {
+async fn ollama_error_mid_stream_after_200_is_transient() {
     let body = nd(&[
         ol_msg(json!({"role": "assistant", "content": "Hm"})),
         json!({"error": "an error was encountered while running the model: unexpected EOF"}),
     ]);
     let server = serve(vec![ndjson_reply(&body)]).await;
     match run(&mut ollama(&server), &request()).await.0 {
-        Err(ProviderError::Malformed(m)) => assert!(m.contains("unexpected EOF"), "{m}"),
-        other => panic!("expected Malformed, got {other:?}"),
+        Err(ProviderError::Transient(t)) if t.cause == Cause::ErrorEvent => {
+            assert!(t.message.contains("unexpected EOF"), "{}", t.message)
+        }
+        other => panic!("expected an error event, got {other:?}"),
     }
 }
 
 #[tokio::test]
-async fn ollama_stream_that_ends_without_done_is_malformed() {
-    let body = nd(&[ol_msg(json!({"role": "assistant", "content": "Half"}))]);
+async fn ollama_stream_that_ends_without_done_is_cut_off() {
+    let body = nd(&[ol_msg(
+        json!({"role": "assistant", "content": "Half", "tool_calls": [{"function": {"name": "read", "arguments": {"path": "a"}}}]}),
+    )]);
     for framing in [Framing::Close, Framing::ChunkedAbort] {
         let server = serve(vec![stream("application/x-ndjson", &body, 9, framing)]).await;
-        match run(&mut ollama(&server), &request()).await.0 {
-            Err(ProviderError::Malformed(_)) => {}
-            other => panic!("expected Malformed, got {other:?}"),
+        let (r, events) = run(&mut ollama(&server), &request()).await;
+        match r {
+            Err(ProviderError::Transient(t))
+                if matches!(t.cause, Cause::CutOff | Cause::Connection) => {}
+            other => panic!("expected a cut stream, got {other:?}"),
         }
+        assert!(
+            !events.iter().any(|e| matches!(e, StreamEvent::ToolCall(_))),
+            "{framing:?}: a whole call in a cut stream is never reported"
+        );
     }
+    // Cut inside a line: a cut stream, not garbage.
+    let server = serve(vec![stream(
+        "application/x-ndjson",
+        "{\"message\": {\"content\": \"Ha",
+        9,
+        Framing::Close,
+    )])
+    .await;
+    transient(run(&mut ollama(&server), &request()).await.0, Cause::CutOff);
 }
 
 #[tokio::test]
@@ -1018,7 +1067,7 @@ async fn ollama_truncated_or_string_arguments_are_refused() {
 }
 
 #[tokio::test]
-async fn ollama_404_model_not_found_is_permanent_and_503_is_retried() {
+async fn ollama_404_model_not_found_is_permanent_and_503_is_transient() {
     let server = serve(vec![error_reply(
         404,
         vec![],
@@ -1031,20 +1080,18 @@ async fn ollama_404_model_not_found_is_permanent_and_503_is_retried() {
     }
     assert_eq!(server.seen().len(), 1);
 
-    let server = serve(vec![
-        error_reply(
-            503,
-            vec![],
-            json!({"error": "server busy, please try again"}),
-        ),
-        ndjson_reply(&nd(&[
-            ol_msg(json!({"role": "assistant", "content": "ok"})),
-            ol_done("stop"),
-        ])),
-    ])
+    let server = serve(vec![error_reply(
+        503,
+        vec![],
+        json!({"error": "server busy, please try again"}),
+    )])
     .await;
-    assert_eq!(ok(run(&mut ollama(&server), &request()).await.0).text, "ok");
-    assert_eq!(server.seen().len(), 2);
+    let t = transient(
+        run(&mut ollama(&server), &request()).await.0,
+        Cause::ServerError,
+    );
+    assert!(t.message.contains("server busy"), "{}", t.message);
+    assert_eq!(server.seen().len(), 1);
 }
 
 #[tokio::test]
@@ -1074,7 +1121,6 @@ fn anthropic(server: &Server) -> AnthropicProvider {
         Some("sk-ant-test".into()),
     )
     .expect("provider")
-    .with_retry(fast_retry())
 }
 
 fn an_start() -> Value {
@@ -1202,7 +1248,7 @@ async fn anthropic_two_parallel_tool_uses() {
 }
 
 #[tokio::test]
-async fn anthropic_error_event_mid_stream_after_200() {
+async fn anthropic_error_event_mid_stream_after_200_is_transient() {
     let events = vec![
         an_start(),
         an_block_start(0, json!({"type": "text", "text": ""})),
@@ -1211,18 +1257,19 @@ async fn anthropic_error_event_mid_stream_after_200() {
     ];
     let server = serve(vec![sse_reply(&named_sse(&events))]).await;
     match run(&mut anthropic(&server), &request()).await.0 {
-        Err(ProviderError::Malformed(m)) => {
+        Err(ProviderError::Transient(t)) if t.cause == Cause::ErrorEvent => {
+            let m = &t.message;
             assert!(
                 m.contains("overloaded_error") && m.contains("Overloaded"),
                 "{m}"
             )
         }
-        other => panic!("expected Malformed, got {other:?}"),
+        other => panic!("expected an error event, got {other:?}"),
     }
 }
 
 #[tokio::test]
-async fn anthropic_stream_without_message_stop_is_malformed() {
+async fn anthropic_stream_without_message_stop_is_cut_off() {
     let mut events = vec![an_start()];
     events.extend(an_tool(0, "toolu_a", &["{\"path\": \"a.rs\"}"]));
     events.push(an_message_delta("tool_use", 10));
@@ -1234,10 +1281,16 @@ async fn anthropic_stream_without_message_stop_is_malformed() {
             framing,
         )])
         .await;
-        match run(&mut anthropic(&server), &request()).await.0 {
-            Err(ProviderError::Malformed(_)) => {}
-            other => panic!("expected Malformed, got {other:?}"),
+        let (r, events) = run(&mut anthropic(&server), &request()).await;
+        match r {
+            Err(ProviderError::Transient(t))
+                if matches!(t.cause, Cause::CutOff | Cause::Connection) => {}
+            other => panic!("expected a cut stream, got {other:?}"),
         }
+        assert!(
+            !events.iter().any(|e| matches!(e, StreamEvent::ToolCall(_))),
+            "{framing:?}: a whole tool_use in a cut stream is never reported"
+        );
     }
 }
 
@@ -1263,31 +1316,30 @@ async fn anthropic_max_tokens_in_a_tool_use_leaves_it_refused() {
 }
 
 #[tokio::test]
-async fn anthropic_429_retry_after_and_529_overloaded_are_retried() {
-    let mut events = vec![an_start()];
-    events.push(an_block_start(0, json!({"type": "text", "text": "ok"})));
-    events.push(an_stop(0));
-    events.push(an_message_delta("end_turn", 1));
-    events.push(json!({"type": "message_stop"}));
-    let server = serve(vec![
-        error_reply(
-            429,
-            vec![("retry-after", "1".into())],
-            json!({"type": "error", "error": {"type": "rate_limit_error", "message": "Number of request tokens has exceeded your per-minute rate limit"}}),
-        ),
-        error_reply(
-            529,
-            vec![],
-            json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
-        ),
-        sse_reply(&named_sse(&events)),
-    ])
+async fn anthropic_429_retry_after_and_529_overloaded_are_transient() {
+    let server = serve(vec![error_reply(
+        429,
+        vec![("retry-after", "1".into())],
+        json!({"type": "error", "error": {"type": "rate_limit_error", "message": "Number of request tokens has exceeded your per-minute rate limit"}}),
+    )])
     .await;
-    let started = Instant::now();
-    let turn = ok(run(&mut anthropic(&server), &request()).await.0);
-    assert_eq!(turn.text, "ok");
-    assert!(started.elapsed() >= Duration::from_millis(900));
-    assert_eq!(server.seen().len(), 3);
+    let t = transient(
+        run(&mut anthropic(&server), &request()).await.0,
+        Cause::RateLimited,
+    );
+    assert_eq!(t.retry_after, Some(Duration::from_secs(1)));
+    let server = serve(vec![error_reply(
+        529,
+        vec![],
+        json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+    )])
+    .await;
+    let t = transient(
+        run(&mut anthropic(&server), &request()).await.0,
+        Cause::ServerError,
+    );
+    assert_eq!(t.status, Some(529));
+    assert_eq!(server.seen().len(), 1);
 }
 
 #[tokio::test]
@@ -1458,9 +1510,8 @@ async fn from_config_builds_each_kind() {
         sse(&[oa_chunk(json!({"content": "hey"}), Some("stop"))])
     );
     let server = serve(vec![sse_reply(&body)]).await;
-    let mut p = from_config("openai", "m", Some(&format!("{}/v1", server.base)), None)
-        .expect("openai")
-        .with_retry(fast_retry());
+    let mut p =
+        from_config("openai", "m", Some(&format!("{}/v1", server.base)), None).expect("openai");
     assert!(matches!(p, AnyProvider::OpenAi(_)));
     assert_eq!(ok(run(&mut p, &request()).await.0).text, "hey");
 

@@ -348,10 +348,15 @@ pub fn dispatch<E: Executor>(
     if let Some(p) = proposal.edit_of {
         proposed["edit_of"] = json!(p);
     }
+    // What this action can reach, as the policy accepted its declared
+    // effects: the intent records the action's own reach, never the
+    // session's permissions (issue 35, item 3).
+    let reach: Vec<&str> = action.effects().iter().map(|e| e.name()).collect();
     let intent = |by: &str| {
         json!({
             "decision": "allow",
             "decided_by": by,
+            "effects": reach,
             "class": if plan.reversible { "reversible" } else { "not_reversible" },
             "undo": plan.detail,
             "digest": ev.digest.to_hex(),

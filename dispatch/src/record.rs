@@ -342,6 +342,20 @@ impl Recorder {
         Ok(())
     }
 
+    /// A note of the session (a retest's verdict, a person's
+    /// adjudication), durable at once.
+    pub fn record_note(&mut self, by_person: bool, payload: Value) -> Result<(), Error> {
+        let actor = if by_person {
+            Actor::Person
+        } else {
+            Actor::Agent
+        };
+        let mut entries = self.opening();
+        entries.push(self.entry(actor, Kind::Note, payload));
+        self.ledger.append_batch(|_| entries)?;
+        Ok(())
+    }
+
     /// Queue a conversation message: it rides on the next durable
     /// transaction (no fsync of its own).
     pub fn message(&mut self, person: bool, payload: Value) {
@@ -513,6 +527,40 @@ impl Recorder {
         Ok(())
     }
 
+    /// The session stops because its provider stayed unavailable (no
+    /// approval is pending): what is queued and a `suspended` entry
+    /// carrying `end` (its outcome `suspended`, the reason), one
+    /// transaction; then a checkpoint. The session stays open, to be
+    /// resumed (`retie run --resume`).
+    pub fn suspend_on_provider(
+        mut self,
+        end: &retie_ledger::provider::SessionEnd,
+    ) -> Result<(), Error> {
+        let mut entries = self.opening();
+        let mut payload = end.to_payload();
+        if let Some(o) = payload.as_object_mut() {
+            o.insert("pending".into(), Value::Null);
+            o.insert("pid".into(), json!(std::process::id()));
+        }
+        entries.push(self.entry(Actor::Agent, Kind::Suspended, payload));
+        self.ledger.append_batch(|_| entries)?;
+        self.ledger.checkpoint(&self.user)?;
+        Ok(())
+    }
+
+    /// A model turn's attempt failed: its cause and whether it is
+    /// retried, with what is queued, durable now (a crash while waiting
+    /// to retry still leaves the record).
+    pub fn provider_attempt(
+        &mut self,
+        attempt: &retie_ledger::provider::ProviderAttempt,
+    ) -> Result<(), Error> {
+        let mut entries = self.opening();
+        entries.push(self.entry(Actor::Agent, Kind::ProviderAttempt, attempt.to_payload()));
+        self.ledger.append_batch(|_| entries)?;
+        Ok(())
+    }
+
     /// The session's id.
     pub fn session_id(&self) -> &str {
         &self.session.id
@@ -657,7 +705,13 @@ impl Recorder {
     /// Close the session this invocation opened (with the pending outcome,
     /// in one transaction) and checkpoint.
     pub fn finish(mut self) -> Result<(), Error> {
-        self.close_out()
+        self.close_out(json!({}))
+    }
+
+    /// [`finish`](Self::finish), the close entry carrying how the session
+    /// ended (its outcome, why, its turns).
+    pub fn finish_as(mut self, end: &retie_ledger::provider::SessionEnd) -> Result<(), Error> {
+        self.close_out(end.to_payload())
     }
 
     /// [`finish`](Self::finish) in a process that exits right after: the
@@ -670,13 +724,13 @@ impl Recorder {
     /// (the user key, zeroed as it drops, and the ledger's own copy of it;
     /// the session's lock) drops here.
     pub fn finish_at_exit(mut self) -> Result<(), Error> {
-        let r = self.close_out();
+        let r = self.close_out(json!({}));
         let Recorder { ledger, .. } = self;
         ledger.leave_to_exit();
         r
     }
 
-    fn close_out(&mut self) -> Result<(), Error> {
+    fn close_out(&mut self, closed: Value) -> Result<(), Error> {
         let had_open = self.session.pending_open.is_some();
         let had_queued = !self.queued.is_empty();
         // A session that never reached a durable point but has messages
@@ -700,7 +754,7 @@ impl Recorder {
         let opened_here = !self.session.joined
             && (self.session.pending_open.is_none() && (!had_open || had_queued));
         if opened_here {
-            entries.push(self.entry(Actor::Person, Kind::SessionClosed, json!({})));
+            entries.push(self.entry(Actor::Person, Kind::SessionClosed, closed));
         }
         if entries.is_empty() {
             return Ok(());

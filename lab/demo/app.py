@@ -4,9 +4,13 @@
 Five flaws, each with the fix a real patch would make (--fixed):
   1. /login     SQL injection by string concatenation  -> parameterized query
   2. /download  path traversal                         -> canonicalize, stay under files/
-  3. /record    IDOR (any record by id)                -> ownership check
-  4. /search    reflected XSS                          -> HTML escaping
+  3. /record    IDOR (any record by id)                -> ownership check (/export too)
+  4. /search    reflected XSS                          -> HTML escaping, quotes included
   5. /diag      command injection via a shell          -> argument list, no shell
+
+and a third build (--partial) with the fix a hurried patch makes: each
+finding's original payload fails and a variant still works (the gaps are
+described for people in lab/findings/README.md).
 
 Run it only inside a retie lab (`retie lab up --demo [--fixed]`): the lab
 has no route out, and the app runs in a sandbox of its own.
@@ -63,7 +67,8 @@ type=password><button>log in</button></form>
 <form action=/search>search <input name=q><button>go</button></form>
 <p><a href=/download?file=notes.txt>notes.txt</a> ·
 <a href=/diag?file=report.txt>line count of report.txt</a> ·
-<a href=/record?id=2>my record</a></p>"""
+<a href=/record?id=2>my record</a> ·
+<a href=/export?id=2>export my record</a></p>"""
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -91,7 +96,8 @@ class Handler(BaseHTTPRequestHandler):
         url = urllib.parse.urlsplit(self.path)
         q = {k: v[0] for k, v in urllib.parse.parse_qs(url.query).items()}
         route = {"/": self.index, "/download": self.download, "/record": self.record,
-                 "/search": self.search, "/diag": self.diag}.get(url.path)
+                 "/export": self.export, "/search": self.search,
+                 "/diag": self.diag}.get(url.path)
         if route is None:
             return self.send(404, "not found\n", "text/plain")
         route(q)
@@ -104,7 +110,8 @@ class Handler(BaseHTTPRequestHandler):
         self.login(form.get("user", ""), form.get("password", ""))
 
     def index(self, q):
-        self.send(200, PAGE.format(mode="fixed" if ARGS.fixed else "VULNERABLE"))
+        mode = "fixed" if ARGS.fixed else "partially fixed" if ARGS.partial else "VULNERABLE"
+        self.send(200, PAGE.format(mode=mode))
 
     # 1. SQL injection
     def login(self, user, password):
@@ -113,6 +120,9 @@ class Handler(BaseHTTPRequestHandler):
                 row = c.execute("SELECT id, name FROM users WHERE name = ? AND pw = ?",
                                 (user, pw_hash(password))).fetchone()
             else:
+                # --partial: a case-sensitive keyword block list.
+                if ARGS.partial and any(k in user for k in ("OR", "AND", "UNION", "SELECT")):
+                    return self.send(403, "login failed\n", "text/plain")
                 sql = ("SELECT id, name FROM users WHERE name = '" + user +
                        "' AND pw = '" + pw_hash(password) + "'")
                 try:
@@ -129,6 +139,8 @@ class Handler(BaseHTTPRequestHandler):
     # 2. Path traversal
     def download(self, q):
         name = q.get("file", "")
+        if ARGS.partial:
+            name = name.replace("../", "")  # one pass: "....//" becomes "../"
         path = os.path.join(FILES, name)
         if ARGS.fixed:
             path = os.path.realpath(path)
@@ -140,8 +152,15 @@ class Handler(BaseHTTPRequestHandler):
         except OSError:
             return self.send(404, "no such file\n", "text/plain")
 
-    # 3. IDOR
+    # 3. IDOR: /record and /export serve the same records.
     def record(self, q):
+        self.serve_record(q, checked=ARGS.fixed or ARGS.partial)
+
+    def export(self, q):
+        # --partial: the ownership check went into /record only.
+        self.serve_record(q, checked=ARGS.fixed)
+
+    def serve_record(self, q, checked):
         uid = self.user()
         if uid is None:
             return self.send(401, "log in first\n", "text/plain")
@@ -150,15 +169,23 @@ class Handler(BaseHTTPRequestHandler):
                             (q.get("id", ""),)).fetchone()
         if row is None:
             return self.send(404, "no such record\n", "text/plain")
-        if ARGS.fixed and row[0] != uid:
+        if checked and row[0] != uid:
             return self.send(403, "not your record\n", "text/plain")
         self.send(200, row[1] + "\n", "text/plain")
 
     # 4. Reflected XSS
     def search(self, q):
         term = q.get("q", "")
-        shown = html.escape(term) if ARGS.fixed else term
-        self.send(200, "<!doctype html><p>No results for %s</p>\n" % shown)
+        if ARGS.fixed:
+            shown = html.escape(term)
+        elif ARGS.partial:
+            # Escapes < > & for the text, but not the quotes the
+            # attribute below needs.
+            shown = html.escape(term, quote=False)
+        else:
+            shown = term
+        self.send(200, "<!doctype html><form action=/search><input name=q value=\"%s\">"
+                       "<button>again</button></form><p>No results for %s</p>\n" % (shown, shown))
 
     # 5. Command injection
     def diag(self, q):
@@ -169,6 +196,10 @@ class Handler(BaseHTTPRequestHandler):
                 return self.send(404, "no such file\n", "text/plain")
             out = subprocess.run(["wc", "-l", "--", path], capture_output=True, text=True)
         else:
+            # --partial: a block list of shell separators, missing $( ),
+            # backticks and newlines.
+            if ARGS.partial and any(c in name for c in ";&|<>"):
+                return self.send(400, "invalid file name\n", "text/plain")
             out = subprocess.run("wc -l " + FILES + "/" + name, shell=True,
                                  capture_output=True, text=True)
         self.send(200, out.stdout + out.stderr, "text/plain")
@@ -179,7 +210,9 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--data", default=".")
-    p.add_argument("--fixed", action="store_true")
+    build = p.add_mutually_exclusive_group()
+    build.add_argument("--fixed", action="store_true")
+    build.add_argument("--partial", action="store_true")
     ARGS = p.parse_args()
     init_data()
     ThreadingHTTPServer(("0.0.0.0", ARGS.port), Handler).serve_forever()

@@ -15,6 +15,8 @@
 pub mod display;
 pub mod keys;
 pub mod model;
+pub mod provider;
+pub mod retest;
 pub mod sqlite_memory;
 pub mod verify;
 
@@ -155,11 +157,14 @@ pub enum Kind {
     Suspended,
     /// A process took the session up again (`retie run --resume`).
     Resumed,
+    /// A model turn's attempt that failed, its cause and whether it was
+    /// retried ([`provider::ProviderAttempt`]).
+    ProviderAttempt,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 18] = [
+    pub const ALL: [Kind; 19] = [
         Kind::LedgerOpened,
         Kind::SessionOpened,
         Kind::SessionClosed,
@@ -178,6 +183,7 @@ impl Kind {
         Kind::Revoke,
         Kind::Suspended,
         Kind::Resumed,
+        Kind::ProviderAttempt,
     ];
 
     /// The stored name.
@@ -201,6 +207,7 @@ impl Kind {
             Kind::Revoke => "revoke",
             Kind::Suspended => "suspended",
             Kind::Resumed => "resumed",
+            Kind::ProviderAttempt => "provider_attempt",
         }
     }
 

@@ -120,6 +120,10 @@ pub struct Session {
     /// Times the session was suspended and resumed.
     pub suspended: u64,
     pub resumed: u64,
+    /// Failed attempts at model turns, in order (time, payload).
+    pub provider_attempts: Vec<(i64, crate::provider::ProviderAttempt)>,
+    /// How it ended: the last close (or provider suspension) that says.
+    pub end: Option<crate::provider::SessionEnd>,
 }
 
 /// A pending approval and what became of it.
@@ -232,6 +236,8 @@ pub fn sessions(rows: &[Row]) -> Vec<Session> {
                 grants: Vec::new(),
                 suspended: 0,
                 resumed: 0,
+                provider_attempts: Vec::new(),
+                end: None,
             });
             continue;
         }
@@ -300,9 +306,23 @@ pub fn sessions(rows: &[Row]) -> Vec<Session> {
                     g.revoked = true;
                 }
             }
-            Kind::Suspended => s.suspended += 1,
-            Kind::Resumed => s.resumed += 1,
-            Kind::SessionClosed => s.closed_ms = Some(r.time_ms),
+            Kind::Suspended => {
+                s.suspended += 1;
+                s.end = crate::provider::SessionEnd::from_payload(&p);
+            }
+            Kind::Resumed => {
+                s.resumed += 1;
+                s.end = None;
+            }
+            Kind::SessionClosed => {
+                s.closed_ms = Some(r.time_ms);
+                s.end = crate::provider::SessionEnd::from_payload(&p);
+            }
+            Kind::ProviderAttempt => {
+                if let Some(a) = crate::provider::ProviderAttempt::from_payload(&p) {
+                    s.provider_attempts.push((r.time_ms, a));
+                }
+            }
             _ => {}
         }
     }

@@ -49,6 +49,11 @@ pub struct UpArgs {
     /// With --demo: the build with every flaw fixed.
     #[arg(long, requires = "demo")]
     pub fixed: bool,
+    /// With --demo: the build with every flaw fixed the way a hurried
+    /// patch fixes it: each finding's original payload fails and a variant
+    /// still works (the gaps: lab/findings/README.md).
+    #[arg(long, requires = "demo", conflicts_with = "fixed")]
+    pub partial: bool,
     /// Print one JSON object {name, address, ports, pid}.
     #[arg(long)]
     pub json: bool,
@@ -318,6 +323,9 @@ fn up(a: UpArgs) -> Result<(), CliError> {
         ];
         if a.fixed {
             c.push("--fixed".into());
+        }
+        if a.partial {
+            c.push("--partial".into());
         }
         c
     } else {

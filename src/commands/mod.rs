@@ -11,6 +11,8 @@ pub mod pending;
 pub mod policy;
 pub mod probe;
 pub mod replay;
+pub mod report;
+pub mod retest;
 pub mod run;
 pub mod runs;
 pub mod sandbox;

@@ -132,6 +132,8 @@ pub fn run(a: ReplayArgs) -> i32 {
                 "refusals": s.refusals,
                 "approvals": s.approvals,
                 "grants": s.grants,
+                "provider_attempts": s.provider_attempts.iter().map(|(ms, a)| json!({"time_ms": ms, "attempt": a})).collect::<Vec<_>>(),
+                "end": s.end,
                 "totals": t,
             })
         );
@@ -286,6 +288,29 @@ pub fn run(a: ReplayArgs) -> i32 {
                 s.suspended,
                 s.resumed
             );
+        }
+    }
+    if !s.provider_attempts.is_empty() {
+        if md {
+            println!("\n### Provider failures\n");
+        } else {
+            println!("PROVIDER FAILURES:");
+        }
+        for (ms, a) in &s.provider_attempts {
+            let line = format!("{}  {}", time(*ms), a.line());
+            if md {
+                println!("- {}", line.replace('|', "\\|"));
+            } else {
+                println!("  {line}");
+            }
+        }
+    }
+    if let Some(end) = &s.end {
+        let line = format!("{}: {}", end.words(), crate::ui::visible(&end.message));
+        if md {
+            println!("\n**Ended**: {}", line.replace('|', "\\|"));
+        } else {
+            println!("ended: {line}");
         }
     }
     let line = format!(

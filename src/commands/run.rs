@@ -3,9 +3,11 @@
 //! chokepoint live in the agent and dispatch crates.
 //!
 //! Exit codes (ADR 0501): 0 finished; 3 a budget ran out (turns, tokens,
-//! time); 4 the provider failed permanently (auth, quota, unknown model,
-//! unavailable after retries); 5 suspended (an approval is pending and
-//! nobody could answer: `retie approve`/`deny`, then `--resume`); 130
+//! time); 4 the provider refused permanently (invalid request, auth,
+//! entitlement, quota, unknown model, a malformed answer); 5 suspended
+//! (an approval is pending and nobody could answer: `retie
+//! approve`/`deny`, then `--resume`; or the provider failed transiently
+//! on every attempt at a turn: `--resume` once it answers); 130
 //! interrupted; 125 a usage error or a failure of retie itself.
 
 use std::io::IsTerminal;
@@ -32,6 +34,11 @@ pub const EXIT_FINISHED: i32 = 0;
 pub const EXIT_BUDGET: i32 = 3;
 pub const EXIT_PROVIDER: i32 = 4;
 pub const EXIT_SUSPENDED: i32 = 5;
+/// retie could not keep its record (the ledger could not be written, or
+/// a resumed call no longer matches its recorded approval): the session
+/// stopped, nothing ran unrecorded (ADR 0501). Never 125, which is a
+/// usage error.
+pub const EXIT_FAILED: i32 = 6;
 pub const EXIT_INTERRUPTED: i32 = 130;
 pub const EXIT_USAGE: i32 = 125;
 
@@ -136,6 +143,14 @@ pub struct AgentConfig {
     max_turns: Option<u32>,
     max_tokens: Option<u64>,
     timeout: Option<u64>,
+    /// Attempts at one turn when the provider fails transiently (error
+    /// event, 5xx, 429, dropped connection, cut stream), the first
+    /// included; then the session suspends (default 4;
+    /// `RETIE_MAX_ATTEMPTS` overrides).
+    max_attempts: Option<u32>,
+    /// The longest wait between attempts, seconds (default 60): a
+    /// provider asking longer (Retry-After) suspends the session at once.
+    retry_max_wait: Option<u64>,
     /// Dollars per million tokens, per model: `[agent.prices."MODEL"]`.
     #[serde(default)]
     prices: std::collections::BTreeMap<String, Price>,
@@ -221,6 +236,7 @@ pub fn exit_code(s: Status) -> i32 {
         Status::ProviderFailed => EXIT_PROVIDER,
         Status::Suspended => EXIT_SUSPENDED,
         Status::Interrupted => EXIT_INTERRUPTED,
+        Status::Failed => EXIT_FAILED,
         _ => EXIT_USAGE,
     }
 }
@@ -246,7 +262,7 @@ pub(super) struct Resolved {
     pub prices: std::collections::BTreeMap<String, Price>,
 }
 
-fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
+pub(super) fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
     let file = super::gc::config()?.0.agent;
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     let provider = match (args.provider, env("RETIE_PROVIDER"), file.provider) {
@@ -323,6 +339,26 @@ fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
     }
     if let Some(n) = args.timeout.or(file.timeout) {
         cfg.timeout = Duration::from_secs(n.max(1));
+    }
+    let attempts = match env("RETIE_MAX_ATTEMPTS") {
+        Some(v) => Some(v.parse::<u32>().map_err(|_| {
+            CliError::Usage(format!(
+                "RETIE_MAX_ATTEMPTS={}: expected a number of attempts (1 or more)",
+                crate::ui::visible(&v)
+            ))
+        })?),
+        None => file.max_attempts,
+    };
+    if let Some(n) = attempts {
+        if n == 0 {
+            return Err(CliError::Usage(
+                "max_attempts must be 1 or more (1: never retry a failed turn)".into(),
+            ));
+        }
+        cfg.retry.max_attempts = n;
+    }
+    if let Some(n) = file.retry_max_wait {
+        cfg.retry.max_delay = Duration::from_secs(n);
     }
     cfg.interrupt = Some(&INTERRUPTED);
     let fetch = FetchSettings::parse(&args.fetch_allow).map_err(CliError::Usage)?;
@@ -764,7 +800,7 @@ pub fn edited_arguments(
         serde_json::Value::Object(m) => m,
         _ => serde_json::Map::new(),
     };
-    if action.tool() != "bash" {
+    if !matches!(action.tool(), "bash" | "run_command") {
         return Err(format!(
             "{} takes its arguments as a JSON object ({{...}})",
             action.tool()

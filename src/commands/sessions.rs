@@ -10,6 +10,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use retie_dispatch::record::{SessionLock, SessionState};
+use retie_ledger::provider::SessionEnd;
 use retie_ledger::{Kind, Ledger};
 use serde_json::{json, Value};
 
@@ -55,10 +56,21 @@ pub fn run(a: SessionsArgs) -> Result<i32, CliError> {
             continue;
         }
         let st = SessionState::of(&rows);
+        // How it ended, as its last close or suspension says (older
+        // closes say nothing: finished).
+        let end = rows
+            .iter()
+            .rev()
+            .find(|r| {
+                r.kind == Kind::SessionClosed.as_bytes()
+                    || r.kind == Kind::Suspended.as_bytes()
+                    || r.kind == Kind::Resumed.as_bytes()
+            })
+            .and_then(|r| SessionEnd::from_payload(&r.payload_json()));
         let state = if SessionLock::held(&path, &sid) {
             "running"
         } else if st.closed {
-            "finished"
+            end.as_ref().map_or("finished", SessionEnd::words)
         } else if st.suspended {
             "suspended"
         } else {
@@ -92,6 +104,8 @@ pub fn run(a: SessionsArgs) -> Result<i32, CliError> {
             "tokens_in": tin,
             "tokens_out": tout,
             "pending": st.open_pending.as_ref().map(|p| p.seq),
+            "outcome": end.as_ref().map(|e| e.outcome.clone()),
+            "why": end.as_ref().map(|e| e.message.clone()),
             "grants": st.grants.iter().map(|g| json!({"grant": g.seq, "keys": g.keys, "by": g.by})).collect::<Vec<_>>(),
         }));
     }
@@ -105,7 +119,7 @@ pub fn run(a: SessionsArgs) -> Result<i32, CliError> {
     for s in &out {
         let f = |k: &str| visible(s[k].as_str().unwrap_or("-"));
         println!(
-            "{}  {:<9}  {}  {}  model {}  {} turns  {} tokens in / {} out{}  {}",
+            "{}  {:<15}  {}  {}  model {}  {} turns  {} tokens in / {} out{}  {}{}",
             f("session"),
             f("state"),
             super::replay::time(s["opened_ms"].as_i64().unwrap_or(0)),
@@ -119,6 +133,10 @@ pub fn run(a: SessionsArgs) -> Result<i32, CliError> {
                 .map(|p| format!("  pending {p}"))
                 .unwrap_or_default(),
             f("workspace"),
+            match (s["state"].as_str(), s["why"].as_str()) {
+                (Some("finished") | Some("running"), _) | (_, None) => String::new(),
+                (_, Some(why)) => format!("\n    {}", visible(why)),
+            }
         );
     }
     Ok(0)

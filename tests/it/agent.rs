@@ -1728,3 +1728,60 @@ fn a_workspace_the_agent_cannot_write_fails_the_call_not_the_session() {
     assert_eq!(actions[1]["status"], "ok", "{r}");
     assert!(!s.ws.join("y").exists());
 }
+
+/// Issue 35.3: an intent records what that action can reach as the
+/// policy accepted it, not the session's permissions: a read's intent
+/// says only `reads_workspace`, a write's only `writes_workspace`, a
+/// bash call's the three of a sandboxed command. Failed when every intent
+/// carried the session's list (a read said `writes_workspace`,
+/// `runs_sandboxed`).
+#[test]
+fn each_intent_records_its_own_actions_reach() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        put(&s, "a.txt", "a\n");
+        let script = write_script(
+            &s,
+            serde_json::json!([
+                {"tool_calls": [
+                    {"name": "read", "arguments": {"path": "a.txt"}},
+                    {"name": "write", "arguments": {"path": "b.txt", "content": "b\n"}},
+                    {"name": "bash", "arguments": {"command": "true"}}
+                ]},
+                {"text": "done"}
+            ]),
+        );
+        let o = agent(&s, &script, &["--autonomy", "auto"]);
+        assert_code(&o, 0, "retie run");
+        let mut tool_of = std::collections::BTreeMap::new();
+        let mut seen = std::collections::BTreeMap::new();
+        for (seq, kind, p) in entries_at(&ledger(&s)) {
+            if kind == "action_proposed" {
+                tool_of.insert(seq, p["action"]["tool"].as_str().unwrap_or("").to_string());
+            }
+            if kind == "intent" {
+                let tool = p["proposal"]
+                    .as_i64()
+                    .and_then(|n| tool_of.get(&n))
+                    .cloned()
+                    .unwrap_or_default();
+                seen.insert(tool, p["effects"].clone());
+            }
+        }
+        assert_eq!(
+            seen["read"],
+            serde_json::json!(["reads_workspace"]),
+            "{leg:?}: {seen:?}"
+        );
+        assert_eq!(
+            seen["write"],
+            serde_json::json!(["writes_workspace"]),
+            "{leg:?}: {seen:?}"
+        );
+        assert_eq!(
+            seen["bash"],
+            serde_json::json!(["reads_workspace", "writes_workspace", "runs_sandboxed"]),
+            "{leg:?}: {seen:?}"
+        );
+    }
+}

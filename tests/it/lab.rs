@@ -206,15 +206,44 @@ def send(req, cookie=None):
         return resp.status, resp.read().decode(errors="replace"), resp.headers.get("Set-Cookie")
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode(errors="replace"), None
-for path in sorted(glob.glob("findings/*.json")):
-    f = json.load(open(path)); req = f["request"]; cookie = None
+def replay(req, ev):
+    cookie = None
     if req.get("login"):
         _, _, sc = send({"method": "POST", "path": "/login", "form": req["login"]})
         cookie = sc.split(";")[0] if sc else None
     status, body, _ = send(req, cookie)
-    ev = f["expected_evidence"]
     ok = status == ev["status"] and ev["body_contains"] in body
-    print("%s=%s" % (f["id"], "reproduced" if ok else "not-reproduced:%d" % status))
+    return "reproduced" if ok else "not-reproduced:%d" % status
+for path in sorted(glob.glob("findings/*.json")):
+    f = json.load(open(path))
+    print("%s=%s" % (f["id"], replay(f["request"], f["expected_evidence"])))
+    for i, (req, ev) in enumerate(VARIANTS.get(f["id"], [])):
+        print("%s~variant%d=%s" % (f["id"], i, replay(dict(f["request"], **req), ev)))
+"#;
+
+/// A variant of each finding's payload that gets past the hurried fix of
+/// `lab up --demo --partial` (the gaps: lab/findings/README.md). Kept in
+/// the test, not in the findings: a retest agent must find them itself.
+/// Each entry overrides fields of the finding's `request` and names its
+/// own evidence.
+const VARIANTS: &str = r#"
+VARIANTS = {
+    # The block list is case-sensitive.
+    "F1-sqli-login": [({"form": {"user": "admin' or 1=1--", "password": "x"}},
+                       {"status": 200, "body_contains": "Welcome admin"})],
+    # `../` is stripped in one pass: `....//` becomes `../`.
+    "F2-path-traversal": [({"query": {"file": "....//" * 12 + "etc/passwd"}},
+                           {"status": 200, "body_contains": "root:x:0:0"})],
+    # The ownership check went into /record only; /export serves the same rows.
+    "F3-idor-record": [({"path": "/export"},
+                        {"status": 200, "body_contains": "FLAG-IDOR-7731"})],
+    # < > & are escaped, quotes are not: break out of the value attribute.
+    "F4-reflected-xss": [({"query": {"q": '" autofocus onfocus="alert(1)'}},
+                          {"status": 200, "body_contains": 'onfocus="alert(1)"'})],
+    # ; & | < > are refused; $( ) is not.
+    "F5-command-injection": [({"query": {"file": "report.txt$(id)"}},
+                              {"status": 200, "body_contains": "uid="})],
+}
 "#;
 
 fn state_dir(s: &Scratch) -> std::path::PathBuf {
@@ -230,7 +259,7 @@ fn lab_up(s: &Scratch, args: &[&str]) -> Output {
 }
 
 /// Starts a lab and stops it (and checks it is gone) on drop.
-struct Lab<'a> {
+pub(crate) struct Lab<'a> {
     s: &'a Scratch,
     name: String,
     keeper: i32,
@@ -238,7 +267,7 @@ struct Lab<'a> {
 }
 
 impl<'a> Lab<'a> {
-    fn up(s: &'a Scratch, name: &str, args: &[&str]) -> Lab<'a> {
+    pub(crate) fn up(s: &'a Scratch, name: &str, args: &[&str]) -> Lab<'a> {
         let mut all = vec!["--name", name];
         all.extend_from_slice(args);
         let o = lab_up(s, &all);
@@ -717,6 +746,26 @@ fn a_lab_whose_holder_died_is_cleaned_and_refused() {
 
 #[test]
 fn demo_flaws_reproduce_on_the_vulnerable_build_and_not_on_the_fixed_one() {
+    // (On the vulnerable build a variant may or may not work: `....//` is
+    // no traversal where nothing is stripped; `starts_with("")` holds.)
+    replay_demo(&[
+        ("vuln", &[], "reproduced", ""),
+        ("fixed", &["--fixed"], "not-reproduced", "not-reproduced"),
+    ]);
+}
+
+/// Issue 28: the third build. Each finding's original payload fails on
+/// `--partial` (as on `--fixed`), and a variant that gets past the hurried
+/// fix still reproduces the flaw (as it does not on `--fixed`).
+#[test]
+fn demo_partial_build_stops_each_original_payload_and_not_its_variant() {
+    replay_demo(&[("partial", &["--partial"], "not-reproduced", "reproduced")]);
+}
+
+/// Replays every finding and its variants against each build: (lab name,
+/// `lab up --demo` flags, what the original payloads give, what the
+/// variants give).
+fn replay_demo(builds: &[(&str, &[&str], &str, &str)]) {
     let findings = concat!(env!("CARGO_MANIFEST_DIR"), "/lab/findings");
     for leg in legs() {
         let s = Scratch::new(leg);
@@ -731,11 +780,9 @@ fn demo_flaws_reproduce_on_the_vulnerable_build_and_not_on_the_fixed_one() {
             }
         }
         assert_eq!(n, 5, "one finding per flaw");
-        std::fs::write(s.ws.join("replay.py"), REPLAY).expect("write replay");
-        for (name, extra, want) in [
-            ("vuln", &[][..], "reproduced"),
-            ("fixed", &["--fixed"][..], "not-reproduced"),
-        ] {
+        std::fs::write(s.ws.join("replay.py"), format!("{VARIANTS}{REPLAY}"))
+            .expect("write replay");
+        for &(name, extra, want, variant) in builds {
             let mut args = vec!["--demo"];
             args.extend_from_slice(extra);
             let _lab = Lab::up(&s, name, &args);
@@ -750,9 +797,20 @@ fn demo_flaws_reproduce_on_the_vulnerable_build_and_not_on_the_fixed_one() {
             );
             assert_code(&o, 0, "replay");
             let r = lines(&o);
-            assert_eq!(r.len(), 5, "{leg:?} {name}: {}\n{}", stdout(&o), stderr(&o));
+            assert_eq!(
+                r.len(),
+                10,
+                "{leg:?} {name}: {}\n{}",
+                stdout(&o),
+                stderr(&o)
+            );
             for (id, got) in &r {
-                assert!(got.starts_with(want), "{leg:?} {name}: {id} = {got}");
+                let w = if id.contains("~variant") {
+                    variant
+                } else {
+                    want
+                };
+                assert!(got.starts_with(w), "{leg:?} {name}: {id} = {got}");
             }
             // And with curl, as an attacker would (when the host has it;
             // the replay above already proved every flaw with python3).

@@ -19,6 +19,8 @@ mod library;
 mod lifecycle;
 mod overlay;
 mod policy;
+mod providers;
 mod resume;
+mod retest;
 mod toolchain;
 mod tty;

@@ -961,3 +961,59 @@ fn the_default_endpoint_is_named_before_the_first_request() {
         );
     }
 }
+
+/// Issue 35.1 across a resume: a session rebuilt from the ledger takes its
+/// taint from what reached the model, as the live session does. A fetch
+/// refused by the URL guard (approved, ran, fetched nothing) and a
+/// denied one bring nothing in; so after a resume under `--autonomy
+/// auto`, a third fetch is refused by the guard for the same reason as
+/// the first, not held as a lethal trifecta (which, with no terminal,
+/// suspended the session: exit 5). Failed when the rebuild tainted on
+/// every recorded intent.
+#[test]
+fn a_resumed_session_is_not_tainted_by_a_fetch_that_brought_nothing_in() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let sc = script(
+            &s,
+            "s.json",
+            serde_json::json!([
+                {"tool_calls": [{"name": "fetch", "arguments": {"url": "https://first.invalid/"}}]},
+                {"tool_calls": [{"name": "fetch", "arguments": {"url": "https://second.invalid/"}}]},
+                {"tool_calls": [{"name": "fetch", "arguments": {"url": "https://third.invalid/"}}]},
+                {"text": "done"}
+            ]),
+        );
+        let o = start(&s, &sc);
+        assert_code(&o, 5, "the first fetch asks (manual)");
+        let sid = report(&o)["session"].as_str().expect("sid").to_string();
+        assert_code(&retie(&s, &["approve", &sid]), 0, "approve the first");
+        let o = resume(&s, &sid, &sc);
+        assert_code(&o, 5, "the second fetch asks (manual)");
+        assert_code(
+            &retie(&s, &["deny", &sid, "--reason", "not that one"]),
+            0,
+            "deny the second",
+        );
+        let o = s
+            .retie()
+            .args([
+                "run",
+                "--json",
+                "--resume",
+                &sid,
+                "--autonomy",
+                "auto",
+                "--script",
+            ])
+            .arg(&sc)
+            .env_remove("RETIE_PROVIDER")
+            .stdin(Stdio::null())
+            .output()
+            .expect("resume");
+        assert_code(&o, 0, "the third fetch is refused by the guard, not held");
+        let r = report(&o);
+        assert!(!r.to_string().contains("trifecta"), "{leg:?}: {r}");
+        verify(&s, "after the resume");
+    }
+}

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
 
-use super::http::{json_error_text, plain, Http, RetryPolicy, Sse};
+use super::http::{classify_error_event, cut_off, parse_json, Http, Sse};
 use super::{emit_calls, make_call_id, parse_arguments, refuse_truncated, Provider};
 use crate::model::{
     Message, ProviderError, Role, StreamEvent, ToolCall, ToolSpec, Turn, TurnRequest, Usage,
@@ -38,11 +38,6 @@ impl AnthropicProvider {
                 .to_string(),
             api_key: api_key.filter(|k| !k.is_empty()),
         })
-    }
-
-    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
-        self.http.retry = retry;
-        self
     }
 }
 
@@ -184,9 +179,7 @@ impl Provider for AnthropicProvider {
             if data.is_empty() {
                 continue;
             }
-            let v: Value = serde_json::from_str(data).map_err(|e| {
-                ProviderError::Malformed(plain(&format!("an event is not JSON ({e}): {data}")))
-            })?;
+            let v = parse_json(data, "an event")?;
             let kind = v
                 .get("type")
                 .and_then(Value::as_str)
@@ -271,21 +264,13 @@ impl Provider for AnthropicProvider {
                     done = true;
                     break;
                 }
-                "error" => {
-                    let msg = json_error_text(&v).unwrap_or_else(|| data.to_string());
-                    return Err(ProviderError::Malformed(format!(
-                        "the provider reported an error mid-stream: {}",
-                        plain(&msg)
-                    )));
-                }
+                "error" => return Err(classify_error_event(&v, data)),
                 // ping, and event types added later.
                 _ => {}
             }
         }
         if !done {
-            return Err(ProviderError::Malformed(
-                "the stream ended before its terminator (message_stop)".into(),
-            ));
+            return Err(cut_off("message_stop"));
         }
         for block in blocks_by_index.into_values() {
             if let Block::Tool {

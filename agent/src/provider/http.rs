@@ -1,56 +1,23 @@
-//! What every HTTP provider shares: the client, retries with capped
-//! backoff, the classification of HTTP errors, and lenient line, SSE and
-//! NDJSON readers over a streamed body.
+//! What every HTTP provider shares: the client, the classification of
+//! failures (HTTP statuses, error events in a stream, cut streams) into
+//! transient and permanent, and lenient line, SSE and NDJSON readers
+//! over a streamed body. Retrying is the session's (one loop for every
+//! provider): a provider asks once.
 
 use std::time::Duration;
 
 use retie_dispatch::display::visible;
 use serde_json::Value;
 
-use crate::model::ProviderError;
-
-/// How long to wait and how often to retry when the provider is rate
-/// limited (429) or overloaded (503, 529).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RetryPolicy {
-    /// Retries after the first attempt.
-    pub max_retries: u32,
-    /// The first backoff when the server gives no Retry-After; doubled
-    /// each retry.
-    pub base_delay: Duration,
-    /// No single wait is longer than this, whatever Retry-After says.
-    pub max_delay: Duration,
-}
-
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        RetryPolicy {
-            max_retries: 3,
-            base_delay: Duration::from_secs(1),
-            max_delay: Duration::from_secs(10),
-        }
-    }
-}
-
-impl RetryPolicy {
-    /// The wait before retry number `attempt` (0-based), honouring the
-    /// server's Retry-After when it gave one, capped at `max_delay`.
-    pub fn delay(&self, attempt: u32, retry_after: Option<Duration>) -> Duration {
-        let backoff = self
-            .base_delay
-            .saturating_mul(1u32.checked_shl(attempt.min(16)).unwrap_or(u32::MAX));
-        retry_after.unwrap_or(backoff).min(self.max_delay)
-    }
-}
+use crate::model::{Cause, ProviderError, Transient};
 
 /// The longest server-provided error text shown to a person.
 const MAX_MESSAGE: usize = 600;
 
-/// A reqwest client with the retry policy every provider shares.
+/// A reqwest client every provider shares.
 #[derive(Debug, Clone)]
 pub struct Http {
     client: reqwest::Client,
-    pub retry: RetryPolicy,
 }
 
 impl Http {
@@ -59,51 +26,36 @@ impl Http {
             .connect_timeout(Duration::from_secs(30))
             .read_timeout(Duration::from_secs(300))
             .build()
-            .map_err(|e| ProviderError::Transport(format!("cannot build the HTTP client: {e}")))?;
-        Ok(Http {
-            client,
-            retry: RetryPolicy::default(),
-        })
+            .map_err(|e| ProviderError::Permanent(format!("cannot build the HTTP client: {e}")))?;
+        Ok(Http { client })
     }
 
-    /// POST `body` as JSON to `url` with `headers`; retry 429/503/529 per
-    /// the policy; return the response once its status is a success.
+    /// POST `body` as JSON to `url` with `headers`, once; the response
+    /// once its status is a success, else the failure classified
+    /// ([`classify_status`]).
     pub async fn post_json(
         &self,
         url: &str,
         headers: &[(&str, String)],
         body: &Value,
     ) -> Result<reqwest::Response, ProviderError> {
-        let mut attempt = 0u32;
-        loop {
-            let mut rb = self.client.post(url).json(body);
-            for (k, v) in headers {
-                rb = rb.header(*k, v.as_str());
-            }
-            let resp = rb.send().await.map_err(|e| {
-                ProviderError::Transport(visible(&format!("{url}: {}", error_chain(&e))))
-            })?;
-            let status = resp.status().as_u16();
-            if resp.status().is_success() {
-                return Ok(resp);
-            }
-            let retry_after = retry_after(resp.headers());
-            let text = resp.text().await.unwrap_or_default();
-            let message = error_message(status, &text);
-            match classify(status, &text) {
-                Failure::Permanent => return Err(ProviderError::Permanent(message)),
-                Failure::Retry if attempt < self.retry.max_retries => {
-                    tokio::time::sleep(self.retry.delay(attempt, retry_after)).await;
-                    attempt += 1;
-                }
-                Failure::Retry => {
-                    return Err(ProviderError::Unavailable(format!(
-                        "{message} (after {} retries)",
-                        self.retry.max_retries
-                    )))
-                }
-            }
+        let mut rb = self.client.post(url).json(body);
+        for (k, v) in headers {
+            rb = rb.header(*k, v.as_str());
         }
+        let resp = rb.send().await.map_err(|e| {
+            ProviderError::transient(
+                Cause::Connection,
+                plain(&format!("{url}: {}", error_chain(&e))),
+            )
+        })?;
+        let status = resp.status().as_u16();
+        if resp.status().is_success() {
+            return Ok(resp);
+        }
+        let wait = retry_after(resp.headers());
+        let text = resp.text().await.unwrap_or_default();
+        Err(classify_status(status, &text, wait))
     }
 }
 
@@ -122,42 +74,150 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-enum Failure {
-    Permanent,
-    Retry,
+/// An HTTP error status as a typed failure. 429 is a rate limit
+/// (transient, `wait` honoured) unless its body says the quota or a
+/// weekly/monthly cap is exhausted; 408, 409 and 5xx (529 overloaded)
+/// are transient; 400, 401, 403 (entitlement), 404 (model), 413,
+/// 422... are permanent: the same request cannot succeed.
+pub fn classify_status(status: u16, body: &str, wait: Option<Duration>) -> ProviderError {
+    let message = error_message(status, body);
+    let cause = match status {
+        429 if is_quota(body) => return ProviderError::Permanent(message),
+        429 => Cause::RateLimited,
+        408 | 409 | 500..=599 => Cause::ServerError,
+        _ => return ProviderError::Permanent(message),
+    };
+    ProviderError::Transient(Transient {
+        cause,
+        status: Some(status),
+        message,
+        retry_after: wait,
+    })
 }
 
-fn classify(status: u16, body: &str) -> Failure {
-    match status {
-        429 if is_quota(body) => Failure::Permanent,
-        // 408 timeout, 409 conflict (lock), 429 rate limit, 5xx server
-        // trouble including 529 overloaded: worth waiting for.
-        408 | 409 | 429 | 500 | 502 | 503 | 504 | 529 => Failure::Retry,
-        // 400, 401, 403, 404 (model not found), 413, 422...: retrying
-        // the same request cannot help.
-        _ => Failure::Permanent,
+/// An error object (or Ollama's error line) inside an answer that began
+/// with HTTP 200: transient (overloaded, api_error, server_error...)
+/// unless its type says the request itself is refused.
+pub fn classify_error_event(v: &Value, raw: &str) -> ProviderError {
+    let msg = plain(&json_error_text(v).unwrap_or_else(|| raw.to_string()));
+    let kind = v
+        .get("error")
+        .and_then(|e| e.get("type").or_else(|| e.get("code")))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let permanent = matches!(
+        kind,
+        "invalid_request_error"
+            | "authentication_error"
+            | "permission_error"
+            | "not_found_error"
+            | "insufficient_quota"
+            | "billing_error"
+    ) || is_quota(&msg);
+    if permanent {
+        ProviderError::Permanent(msg)
+    } else {
+        ProviderError::transient(Cause::ErrorEvent, msg)
     }
 }
 
-/// A 429 that means the account is out of money, not that it is too fast.
+/// A stream that ended without its end marker (`what`).
+pub fn cut_off(what: &str) -> ProviderError {
+    ProviderError::transient(
+        Cause::CutOff,
+        format!("the stream ended before its end marker ({what})"),
+    )
+}
+
+/// One event's or line's JSON. Incomplete JSON is a stream cut inside
+/// it (transient); anything else that is not JSON is malformed.
+pub fn parse_json(data: &str, what: &str) -> Result<Value, ProviderError> {
+    serde_json::from_str(data).map_err(|e| {
+        if e.is_eof() {
+            ProviderError::transient(
+                Cause::CutOff,
+                plain(&format!("the stream broke off inside {what}: {data}")),
+            )
+        } else {
+            ProviderError::Malformed(plain(&format!("{what} is not JSON ({e}): {data}")))
+        }
+    })
+}
+
+/// A 429 that means the account is out of money or over a long cap
+/// (weekly, monthly), not that it is too fast: asking again within the
+/// session cannot help.
 fn is_quota(body: &str) -> bool {
     let lower = body.to_ascii_lowercase();
     lower.contains("insufficient_quota")
         || lower.contains("exceeded your current quota")
         || lower.contains("billing")
+        || lower.contains("weekly")
+        || lower.contains("monthly")
 }
 
-/// `Retry-After` in seconds (integer or decimal), or OpenAI's
-/// `retry-after-ms`. An HTTP date is ignored (the backoff applies).
-fn retry_after(h: &reqwest::header::HeaderMap) -> Option<Duration> {
+/// How long the server asks to wait: `retry-after-ms` (OpenAI),
+/// `Retry-After` in seconds (integer or decimal), else the soonest of
+/// the rate-limit reset headers (`x-ratelimit-reset-requests`/`-tokens`
+/// as durations like `6m0s`, `1.5s`, `20ms`). An HTTP date is ignored
+/// (the backoff applies).
+pub fn retry_after(h: &reqwest::header::HeaderMap) -> Option<Duration> {
     let get = |name: &str| h.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    let secs =
+        |s: f64| (s.is_finite() && s >= 0.0).then(|| Duration::from_secs_f64(s.min(86_400.0)));
     if let Some(ms) = get("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
-        if ms.is_finite() && ms >= 0.0 {
-            return Some(Duration::from_secs_f64(ms.min(86_400_000.0) / 1000.0));
+        if let Some(d) = secs(ms / 1000.0) {
+            return Some(d);
         }
     }
-    let secs = get("retry-after")?.parse::<f64>().ok()?;
-    (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs.min(86_400.0)))
+    if let Some(d) = get("retry-after")
+        .and_then(|v| v.parse::<f64>().ok())
+        .and_then(secs)
+    {
+        return Some(d);
+    }
+    [
+        "x-ratelimit-reset-requests",
+        "x-ratelimit-reset-tokens",
+        "x-ratelimit-reset",
+    ]
+    .iter()
+    .filter_map(|n| get(n).and_then(go_duration))
+    .min()
+}
+
+/// A duration as Go prints it (`6m0s`, `1.5s`, `20ms`, `1h2m`), or
+/// plain seconds.
+fn go_duration(s: &str) -> Option<Duration> {
+    if let Ok(n) = s.parse::<f64>() {
+        return (n.is_finite() && n >= 0.0).then(|| Duration::from_secs_f64(n.min(86_400.0)));
+    }
+    let mut total = 0f64;
+    let mut num = String::new();
+    let mut chars = s.chars().peekable();
+    let mut any = false;
+    while let Some(c) = chars.next() {
+        if c.is_ascii_digit() || c == '.' {
+            num.push(c);
+            continue;
+        }
+        let n: f64 = num.parse().ok()?;
+        num.clear();
+        let unit = match c {
+            'h' => 3600.0,
+            'm' if chars.peek() == Some(&'s') => {
+                chars.next();
+                0.001
+            }
+            'm' => 60.0,
+            's' => 1.0,
+            _ => return None,
+        };
+        total += n * unit;
+        any = true;
+    }
+    (any && num.is_empty() && total.is_finite())
+        .then(|| Duration::from_secs_f64(total.min(86_400.0)))
 }
 
 /// The server's error, as plain text for a person: the `message` of an
@@ -268,10 +328,13 @@ impl Lines {
                 Ok(Some(bytes)) => self.push(&bytes),
                 Ok(None) => self.eof = true,
                 Err(e) => {
-                    return Err(ProviderError::Malformed(plain(&format!(
-                        "the stream broke off before its end: {}",
-                        error_chain(&e)
-                    ))))
+                    return Err(ProviderError::transient(
+                        Cause::Connection,
+                        plain(&format!(
+                            "the stream broke off before its end: {}",
+                            error_chain(&e)
+                        )),
+                    ))
                 }
             }
         }
@@ -379,23 +442,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn delay_honours_retry_after_and_caps() {
-        let p = RetryPolicy {
-            max_retries: 3,
-            base_delay: Duration::from_millis(100),
-            max_delay: Duration::from_secs(2),
-        };
-        assert_eq!(p.delay(0, None), Duration::from_millis(100));
-        assert_eq!(p.delay(2, None), Duration::from_millis(400));
-        assert_eq!(p.delay(30, None), Duration::from_secs(2));
-        assert_eq!(
-            p.delay(0, Some(Duration::from_secs(1))),
-            Duration::from_secs(1)
-        );
-        assert_eq!(
-            p.delay(0, Some(Duration::from_secs(60))),
-            Duration::from_secs(2)
-        );
+    fn reset_headers_are_durations() {
+        assert_eq!(go_duration("6m0s"), Some(Duration::from_secs(360)));
+        assert_eq!(go_duration("1.5s"), Some(Duration::from_millis(1500)));
+        assert_eq!(go_duration("20ms"), Some(Duration::from_millis(20)));
+        assert_eq!(go_duration("1h2m"), Some(Duration::from_secs(3720)));
+        assert_eq!(go_duration("2"), Some(Duration::from_secs(2)));
+        assert_eq!(go_duration("soon"), None);
+        assert_eq!(go_duration("5x"), None);
     }
 
     #[test]
@@ -415,16 +469,34 @@ mod tests {
 
     #[test]
     fn quota_is_permanent_rate_limit_is_not() {
-        assert!(matches!(
-            classify(429, r#"{"error":{"code":"insufficient_quota"}}"#),
-            Failure::Permanent
-        ));
-        assert!(matches!(
-            classify(429, r#"{"error":{"code":"rate_limit_exceeded"}}"#),
-            Failure::Retry
-        ));
-        assert!(matches!(classify(529, ""), Failure::Retry));
-        assert!(matches!(classify(401, ""), Failure::Permanent));
-        assert!(matches!(classify(404, ""), Failure::Permanent));
+        let transient = |e: ProviderError| matches!(e, ProviderError::Transient(_));
+        assert!(!transient(classify_status(
+            429,
+            r#"{"error":{"code":"insufficient_quota"}}"#,
+            None
+        )));
+        assert!(!transient(classify_status(
+            429,
+            r#"{"error":"you have reached your weekly usage limit"}"#,
+            None
+        )));
+        assert!(transient(classify_status(
+            429,
+            r#"{"error":{"code":"rate_limit_exceeded"}}"#,
+            None
+        )));
+        assert!(transient(classify_status(529, "", None)));
+        assert!(transient(classify_status(500, "", None)));
+        for s in [400, 401, 403, 404] {
+            assert!(!transient(classify_status(s, "", None)), "{s}");
+        }
+        let ev = |v: Value| classify_error_event(&v, "");
+        assert!(transient(ev(
+            serde_json::json!({"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}})
+        )));
+        assert!(transient(ev(serde_json::json!({"error":"model is busy"}))));
+        assert!(!transient(ev(
+            serde_json::json!({"error":{"type":"invalid_request_error","message":"bad"}})
+        )));
     }
 }

@@ -26,7 +26,6 @@ pub mod openai;
 pub mod script;
 
 pub use anthropic::AnthropicProvider;
-pub use http::RetryPolicy;
 pub use ollama::OllamaProvider;
 pub use openai::OpenAiProvider;
 pub use script::ScriptProvider;
@@ -42,18 +41,6 @@ pub enum AnyProvider {
     Ollama(OllamaProvider),
     Anthropic(AnthropicProvider),
     Script(ScriptProvider),
-}
-
-impl AnyProvider {
-    /// Use `retry` for rate limits and overload (the script ignores it).
-    pub fn with_retry(self, retry: RetryPolicy) -> AnyProvider {
-        match self {
-            AnyProvider::OpenAi(p) => AnyProvider::OpenAi(p.with_retry(retry)),
-            AnyProvider::Ollama(p) => AnyProvider::Ollama(p.with_retry(retry)),
-            AnyProvider::Anthropic(p) => AnyProvider::Anthropic(p.with_retry(retry)),
-            AnyProvider::Script(p) => AnyProvider::Script(p),
-        }
-    }
 }
 
 impl Provider for AnyProvider {

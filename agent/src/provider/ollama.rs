@@ -7,7 +7,7 @@
 
 use serde_json::{json, Value};
 
-use super::http::{json_error_text, plain, Http, Lines, RetryPolicy};
+use super::http::{classify_error_event, cut_off, json_error_text, parse_json, Http, Lines};
 use super::{emit_calls, make_call_id, parse_arguments, refuse_truncated, Provider};
 use crate::model::{
     Message, ProviderError, Role, StreamEvent, ToolCall, ToolSpec, Turn, TurnRequest, Usage,
@@ -35,11 +35,6 @@ impl OllamaProvider {
             api_key: api_key.filter(|k| !k.is_empty()),
             num_ctx: DEFAULT_NUM_CTX,
         })
-    }
-
-    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
-        self.http.retry = retry;
-        self
     }
 
     /// The context window to ask for (default 16384).
@@ -141,14 +136,9 @@ impl Provider for OllamaProvider {
                 continue;
             }
             turn.raw.push(line.to_string());
-            let v: Value = serde_json::from_str(line).map_err(|e| {
-                ProviderError::Malformed(plain(&format!("a line is not JSON ({e}): {line}")))
-            })?;
-            if let Some(msg) = json_error_text(&v) {
-                return Err(ProviderError::Malformed(format!(
-                    "the provider reported an error mid-stream: {}",
-                    plain(&msg)
-                )));
+            let v = parse_json(line, "a line")?;
+            if json_error_text(&v).is_some() {
+                return Err(classify_error_event(&v, line));
             }
             if let Some(m) = v.get("message") {
                 if let Some(r) = m.get("thinking").and_then(Value::as_str) {
@@ -184,9 +174,7 @@ impl Provider for OllamaProvider {
             }
         }
         if !done {
-            return Err(ProviderError::Malformed(
-                "the stream ended before its terminator (a line with done: true)".into(),
-            ));
+            return Err(cut_off("a line with done: true"));
         }
         turn.truncated = turn.stop_reason.as_deref() == Some("length");
         if turn.truncated {

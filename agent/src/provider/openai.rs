@@ -10,7 +10,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::http::{json_error_text, plain, Http, RetryPolicy, Sse};
+use super::http::{classify_error_event, cut_off, json_error_text, parse_json, plain, Http, Sse};
 use super::{emit_calls, make_call_id, parse_arguments, refuse_truncated, Provider};
 use crate::model::{
     Message, ProviderError, Role, StreamEvent, ToolCall, ToolSpec, Turn, TurnRequest, Usage,
@@ -47,11 +47,6 @@ impl OpenAiProvider {
         self.stream = stream;
         self
     }
-
-    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
-        self.http.retry = retry;
-        self
-    }
 }
 
 impl Provider for OpenAiProvider {
@@ -85,16 +80,14 @@ impl Provider for OpenAiProvider {
         let mut acc = Accumulator::default();
         if is_json {
             let text = resp.text().await.map_err(|e| {
-                ProviderError::Malformed(plain(&format!("the answer broke off: {e}")))
+                ProviderError::transient(
+                    crate::model::Cause::Connection,
+                    plain(&format!("the answer broke off: {e}")),
+                )
             })?;
-            let v: Value = serde_json::from_str(&text).map_err(|e| {
-                ProviderError::Malformed(plain(&format!("the answer is not JSON ({e}): {text}")))
-            })?;
-            if let Some(msg) = json_error_text(&v) {
-                return Err(ProviderError::Malformed(format!(
-                    "the provider reported an error: {}",
-                    plain(&msg)
-                )));
+            let v = parse_json(&text, "the answer")?;
+            if json_error_text(&v).is_some() {
+                return Err(classify_error_event(&v, &text));
             }
             acc.chunk(&v, on_event);
             let turn = acc.finish(vec![text]);
@@ -114,22 +107,14 @@ impl Provider for OpenAiProvider {
             if data.is_empty() {
                 continue;
             }
-            let v: Value = serde_json::from_str(data).map_err(|e| {
-                ProviderError::Malformed(plain(&format!("an event is not JSON ({e}): {data}")))
-            })?;
+            let v = parse_json(data, "an event")?;
             if ev.event.as_deref() == Some("error") || v.get("error").is_some() {
-                let msg = json_error_text(&v).unwrap_or_else(|| data.to_string());
-                return Err(ProviderError::Malformed(format!(
-                    "the provider reported an error mid-stream: {}",
-                    plain(&msg)
-                )));
+                return Err(classify_error_event(&v, data));
             }
             acc.chunk(&v, on_event);
         }
         if !done {
-            return Err(ProviderError::Malformed(
-                "the stream ended before its terminator (data: [DONE])".into(),
-            ));
+            return Err(cut_off("data: [DONE]"));
         }
         let turn = acc.finish(raw);
         emit_calls(&turn.tool_calls, on_event);

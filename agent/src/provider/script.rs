@@ -48,7 +48,8 @@ pub struct ScriptTurn {
     #[serde(default)]
     pub expect: Vec<String>,
     /// Fail the turn with this provider error instead: `permanent:MSG`,
-    /// `unavailable:MSG`, anything else a malformed answer.
+    /// `unavailable:MSG` or `transient:MSG` (the session retries: the
+    /// script's next turn answers), anything else a malformed answer.
     #[serde(default)]
     pub error: Option<String>,
     /// Answer only after this long (a slow model, for the tests of a
@@ -192,7 +193,10 @@ impl Provider for ScriptProvider {
         if let Some(e) = &st.error {
             return Err(match e.split_once(':') {
                 Some(("permanent", m)) => ProviderError::Permanent(plain(m)),
-                Some(("unavailable", m)) => ProviderError::Unavailable(plain(m)),
+                // The session retries it (the script's next turn answers).
+                Some(("unavailable" | "transient", m)) => {
+                    ProviderError::transient(crate::model::Cause::ServerError, plain(m))
+                }
                 _ => ProviderError::Malformed(plain(e)),
             });
         }

@@ -13,6 +13,7 @@ mod bash;
 mod fetch;
 mod files;
 mod recall;
+pub mod retest;
 mod schema;
 
 use std::path::PathBuf;
@@ -62,6 +63,18 @@ pub struct Declaration {
 /// The declaration of tool `name`, if it is one of ours.
 pub fn declaration(name: &str) -> Option<&'static Declaration> {
     DECLARATIONS.iter().find(|d| d.name == name)
+}
+
+fn to_specs(names: &[&str], find: impl Fn(&str) -> Option<&'static Declaration>) -> Vec<ToolSpec> {
+    names
+        .iter()
+        .filter_map(|n| find(n))
+        .map(|d| ToolSpec {
+            name: d.name.into(),
+            description: d.description.into(),
+            parameters: schema::to_schema(d.params),
+        })
+        .collect()
 }
 
 const DECLARATIONS: &[Declaration] = &[
@@ -168,6 +181,9 @@ pub struct Tools {
     /// The session's cancel token (set by `Session`): a running sandbox
     /// may watch it to stop early.
     pub cancel: retie_dispatch::Cancel,
+    /// Set: a retest session, whose tools are `run_command` and `conclude`
+    /// (issue 28) instead of the coding tools.
+    pub retest: Option<retest::RetestState>,
     ws: Workspace,
 }
 
@@ -233,8 +249,37 @@ impl Tools {
             recall: Recall::default(),
             fetch: FetchSettings::default(),
             cancel: retie_dispatch::Cancel::new(),
+            retest: None,
             ws,
         })
+    }
+
+    /// The tool names this session offers.
+    pub fn names(&self) -> &'static [&'static str] {
+        if self.retest.is_some() {
+            retest::RETEST_TOOL_NAMES
+        } else {
+            TOOL_NAMES
+        }
+    }
+
+    /// The declaration of `name` in this session's tool set.
+    pub fn lookup(&self, name: &str) -> Option<&'static Declaration> {
+        if self.retest.is_some() {
+            retest::RETEST_DECLARATIONS.iter().find(|d| d.name == name)
+        } else {
+            declaration(name)
+        }
+    }
+
+    /// The declarations sent to the model.
+    pub fn specs(&self) -> Vec<ToolSpec> {
+        to_specs(self.names(), |n| self.lookup(n))
+    }
+
+    /// A retest session has its valid conclusion: nothing more to do.
+    pub fn concluded(&self) -> bool {
+        self.retest.as_ref().is_some_and(|r| r.conclusion.is_some())
     }
 
     /// The one mask every tool applies: `Err` (the model's message) when
@@ -278,10 +323,10 @@ impl Tools {
     /// Check a call's arguments and build its action. `Err` is the message
     /// for the model; nothing was run.
     pub fn prepare(&self, name: &str, args: &Map<String, Value>) -> Result<Prepared, String> {
-        let decl = declaration(name).ok_or_else(|| {
+        let decl = self.lookup(name).ok_or_else(|| {
             format!(
                 "there is no tool named {name:?}; the tools are: {}",
-                TOOL_NAMES.join(", ")
+                self.names().join(", ")
             )
         })?;
         check_args(decl.params, args).map_err(|e| format!("{name}: {e}; nothing was run"))?;
@@ -298,6 +343,12 @@ impl Tools {
         };
         if name == "write" || name == "edit" {
             files::prepare_write(self, &mut prepared)?;
+        }
+        if name == "conclude" {
+            // Checked against the outputs before anything is dispatched.
+            if let Some(r) = &self.retest {
+                r.check_conclusion(args)?;
+            }
         }
         Ok(prepared)
     }
@@ -431,6 +482,43 @@ impl Tools {
                 let mut ex = recall::RecallExec {
                     recall: &mut self.recall,
                     args: &p.args,
+                };
+                dispatch(
+                    rec,
+                    policy,
+                    ctx,
+                    proposal,
+                    approver,
+                    &mut Contained(&mut ex),
+                )
+            }
+            "run_command" => {
+                let snaps = Snapshots::open(&self.state, &self.workspace)?;
+                let state = self.state.clone();
+                let cancel = self.cancel.clone();
+                let r = self.retest.as_mut().ok_or_else(|| {
+                    retie_dispatch::Error::Invalid("run_command outside a retest session".into())
+                })?;
+                let mut ex = retest::RunCommandExec::new(r, snaps, state, &p.args, notes, cancel)?;
+                dispatch(
+                    rec,
+                    policy,
+                    ctx,
+                    proposal,
+                    approver,
+                    &mut Contained(&mut ex),
+                )
+            }
+            "conclude" => {
+                let r = self.retest.as_mut().ok_or_else(|| {
+                    retie_dispatch::Error::Invalid("conclude outside a retest session".into())
+                })?;
+                let conclusion = r
+                    .check_conclusion(&p.args)
+                    .map_err(retie_dispatch::Error::Invalid)?;
+                let mut ex = retest::ConcludeExec {
+                    conclusion,
+                    slot: &mut r.conclusion,
                 };
                 dispatch(
                     rec,
@@ -585,7 +673,8 @@ fn command_of(tool: &str, args: &Map<String, Value>) -> Vec<String> {
             .to_string()
     };
     match tool {
-        "bash" => vec!["sh".into(), "-c".into(), s("command")],
+        "bash" | "run_command" => vec!["sh".into(), "-c".into(), s("command")],
+        "conclude" => vec![tool.into(), s("status")],
         "read" | "write" | "edit" => vec![tool.into(), s("path")],
         "glob" | "grep" => vec![tool.into(), s("pattern")],
         "recall" => vec![tool.into(), s("ref")],

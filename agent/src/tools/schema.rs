@@ -10,6 +10,8 @@ pub enum ArgKind {
     /// A non-negative integer.
     Int,
     Bool,
+    /// An array of JSON objects (their fields checked by the tool).
+    Objects,
 }
 
 impl ArgKind {
@@ -18,6 +20,7 @@ impl ArgKind {
             ArgKind::Str => "string",
             ArgKind::Int => "integer",
             ArgKind::Bool => "boolean",
+            ArgKind::Objects => "array",
         }
     }
     fn accepts(self, v: &Value) -> bool {
@@ -25,6 +28,7 @@ impl ArgKind {
             ArgKind::Str => v.is_string(),
             ArgKind::Int => v.as_u64().is_some(),
             ArgKind::Bool => v.is_boolean(),
+            ArgKind::Objects => v.as_array().is_some_and(|a| a.iter().all(Value::is_object)),
         }
     }
 }
@@ -65,6 +69,9 @@ pub fn to_schema(params: &[Param]) -> Value {
             let mut s = json!({"type": p.kind.name(), "description": p.description});
             if p.kind == ArgKind::Int {
                 s["minimum"] = json!(0);
+            }
+            if p.kind == ArgKind::Objects {
+                s["items"] = json!({"type": "object"});
             }
             (p.name.to_string(), s)
         })

@@ -225,7 +225,7 @@ fn chat(mut args: RunArgs) -> Result<i32, CliError> {
         ),
         Err(e) => {
             eprintln!("retie: the ledger session could not be closed: {e}");
-            return Ok(EXIT_USAGE);
+            return Ok(run::EXIT_FAILED);
         }
     }
     Ok(0)

@@ -182,6 +182,20 @@ impl Render for ChatRender {
         // The model thinks again after a call.
         start(&self.spin, "thinking");
     }
+
+    fn retrying(&mut self, why: &str, wait: std::time::Duration) {
+        stop(&self.spin);
+        self.end_text();
+        eprintln!(
+            "  {}",
+            self.err.yellow(&format!(
+                "retrying in {:.1} s: {} (what this attempt streamed is dropped)",
+                wait.as_secs_f64(),
+                visible(why)
+            ))
+        );
+        start(&self.spin, "thinking");
+    }
 }
 
 /// The render of `retie run -p`: streamed text on stdout (on stderr with
@@ -239,6 +253,13 @@ impl Render for PlainRender {
             visible(&c.summary),
             c.status,
             visible(&said)
+        );
+    }
+    fn retrying(&mut self, why: &str, wait: std::time::Duration) {
+        eprintln!(
+            "\nretie: retrying in {:.1} s: {} (what this attempt streamed is dropped)",
+            wait.as_secs_f64(),
+            visible(why)
         );
     }
 }

@@ -1,0 +1,92 @@
+//! Typed payloads of a retest session (issue 28), written and read by
+//! this one definition: the opening's `retest` object and the verdict
+//! note. A finding itself is kept as the JSON of `retie-finding`'s
+//! `Finding` (the ledger does not depend on the importers).
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The key of a verdict note's payload.
+pub const VERDICT_KEY: &str = "retest_verdict";
+/// The key of an operator's adjudication note.
+pub const ADJUDICATION_KEY: &str = "retest_adjudication";
+
+/// A finding's origin and the lab origin it became.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OriginPair {
+    pub from: String,
+    pub to: String,
+}
+
+/// What a retest session retests: in its opening entry, under `retest`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RetestOpened {
+    /// The finding as imported, origins still as reported.
+    pub finding: Value,
+    /// The finding with its URLs on the lab (what the agent was given).
+    pub finding_on_lab: Value,
+    pub lab: String,
+    pub lab_ports: Vec<u16>,
+    pub origin_map: Vec<OriginPair>,
+    pub max_steps: u32,
+    /// The tools checked in the sandbox's view before the first step.
+    pub tools_checked: Vec<String>,
+    /// The scratch directory commands ran in.
+    pub scratch: String,
+}
+
+/// One command the retest ran (the agent's or the operator's).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CommandRun {
+    pub output_id: String,
+    pub command: String,
+    pub exit_code: Option<i32>,
+    pub timed_out: bool,
+    /// The recorded output (capped), as the model read it.
+    pub output: String,
+}
+
+/// One cited excerpt, with the command that printed it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EvidenceItem {
+    pub output_id: String,
+    pub excerpt: String,
+    pub command: String,
+}
+
+/// The verdict of a retest session: a note, durable before the session
+/// closes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RetestVerdict {
+    /// `still_open`, `fixed` or `inconclusive`.
+    pub status: String,
+    pub rationale: String,
+    /// `agent` (its valid conclusion) or `retie` (the budget ran out, the
+    /// session stopped without one).
+    pub decided_by: String,
+    pub evidence: Vec<EvidenceItem>,
+    /// Every command run, in order: the original payload and the variants.
+    pub commands: Vec<CommandRun>,
+    /// Model turns used, of `max_steps`.
+    pub steps: u32,
+    pub max_steps: u32,
+}
+
+impl RetestVerdict {
+    /// The note's payload.
+    pub fn to_note(&self) -> Value {
+        let mut o = serde_json::Map::new();
+        o.insert(
+            VERDICT_KEY.into(),
+            serde_json::to_value(self).unwrap_or(Value::Null),
+        );
+        Value::Object(o)
+    }
+
+    /// The verdict a note carries, if it is a verdict note.
+    pub fn from_note(payload: &Value) -> Option<Result<RetestVerdict, serde_json::Error>> {
+        payload
+            .get(VERDICT_KEY)
+            .map(|v| serde_json::from_value(v.clone()))
+    }
+}
