@@ -77,6 +77,35 @@ fn report(a: &ReportArgs) -> Result<String, CliError> {
     })
 }
 
+/// The retest record of session `id`'s opening entry (`opened`, None when
+/// the ledger at `path` has no such session), or the error that says
+/// which is missing; `hint` names what to use for a session that is not a
+/// retest. One reader for `retie report` and `retie retest --resume`.
+pub(crate) fn retest_opened(
+    opened: Option<Value>,
+    id: &str,
+    path: &std::path::Path,
+    hint: &str,
+) -> Result<RetestOpened, CliError> {
+    let opened = opened.ok_or_else(|| {
+        CliError::Usage(format!(
+            "no session {} in the ledger {} (`retie sessions` lists them)",
+            crate::ui::visible(id),
+            path.display()
+        ))
+    })?;
+    opened
+        .get("retest")
+        .cloned()
+        .and_then(|v| serde_json::from_value(v).ok())
+        .ok_or_else(|| {
+            CliError::Usage(format!(
+                "session {} is not a retest session ({hint})",
+                crate::ui::visible(id)
+            ))
+        })
+}
+
 fn read(path: &std::path::Path, id: &str) -> Result<Retest, CliError> {
     let ledger = Ledger::open(path, false, None)?;
     let rows = ledger.session_rows(id)?;
@@ -100,23 +129,14 @@ fn read(path: &std::path::Path, id: &str) -> Result<Retest, CliError> {
             }
         }
     }
-    let opened_payload = opened_payload.ok_or_else(|| {
-        CliError::Usage(format!(
-            "no session {} in the ledger {} (`retie sessions` lists them)",
-            crate::ui::visible(id),
-            path.display()
-        ))
-    })?;
-    let opened: RetestOpened = opened_payload
-        .get("retest")
-        .cloned()
-        .and_then(|v| serde_json::from_value(v).ok())
-        .ok_or_else(|| {
-            CliError::Usage(format!(
-                "session {} is not a retest session (`retie replay` shows any session)",
-                crate::ui::visible(id)
-            ))
-        })?;
+    let opened = retest_opened(
+        opened_payload.clone(),
+        id,
+        path,
+        "`retie replay` shows any session",
+    )?;
+    // Some: retest_opened refuses a session without an opening.
+    let opened_payload = opened_payload.unwrap_or(Value::Null);
     let finding: Finding = serde_json::from_value(opened.finding.clone())
         .map_err(|e| CliError::Usage(format!("session {id}: its finding is unreadable: {e}")))?;
     let text = |k: &str| {

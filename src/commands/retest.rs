@@ -616,27 +616,14 @@ fn resume(mut a: RetestArgs, id: &str) -> Result<i32, CliError> {
     let ledger = retie_ledger::Ledger::open(&path, false, None)?;
     let rows = ledger.session_rows(id)?;
     drop(ledger);
-    let opened_payload = rows
-        .iter()
-        .find(|r| r.kind == retie_ledger::Kind::SessionOpened.as_bytes())
-        .map(|r| r.payload_json())
-        .ok_or_else(|| {
-            CliError::Usage(format!(
-                "no session {} in the ledger {} (`retie sessions` lists them)",
-                crate::ui::visible(id),
-                path.display()
-            ))
-        })?;
-    let opened: RetestOpened = opened_payload
-        .get("retest")
-        .cloned()
-        .and_then(|v| serde_json::from_value(v).ok())
-        .ok_or_else(|| {
-            CliError::Usage(format!(
-                "session {} is not a retest session (`retie run --resume` resumes agent sessions)",
-                crate::ui::visible(id)
-            ))
-        })?;
+    let opened: RetestOpened = super::report::retest_opened(
+        rows.iter()
+            .find(|r| r.kind == retie_ledger::Kind::SessionOpened.as_bytes())
+            .map(|r| r.payload_json()),
+        id,
+        &path,
+        "`retie run --resume` resumes agent sessions",
+    )?;
     let mut ra = run_args(&a, None);
     agent_run::defaults_from_session(&mut ra, id)?;
     a.provider = ra.provider;
