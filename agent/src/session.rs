@@ -183,7 +183,15 @@ pub fn session_spec(
     policy_digest: &str,
     yes_flag: bool,
 ) -> SessionSpec {
-    let effects = ["reads_workspace", "writes_workspace", "runs_sandboxed"];
+    // The session's delegation: every effect one of its tools' actions may
+    // have (fetch reads untrusted content). Each intent records its own
+    // action's reach, which `retie verify` checks lies inside this list.
+    let effects = [
+        "reads_workspace",
+        "writes_workspace",
+        "runs_sandboxed",
+        "reads_untrusted",
+    ];
     SessionSpec {
         join: None,
         workspace: workspace.to_path_buf(),
