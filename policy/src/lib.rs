@@ -37,6 +37,7 @@ pub mod display;
 pub mod error;
 pub mod gate;
 pub mod inspect;
+pub mod netguard;
 pub mod policy;
 pub mod shell;
 pub mod trifecta;
