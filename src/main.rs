@@ -56,6 +56,9 @@ enum Command {
     /// Internal: a lab's holder process.
     #[command(name = "__lab-holder", hide = true)]
     LabHolder(commands::lab::HolderArgs),
+    /// Internal: the network proxy of a `--net allow:` sandbox.
+    #[command(name = "__net-proxy", hide = true)]
+    NetProxy(commands::net::ProxyArgs),
     /// Internal: the self-test's lab probes.
     #[command(name = "__lab-probe", hide = true)]
     LabProbe(commands::selftest::LabProbeArgs),
@@ -152,6 +155,7 @@ fn main() -> ExitCode {
         Command::Lab(cmd) => commands::lab::run(cmd),
         Command::LabHolder(args) => commands::lab::holder(args),
         Command::LabProbe(args) => commands::selftest::lab_probe(args),
+        Command::NetProxy(args) => commands::net::proxy(args),
         Command::Probe(args) => commands::probe::run(args),
         Command::Helper(args) => commands::helper::run(args),
         Command::Verify(args) => commands::verify::run(args),

@@ -57,6 +57,18 @@ pub enum Runner {
     Helper { exe: PathBuf },
 }
 
+/// A networked run (`--net allow:...`, ADR 0310): the proxy that serves
+/// the sandbox's only reachable socket, and what it allows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetProxy {
+    /// The program whose `__net-proxy` subcommand is the proxy (retie).
+    pub exe: PathBuf,
+    /// The allow-list entries (`HOST[:PORT]`), already checked.
+    pub allow: Vec<String>,
+    /// The person's resolver override (`NAME=ADDR,...`), or empty.
+    pub hosts: String,
+}
+
 /// What the person sees and answers while the job's changes are handled
 /// (the CLI prints and asks on the terminal; tests answer directly).
 pub trait JobUi {
@@ -87,6 +99,8 @@ pub struct SandboxJob<'u> {
     /// In this process or through the helper.
     pub runner: Runner,
     pub ui: &'u mut dyn JobUi,
+    /// The network proxy, when the sandbox's network is `NetMode::Proxy`.
+    pub net: Option<NetProxy>,
 }
 
 /// What a sandboxed command did.
@@ -294,9 +308,48 @@ impl<'u> SandboxJob<'u> {
         let Setup {
             early,
             spec,
-            mut run,
+            run,
             started,
         } = setup;
+        // A proxied network is served from this process's side: the
+        // sandbox is started here (never through the helper, which would
+        // leave its socket unserved) and the proxy is given its socket.
+        let early = match (early, &self.runner, &self.net) {
+            (None, Runner::InProcess, Some(_)) => Some(retie_runtime::start(
+                &spec,
+                self.stdio.take().unwrap_or_default(),
+            )?),
+            (e, _, _) => e,
+        };
+        let mut proxy = None;
+        if let Some(np) = &self.net {
+            let Some(mut s) = early else {
+                return Err(Error::Invalid(
+                    "a networked run (--net allow: or registries) runs in retie's own process only; through the sandbox helper its proxy would not be served".into(),
+                ));
+            };
+            if let Some(listener) = s.take_net_listener()? {
+                proxy = Some(
+                    retie_net::spawn(&np.exe, listener, &np.allow, &np.hosts)
+                        .map_err(|e| Error::Invalid(format!("the network proxy: {e}")))?,
+                );
+            }
+            return self.run_started_or_not(Some(s), proxy, spec, run, started, step, tidying);
+        }
+        self.run_started_or_not(early, proxy, spec, run, started, step, tidying)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run_started_or_not(
+        &mut self,
+        early: Option<retie_runtime::Started>,
+        proxy: Option<retie_net::Running>,
+        spec: retie_runtime::SandboxSpec,
+        mut run: Option<OverlayRun>,
+        started: SystemTime,
+        step: &mut Step<'_>,
+        tidying: &mut Tidying,
+    ) -> Result<SandboxOutput, Error> {
         // On a thread while this command runs (joined when `tidying`
         // drops, on every path: after this returns for a prepared job, whose
         // caller records the outcome meanwhile): the ledger's WAL folded
@@ -336,6 +389,15 @@ impl<'u> SandboxJob<'u> {
                 })
             }
         };
+        // The proxy stops with the run; what it saw goes to the outcome. A
+        // proxy that ended by itself cut the command off mid-transfer.
+        let net = proxy.map(retie_net::Running::finish);
+        let proxy_died = net.as_ref().and_then(|n| n.died.clone());
+        if self.net.is_some() && net.is_none() && ran.is_ok() {
+            return Err(Error::Invalid(
+                "the sandbox never handed out its proxy socket, yet its command ran".into(),
+            ));
+        }
         let outcome = match ran {
             Ok(o) => o,
             Err(e) => {
@@ -361,11 +423,27 @@ impl<'u> SandboxJob<'u> {
             "timed_out": outcome.timed_out,
             "interrupted": outcome.interrupted,
         });
+        if let (Some(n), Some(np)) = (&net, &self.net) {
+            set(
+                &mut result,
+                "net",
+                json!({
+                    "allow": np.allow,
+                    "connections": n.connections,
+                    "proxy_died": n.died,
+                }),
+            );
+        }
         let changes = match (run, self.mode) {
+            (_, JobMode::Direct { .. }) if proxy_died.is_some() => Some(Handled {
+                json: json!({ "applied": null }),
+                failure: proxy_died.clone(),
+            }),
             (None, _) | (_, JobMode::Direct { .. }) => None,
             (Some(mut r), _)
                 if outcome.timed_out
                     || outcome.interrupted
+                    || proxy_died.is_some()
                     || (outcome.stop_signal.is_some() && r.has_writes()) =>
             {
                 // A timed-out or interrupted command's half-done changes
@@ -376,6 +454,8 @@ impl<'u> SandboxJob<'u> {
                 // stopped so that wrote nothing leaves no run behind).
                 let why = if outcome.timed_out {
                     "timed out"
+                } else if proxy_died.is_some() {
+                    "cut off from the network (its proxy ended during the run)"
                 } else {
                     "interrupted"
                 };
@@ -391,7 +471,7 @@ impl<'u> SandboxJob<'u> {
                         "applied": false,
                         "kept": {"run": r.id, "upper": r.upper.display().to_string(), "why": why},
                     }),
-                    failure: None,
+                    failure: proxy_died.clone(),
                 })
             }
             (

@@ -31,7 +31,7 @@ use retie_policy::netguard::{self, AllowList, Host, NetRefusal};
 use serde_json::{json, Value};
 
 pub use confine::confine;
-pub use spawn::{spawn, Connection, Finished, Running};
+pub use spawn::{spawn, Connection, Finished, Running, LISTEN_FD, LOG_FD};
 
 /// The proxy's port inside the sandbox (its own network namespace: no
 /// clash with anything).

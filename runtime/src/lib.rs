@@ -46,8 +46,8 @@ pub use outcome::{
 };
 pub use profile::Profile;
 pub use spec::{
-    Hide, HideKind, Identity, Interrupt, LabNet, NetMode, RoBind, Sandbox, SandboxBuilder,
-    SandboxSpec, SpecWire, Stdio, WorkspaceMode,
+    Hide, HideKind, Identity, Interrupt, LabNet, NetMode, ProxyNet, RoBind, Sandbox,
+    SandboxBuilder, SandboxSpec, SpecWire, Stdio, WorkspaceMode,
 };
 
 /// A lab's network namespace and the keeper process that holds it.

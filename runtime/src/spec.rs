@@ -33,6 +33,21 @@ pub enum NetMode {
     /// The lab target itself: joins the lab's network namespace (no uplink
     /// of any kind); Landlock refuses every TCP connect.
     LabTarget(LabNet),
+    /// The sandbox's own network namespace with `lo` up and one listening
+    /// socket on 127.0.0.1:`port`, made by init and handed to the caller
+    /// ([`crate::Started::take_net_listener`]), who serves a proxy on it
+    /// from the host's side (ADR 0310). No route anywhere else, no DNS;
+    /// the lab sandbox's seccomp tables; Landlock allows TCP connect to
+    /// `port` only.
+    Proxy(ProxyNet),
+}
+
+/// A proxied network, as a sandbox needs it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProxyNet {
+    /// The proxy's port on the sandbox's loopback.
+    pub port: u16,
 }
 
 /// A running lab, as a sandbox needs it.
@@ -50,7 +65,7 @@ impl NetMode {
     /// The lab, in either lab mode.
     pub fn lab(&self) -> Option<&LabNet> {
         match self {
-            NetMode::None => None,
+            NetMode::None | NetMode::Proxy(_) => None,
             NetMode::Lab(l) | NetMode::LabTarget(l) => Some(l),
         }
     }
@@ -321,6 +336,11 @@ impl SandboxSpec {
             }
         }
 
+        if let NetMode::Proxy(p) = &self.net {
+            if p.port == 0 {
+                return Err(invalid("the proxy's port must be 1-65535".into()));
+            }
+        }
         let host = self.hostname.as_bytes();
         if host.is_empty()
             || host.len() > 64

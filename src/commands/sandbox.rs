@@ -75,9 +75,12 @@ pub struct ExecArgs {
     /// to --json-fd).
     #[arg(long)]
     pub json: bool,
-    /// Network: `none` (default), or `lab[:NAME]` to reach a running lab's
-    /// declared ports and nothing else (see `retie lab up`).
-    #[arg(long, value_name = "none|lab[:NAME]")]
+    /// Network: `none` (default); `lab[:NAME]` to reach a running lab's
+    /// declared ports and nothing else (see `retie lab up`);
+    /// `allow:HOST[:PORT],...` to reach those hosts through retie's
+    /// filtering proxy and nothing else; `registries` for the package
+    /// registries' hosts (npm, PyPI, crates.io, the Go proxy).
+    #[arg(long, value_name = "none|lab[:NAME]|allow:HOSTS|registries")]
     pub net: Option<String>,
     /// File descriptor for --json output instead of stderr.
     #[arg(long, value_name = "FD", requires = "json")]
@@ -304,7 +307,33 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
     b = super::toolchain::plan(&ws, &profile, &toolchains, Some(&ledger_path)).apply(b);
     let mut net = json!({ "mode": "none" });
     let mut lab_mode = false;
-    if let Some(n) = &args.net {
+    let mut proxy = None;
+    if let Some(allow) = args
+        .net
+        .as_deref()
+        .map(super::net::allow_list)
+        .transpose()?
+        .flatten()
+    {
+        // A networked run: the sandbox's only socket is the proxy's, and
+        // every client's proxy setting points at it (ADR 0310).
+        let hosts = super::net::hosts_override()?;
+        let port = retie_net::PROXY_PORT;
+        b = b.network(retie_runtime::NetMode::Proxy(retie_runtime::ProxyNet {
+            port,
+        }));
+        for (k, v) in retie_net::proxy_env(port) {
+            b = b.env(k, v);
+        }
+        net = json!({
+            "mode": "allow",
+            "allow": allow,
+            "hosts": (!hosts.is_empty()).then_some(&hosts),
+        });
+        let exe = std::env::current_exe()
+            .map_err(|e| CliError::io("locating this binary, to start the network proxy", e))?;
+        proxy = Some(retie_dispatch::sandbox::NetProxy { exe, allow, hosts });
+    } else if let Some(n) = &args.net {
         let mode = super::lab::resolve_net(n)?;
         if let Some(lab) = mode.lab() {
             // What a lab run could reach: recorded with its intent.
@@ -380,6 +409,7 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
         stdio: Some(Stdio::Inherit),
         runner: Runner::InProcess,
         ui: &mut ui,
+        net: proxy.clone(),
     }
     .prepare()?;
 
@@ -390,6 +420,12 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
     let mut effects = vec!["reads_workspace", "writes_workspace", "runs_sandboxed"];
     if lab_mode {
         effects.extend(["lab_access", "reads_untrusted"]);
+    }
+    // A networked run sends out and takes in what the network answers:
+    // the trifecta rule asks before it in a session that read untrusted
+    // content.
+    if proxy.is_some() {
+        effects.extend(["network_egress", "reads_untrusted"]);
     }
     let action = Action::from_json(
         &json!({ "tool": "bash", "args": { "command": line }, "effects": effects }).to_string(),

@@ -137,6 +137,7 @@ fn explain_inner(args: &ExplainArgs) -> Result<(), CliError> {
         retie_runtime::NetMode::None => "none".to_string(),
         retie_runtime::NetMode::Lab(l) => format!("lab:{} (ports {:?})", l.name, l.ports),
         retie_runtime::NetMode::LabTarget(l) => format!("lab target {}", l.name),
+        retie_runtime::NetMode::Proxy(p) => format!("proxy on 127.0.0.1:{}", p.port),
     };
     // The final environment, exactly as `exec` builds it.
     let spec = plan

@@ -399,6 +399,7 @@ fn threaded_client_entry() {
             exe: PathBuf::from(exe),
         },
         ui: &mut ui,
+        net: None,
     };
     let d = dispatch(
         &mut rec,

@@ -145,6 +145,7 @@ impl<'u> BashExec<'u> {
                     BashRunner::InProcess => Runner::InProcess,
                     BashRunner::Helper { exe } => Runner::Helper { exe: exe.clone() },
                 },
+                net: None,
             },
             out,
             cap: t.bash.output_cap,

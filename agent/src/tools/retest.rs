@@ -306,6 +306,7 @@ impl<'a> RunCommandExec<'a> {
             stdio: Some(stdio),
             ui: notes,
             runner,
+            net: None,
         };
         Ok(RunCommandExec {
             job,

@@ -33,6 +33,13 @@ const NAMESPACES: libc::c_int = libc::CLONE_NEWUSER
 /// Run the sandboxed command to completion: [`start`], then
 /// [`Started::run`] at once.
 pub fn run(spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
+    // Nobody would serve the proxy: its socket would take connections
+    // that nothing answers. Its caller starts it and takes the socket.
+    if let crate::spec::NetMode::Proxy(_) = spec.net {
+        return Err(RuntimeError::InvalidSpec(
+            "a proxied network needs its caller to serve the proxy: use start() and Started::take_net_listener()".into(),
+        ));
+    }
     // The caller waits at once: init may start on its CPU.
     start_placed(spec, stdio, false)?.run()
 }
@@ -58,6 +65,8 @@ pub struct Started {
     signals: Option<SignalGuard>,
     timeout: Option<std::time::Duration>,
     interrupt: Interrupt,
+    /// A proxied network whose socket has not been taken yet.
+    proxy_socket: bool,
 }
 
 impl Drop for Started {
@@ -190,6 +199,7 @@ fn start_placed(spec: &SandboxSpec, stdio: Stdio, place: bool) -> Result<Started
         signals: Some(signals),
         timeout: spec.timeout,
         interrupt: spec.interrupt,
+        proxy_socket: matches!(spec.net, crate::spec::NetMode::Proxy(_)),
     };
     if let Some(go) = &started.go_w {
         // Set-up may begin; the command waits for a second byte.
@@ -200,6 +210,54 @@ fn start_placed(spec: &SandboxSpec, stdio: Stdio, place: bool) -> Result<Started
 }
 
 impl Started {
+    /// A proxied network's listening socket (`NetMode::Proxy`), made by
+    /// init in the sandbox's namespace; waits for init to hand it out.
+    /// `Ok(None)` in the other modes, and when init ended first (its
+    /// set-up failed: [`Started::run`] reports why). Taken once.
+    pub fn take_net_listener(&mut self) -> Result<Option<OwnedFd>> {
+        use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+        if !std::mem::take(&mut self.proxy_socket) {
+            return Ok(None);
+        }
+        let Some(go) = &self.go_w else {
+            return Ok(None);
+        };
+        let mut space = [std::mem::MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(1))];
+        let mut anc = RecvAncillaryBuffer::new(&mut space);
+        let mut byte = [0u8; 1];
+        let got = loop {
+            match rustix::net::recvmsg(
+                go,
+                &mut [std::io::IoSliceMut::new(&mut byte)],
+                &mut anc,
+                RecvFlags::CMSG_CLOEXEC,
+            ) {
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(RuntimeError::host("receiving the proxy socket", e.into())),
+                Ok(r) => break r.bytes,
+            }
+        };
+        if got == 0 {
+            return Ok(None);
+        }
+        let mut fd = None;
+        for msg in anc.drain() {
+            if let RecvAncillaryMessage::ScmRights(fds) = msg {
+                for f in fds {
+                    if fd.is_none() && byte == *b"L" {
+                        fd = Some(f);
+                    }
+                }
+            }
+        }
+        match fd {
+            Some(f) => Ok(Some(f)),
+            None => Err(RuntimeError::Channel {
+                why: "init's proxy-socket message carried no descriptor".into(),
+            }),
+        }
+    }
+
     /// Start the command (init may still be setting up: it goes on to the
     /// command when done) and watch it to the end.
     pub fn run(self) -> Result<Outcome> {

@@ -85,6 +85,19 @@ pub fn restrict(spec: &SandboxSpec, kernel_abi: i32) -> StepResult<Enforced> {
     // connects nowhere.
     match &spec.net {
         crate::spec::NetMode::None => {}
+        // The proxy's port on the sandbox's own loopback, and nothing else.
+        crate::spec::NetMode::Proxy(p) => {
+            if abi_num < 4 {
+                return Err(SetupError {
+                    step: STEP,
+                    message: "the proxied network needs Landlock TCP rules (ABI 4)".into(),
+                    hint: Some("upgrade the kernel to Linux 6.7 or newer".into()),
+                });
+            }
+            created = created
+                .add_rule(NetPort::new(p.port, AccessNet::ConnectTcp))
+                .map_err(err)?;
+        }
         crate::spec::NetMode::Lab(lab) | crate::spec::NetMode::LabTarget(lab) => {
             if abi_num < 4 {
                 return Err(SetupError {

@@ -221,6 +221,11 @@ fn setup_and_wait(
     if let Some(net) = network {
         net.join()?;
     }
+    // A proxied network: `lo` up and the proxy's listening socket, made in
+    // the namespace just entered and handed to the supervisor (ADR 0310).
+    if let crate::spec::NetMode::Proxy(p) = &spec.net {
+        netns::hand_out_proxy_socket(p.port, args.go.as_fd())?;
+    }
     // Compiled before set-up began (see `main`); a failure is this step's.
     let filters = filters?;
     caps::drop_all()?;

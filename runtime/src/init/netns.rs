@@ -258,3 +258,78 @@ extern "C" fn task(arg: *mut c_void) -> libc::c_int {
     s.result.store(code, Ordering::SeqCst);
     0
 }
+
+/// The proxied network (ADR 0310): bring the namespace's `lo` up, make a
+/// TCP socket listening on 127.0.0.1:`port` in it, and send it to the
+/// supervisor over the go channel (one byte, `L`, carrying the descriptor
+/// as SCM_RIGHTS). The socket keeps this namespace: the proxy serving it
+/// from the host's side is the only thing the sandbox can reach. init
+/// closes its own copy before the command exists (nothing inside can
+/// accept on it). Runs after the namespace was entered, before the
+/// capabilities drop (bringing `lo` up needs CAP_NET_ADMIN here).
+pub fn hand_out_proxy_socket(port: u16, go: BorrowedFd<'_>) -> StepResult {
+    use rustix::net::{
+        bind, listen, sendmsg, socket_with, AddressFamily, SendAncillaryBuffer,
+        SendAncillaryMessage, SendFlags, SocketAddrV4, SocketFlags, SocketType,
+    };
+    const STEP_PROXY: &str = "proxy socket";
+    let fail = |what: &str, e: std::io::Error| SetupError {
+        step: STEP_PROXY,
+        message: format!("{what}: {e}"),
+        hint: None,
+    };
+    // `lo` up, by ioctl on a throwaway socket of this namespace.
+    let ctl = socket_with(
+        AddressFamily::INET,
+        SocketType::DGRAM,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(|e| fail("socket for the interface ioctl", e.into()))?;
+    // SAFETY: `ifreq` is plain old data; all-zero is a valid value.
+    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in ifr.ifr_name.iter_mut().zip(b"lo\0") {
+        *d = *s as libc::c_char;
+    }
+    // SAFETY: SIOCGIFFLAGS reads the name from and writes the flags into
+    // the `ifreq` we own, which lives across the call.
+    if unsafe { libc::ioctl(ctl.as_raw_fd(), libc::SIOCGIFFLAGS as _, &mut ifr) } != 0 {
+        return Err(fail("reading lo's flags", std::io::Error::last_os_error()));
+    }
+    // SAFETY: the union's flags member is what SIOCGIFFLAGS filled in.
+    unsafe {
+        ifr.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+    }
+    // SAFETY: SIOCSIFFLAGS reads the `ifreq` we own.
+    if unsafe { libc::ioctl(ctl.as_raw_fd(), libc::SIOCSIFFLAGS as _, &ifr) } != 0 {
+        return Err(fail("bringing lo up", std::io::Error::last_os_error()));
+    }
+    drop(ctl);
+    let l = socket_with(
+        AddressFamily::INET,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(|e| fail("socket", e.into()))?;
+    bind(&l, &SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, port))
+        .map_err(|e| fail(&format!("binding 127.0.0.1:{port}"), e.into()))?;
+    listen(&l, 128).map_err(|e| fail("listen", e.into()))?;
+    let mut space = [std::mem::MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut anc = SendAncillaryBuffer::new(&mut space);
+    let fds = [l.as_fd()];
+    if !anc.push(SendAncillaryMessage::ScmRights(&fds)) {
+        return Err(fail(
+            "handing the socket out",
+            std::io::Error::from_raw_os_error(libc::ENOBUFS),
+        ));
+    }
+    sendmsg(
+        go,
+        &[std::io::IoSlice::new(b"L")],
+        &mut anc,
+        SendFlags::NOSIGNAL,
+    )
+    .map_err(|e| fail("handing the socket to the supervisor", e.into()))?;
+    Ok(())
+}

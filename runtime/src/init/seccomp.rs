@@ -353,7 +353,9 @@ fn tables(net: &NetMode) -> Vec<(&'static str, &'static [Deny])> {
     let mut lists: Vec<(&'static str, &'static [Deny])> = vec![("DENY_ALWAYS", DENY_ALWAYS)];
     match net {
         NetMode::None => lists.push(("DENY_NO_NETWORK", DENY_NO_NETWORK)),
-        NetMode::Lab(_) => {
+        // A proxied sandbox is walled as a lab sandbox: AF_INET stream
+        // only, no datagram, no TCP start without connect(), no listen.
+        NetMode::Lab(_) | NetMode::Proxy(_) => {
             lists.push(("DENY_LAB_NETWORK", DENY_LAB_NETWORK));
             lists.push(("DENY_LAB_TCP", DENY_LAB_TCP));
             lists.push(("DENY_LAB_SANDBOX", DENY_LAB_SANDBOX));
@@ -753,6 +755,7 @@ mod tests {
             NetMode::None,
             NetMode::Lab(lab.clone()),
             NetMode::LabTarget(lab),
+            NetMode::Proxy(crate::spec::ProxyNet { port: 3128 }),
         ]
     }
 

@@ -1,0 +1,90 @@
+//! `--net allow:HOST[:PORT],...` and `--net registries` (ADR 0310), and
+//! the hidden `__net-proxy`: the proxy process a networked sandbox's only
+//! socket is served by.
+
+use std::os::fd::FromRawFd;
+
+use retie_policy::netguard::{self, AllowList, REGISTRIES};
+
+use crate::error::CliError;
+
+/// The allow-list a `--net` value asks for: `None` for `none` and the lab
+/// modes (not this module's), the checked entries otherwise.
+pub fn allow_list(spec: &str) -> Result<Option<Vec<String>>, CliError> {
+    let items: Vec<String> = if spec == "registries" {
+        REGISTRIES.iter().map(|r| r.entry.to_owned()).collect()
+    } else if let Some(rest) = spec.strip_prefix("allow:") {
+        rest.split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect()
+    } else {
+        return Ok(None);
+    };
+    if items.is_empty() {
+        return Err(CliError::Usage(format!(
+            "--net {spec}: no host after `allow:`; use --net allow:HOST[:PORT],... (e.g. allow:pypi.org,files.pythonhosted.org) or --net registries"
+        )));
+    }
+    let list =
+        AllowList::parse(&items).map_err(|e| CliError::Usage(format!("--net {spec}: {e}")))?;
+    Ok(Some(list.texts()))
+}
+
+/// The person's resolver override (`RETIE_NET_HOSTS=NAME=ADDR,...`),
+/// checked: names it answers skip DNS, and their addresses skip the
+/// private-address rule, since the person named them.
+pub fn hosts_override() -> Result<String, CliError> {
+    let s = std::env::var("RETIE_NET_HOSTS").unwrap_or_default();
+    netguard::parse_hosts(&s).map_err(|e| CliError::Usage(format!("RETIE_NET_HOSTS: {e}")))?;
+    Ok(s)
+}
+
+/// `retie __net-proxy`.
+#[derive(Debug, clap::Args)]
+pub struct ProxyArgs {
+    /// An allow-list entry (repeatable).
+    #[arg(long = "allow", value_name = "HOST[:PORT]")]
+    pub allow: Vec<String>,
+    /// The resolver override, `NAME=ADDR,...`.
+    #[arg(long, value_name = "MAP", default_value = "")]
+    pub hosts: String,
+}
+
+/// Serve the proxy on fd 3, log to fd 4; returns only on an error.
+pub fn proxy(args: ProxyArgs) -> i32 {
+    let fail = |m: String| {
+        eprintln!("retie: the network proxy: {m}");
+        retie_runtime::EXIT_SANDBOX_FAILED
+    };
+    for fd in [retie_net::LISTEN_FD, retie_net::LOG_FD] {
+        if let Err(p) = retie_runtime::helper::check_passed_fd(fd) {
+            return fail(format!("descriptor {fd} {p}"));
+        }
+    }
+    let allow = match AllowList::parse(&args.allow) {
+        Ok(a) => a,
+        Err(e) => return fail(e.to_string()),
+    };
+    let hosts = match netguard::parse_hosts(&args.hosts) {
+        Ok(h) => h,
+        Err(e) => return fail(e.to_string()),
+    };
+    // SAFETY: both descriptors were checked open above and were put there
+    // for this process by its parent (retie_net::spawn); nothing else in
+    // this process owns them.
+    let (listener, log) = unsafe {
+        (
+            std::net::TcpListener::from_raw_fd(retie_net::LISTEN_FD),
+            std::fs::File::from_raw_fd(retie_net::LOG_FD),
+        )
+    };
+    if let Err(e) = retie_net::confine() {
+        return fail(e.to_string());
+    }
+    match retie_net::serve(listener, retie_net::Config { allow, hosts }, log) {
+        Ok(()) => 0,
+        Err(e) => fail(e.to_string()),
+    }
+}
