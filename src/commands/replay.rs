@@ -210,6 +210,9 @@ pub fn run(a: ReplayArgs) -> i32 {
                 a.command(),
                 if flags.is_empty() { String::new() } else { format!("; flags: {flags}") }
             );
+            for l in net_lines(a) {
+                println!("        net: {l}");
+            }
         }
     }
     if !s.refusals.is_empty() {
@@ -326,6 +329,55 @@ pub fn run(a: ReplayArgs) -> i32 {
     report.exit_code()
 }
 
+/// A networked run's allow-list and connections (ADR 0310), one line each.
+fn net_lines(a: &model::Action) -> Vec<String> {
+    let Some(net) = a.outcome.as_ref().and_then(|o| o.get("net")) else {
+        return Vec::new();
+    };
+    let s =
+        |v: &Value| crate::ui::visible(&v.as_str().map_or_else(|| v.to_string(), str::to_owned));
+    let mut out = vec![format!(
+        "allow {}",
+        net["allow"]
+            .as_array()
+            .map(|l| l.iter().map(s).collect::<Vec<_>>().join(", "))
+            .unwrap_or_default()
+    )];
+    for c in net["connections"].as_array().into_iter().flatten() {
+        out.push(if c["allowed"] == json!(true) {
+            format!(
+                "allowed {} {}:{} ({}), sent {} B, received {} B{}",
+                s(&c["method"]),
+                s(&c["host"]),
+                c["port"],
+                s(&c["addr"]),
+                c["sent"],
+                c["received"],
+                match (&c["error"], &c["closed"]) {
+                    (Value::String(e), _) => format!(", failed: {}", crate::ui::visible(e)),
+                    (_, Value::Bool(false)) => ", cut off".to_string(),
+                    _ => String::new(),
+                }
+            )
+        } else {
+            format!(
+                "refused {} {}: {} ({})",
+                s(&c["method"]),
+                s(&c["target"]),
+                s(&c["detail"]),
+                s(&c["reason"])
+            )
+        });
+    }
+    if let Some(d) = net["proxy_died"].as_str() {
+        out.push(format!(
+            "the proxy ended during the run: {}",
+            crate::ui::visible(d)
+        ));
+    }
+    out
+}
+
 fn outcome_text(a: &model::Action) -> String {
     let mut s = match &a.outcome {
         None => "INTERRUPTED: no outcome was recorded (the writer died)".to_string(),
@@ -339,6 +391,13 @@ fn outcome_text(a: &model::Action) -> String {
             }
             if let Some(m) = o.get("failure").and_then(Value::as_str) {
                 t.push_str(&format!(": {}", crate::ui::visible(m)));
+            }
+            if let Some(c) = o.pointer("/net/connections").and_then(Value::as_array) {
+                let allowed = c.iter().filter(|c| c["allowed"] == json!(true)).count();
+                t.push_str(&format!(
+                    ", network: {allowed} connection(s) allowed, {} refused",
+                    c.len() - allowed
+                ));
             }
             t
         }
