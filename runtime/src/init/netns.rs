@@ -267,6 +267,9 @@ extern "C" fn task(arg: *mut c_void) -> libc::c_int {
 /// closes its own copy before the command exists (nothing inside can
 /// accept on it). Runs after the namespace was entered, before the
 /// capabilities drop (bringing `lo` up needs CAP_NET_ADMIN here).
+// The ioctl numbers (0x8913, 0x8914) and the flag bits (0x41) fit every
+// type the C library declares for them.
+#[allow(clippy::cast_possible_truncation)]
 pub fn hand_out_proxy_socket(port: u16, go: BorrowedFd<'_>) -> StepResult {
     use rustix::net::{
         bind, listen, sendmsg, socket_with, AddressFamily, SendAncillaryBuffer,
