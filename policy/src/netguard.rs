@@ -558,3 +558,23 @@ mod tests {
         assert_eq!(list(&entries).entries.len(), REGISTRIES.len());
     }
 }
+
+#[cfg(test)]
+mod policy_tests {
+    use crate::{trifecta, Action, Policy, Taint};
+
+    /// What `retie sandbox exec --net allow:` declares: the trifecta rule
+    /// fires for it in a session that took in untrusted content, and it
+    /// taints a clean session.
+    #[test]
+    fn a_networked_run_sends_out_and_brings_untrusted_content() {
+        let policy = Policy::shipped().expect("shipped policy");
+        let action = Action::from_json(
+            r#"{"tool":"bash","args":{"command":"pip install x"},"effects":["reads_workspace","writes_workspace","runs_sandboxed","network_egress","reads_untrusted"]}"#,
+        )
+        .expect("action");
+        assert!(trifecta::fires(Taint::tainted(), &policy, &action));
+        assert!(Taint::default().after(&policy, &action).untrusted);
+        assert!(trifecta::can_send_out(&policy, &action));
+    }
+}

@@ -55,6 +55,9 @@ pub(crate) struct Config {
     /// `retie run`'s settings.
     #[serde(default)]
     pub(crate) agent: super::run::AgentConfig,
+    /// `--net allow:` and `--net registries` (ADR 0310).
+    #[serde(default)]
+    pub(crate) network: super::net::NetworkConfig,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -8,11 +8,31 @@ use retie_policy::netguard::{self, AllowList, REGISTRIES};
 
 use crate::error::CliError;
 
+/// `[network]` in `$XDG_CONFIG_HOME/retie/config.toml`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkConfig {
+    /// Replaces the shipped `--net registries` list (`HOST[:PORT]` each).
+    pub registries: Option<Vec<String>>,
+    /// The resolver override: `NAME = "ADDRESS"` (see `RETIE_NET_HOSTS`).
+    #[serde(default)]
+    pub hosts: std::collections::BTreeMap<String, String>,
+}
+
+fn network_config() -> Result<NetworkConfig, CliError> {
+    Ok(super::gc::config()?.0.network)
+}
+
 /// The allow-list a `--net` value asks for: `None` for `none` and the lab
 /// modes (not this module's), the checked entries otherwise.
+/// `registries` is the shipped table unless `[network] registries` in the
+/// config replaces it.
 pub fn allow_list(spec: &str) -> Result<Option<Vec<String>>, CliError> {
     let items: Vec<String> = if spec == "registries" {
-        REGISTRIES.iter().map(|r| r.entry.to_owned()).collect()
+        match network_config()?.registries {
+            Some(list) => list,
+            None => REGISTRIES.iter().map(|r| r.entry.to_owned()).collect(),
+        }
     } else if let Some(rest) = spec.strip_prefix("allow:") {
         rest.split(',')
             .map(str::trim)
@@ -32,13 +52,28 @@ pub fn allow_list(spec: &str) -> Result<Option<Vec<String>>, CliError> {
     Ok(Some(list.texts()))
 }
 
-/// The person's resolver override (`RETIE_NET_HOSTS=NAME=ADDR,...`),
-/// checked: names it answers skip DNS, and their addresses skip the
-/// private-address rule, since the person named them.
+/// The person's resolver override, `[network] hosts` in the config with
+/// `RETIE_NET_HOSTS=NAME=ADDR,...` on top, checked: names it answers skip
+/// DNS, and their addresses skip the private-address rule, since the
+/// person named them.
 pub fn hosts_override() -> Result<String, CliError> {
-    let s = std::env::var("RETIE_NET_HOSTS").unwrap_or_default();
-    netguard::parse_hosts(&s).map_err(|e| CliError::Usage(format!("RETIE_NET_HOSTS: {e}")))?;
-    Ok(s)
+    let mut map = std::collections::BTreeMap::new();
+    for (name, addr) in network_config()?.hosts {
+        let one = format!("{name}={addr}");
+        let parsed = netguard::parse_hosts(&one)
+            .map_err(|e| CliError::Usage(format!("[network] hosts: {e}")))?;
+        map.extend(parsed);
+    }
+    let env = std::env::var("RETIE_NET_HOSTS").unwrap_or_default();
+    map.extend(
+        netguard::parse_hosts(&env)
+            .map_err(|e| CliError::Usage(format!("RETIE_NET_HOSTS: {e}")))?,
+    );
+    Ok(map
+        .iter()
+        .map(|(n, a)| format!("{n}={a}"))
+        .collect::<Vec<_>>()
+        .join(","))
 }
 
 /// `retie __net-proxy`.

@@ -495,3 +495,46 @@ fn bad_allow_lists_are_clear_errors() {
         }
     }
 }
+
+#[test]
+fn registries_come_from_the_config_when_it_names_them() {
+    let reg = Registry::start();
+    let port = reg.port;
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let dir = s.home.join(".config/retie");
+        std::fs::create_dir_all(&dir).expect("mkdir config");
+        std::fs::write(
+            dir.join("config.toml"),
+            format!("[network]\nregistries = [\"pypi.test:{port}\"]\nhosts = {{ \"pypi.test\" = \"127.0.0.1\", \"registry.npmjs.org\" = \"127.0.0.1\" }}\n"),
+        )
+        .expect("write config");
+        // registry.npmjs.org (on the shipped list) is mapped to this
+        // machine too: were the config not read, the proxy would dial
+        // 127.0.0.1:443, never the real registry.
+        for p in [s.home.join(".config"), dir.clone(), dir.join("config.toml")] {
+            s.give(&p);
+        }
+        let script = format!(
+            "curl -s -o /dev/null -w 'listed=%{{http_code}}\\n' http://pypi.test:{port}/files/secret; \
+             curl -s -o /dev/null -w 'shipped=%{{http_code}}/%{{http_connect}}\\n' https://registry.npmjs.org/; exit 0"
+        );
+        let o = s.exec(
+            &["--net", "registries", "--changes", "discard"],
+            &["sh", "-c", &script],
+        );
+        assert_code(&o, 0, &format!("{leg:?}: --net registries"));
+        let r = lines(&o);
+        assert_eq!(
+            r.get("listed").map(String::as_str),
+            Some("200"),
+            "{leg:?}: {}",
+            stderr(&o)
+        );
+        assert_eq!(
+            r.get("shipped").map(String::as_str),
+            Some("000/403"),
+            "{leg:?}"
+        );
+    }
+}
