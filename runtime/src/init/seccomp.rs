@@ -755,7 +755,6 @@ mod tests {
             NetMode::None,
             NetMode::Lab(lab.clone()),
             NetMode::LabTarget(lab),
-            NetMode::Proxy(crate::spec::ProxyNet { port: 3128 }),
         ]
     }
 
@@ -913,6 +912,22 @@ mod tests {
                 "{mode:?}: an unnamed syscall takes {longest_allow} instructions to allow"
             );
         }
+    }
+
+    /// ADR 0310: a proxied sandbox is walled exactly as a lab sandbox (no
+    /// datagram, no TCP start without connect, no listen, no IPv6): the
+    /// same tables, so the lab tests below cover it.
+    #[test]
+    fn the_proxied_mode_has_the_lab_sandbox_tables() {
+        let [_, lab, _] = modes().try_into().unwrap_or_else(|_| panic!("three modes"));
+        let proxy = NetMode::Proxy(crate::spec::ProxyNet { port: 3128 });
+        let names = |m: &NetMode| tables(m).iter().map(|(n, _)| *n).collect::<Vec<_>>();
+        assert_eq!(names(&proxy), names(&lab));
+        assert_eq!(
+            format!("{:?}", deny_table(&proxy)),
+            format!("{:?}", deny_table(&lab))
+        );
+        assert!(compile_all(&proxy).is_ok());
     }
 
     /// The lab sandbox's datagram rule catches every flag variant and the
