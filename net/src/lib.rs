@@ -96,15 +96,35 @@ pub struct Config {
     pub hosts: BTreeMap<String, IpAddr>,
 }
 
+/// Connections served at once; more are refused (closed at once,
+/// logged), so a sandbox cannot make the proxy spawn threads without end.
+pub const MAX_CONNECTIONS: u64 = 256;
+
+/// Events logged per run; later ones are counted, not written, so a
+/// sandbox cannot grow the log (a memfd: memory) without end.
+pub const MAX_EVENTS: u64 = 20_000;
+
 /// The connection log (JSON lines).
-struct Log(Mutex<std::fs::File>);
+struct Log(Mutex<(std::fs::File, u64)>);
 
 impl Log {
     fn write(&self, v: Value) {
         let mut line = v.to_string();
         line.push('\n');
-        if let Ok(mut f) = self.0.lock() {
-            let _ = f.write_all(line.as_bytes());
+        if let Ok(mut g) = self.0.lock() {
+            let (f, n) = &mut *g;
+            *n += 1;
+            if *n < MAX_EVENTS {
+                let _ = f.write_all(line.as_bytes());
+            } else if *n == MAX_EVENTS {
+                let _ = f.write_all(
+                    format!(
+                        "{}\n",
+                        json!({"id": 0, "event": "truncated", "after": MAX_EVENTS})
+                    )
+                    .as_bytes(),
+                );
+            }
         }
     }
 }
@@ -113,7 +133,8 @@ impl Log {
 /// the run ends). One thread per connection.
 pub fn serve(listener: TcpListener, cfg: Config, log: std::fs::File) -> Result<(), NetError> {
     let cfg = Arc::new(cfg);
-    let log = Arc::new(Log(Mutex::new(log)));
+    let log = Arc::new(Log(Mutex::new((log, 0))));
+    let live = Arc::new(AtomicU64::new(0));
     let mut id: u64 = 0;
     loop {
         let (client, _) = match listener.accept() {
@@ -123,11 +144,25 @@ pub fn serve(listener: TcpListener, cfg: Config, log: std::fs::File) -> Result<(
             Err(e) => return Err(NetError::io("accepting on the sandbox's proxy socket", e)),
         };
         id += 1;
-        let (cfg, log2) = (cfg.clone(), log.clone());
+        if live.load(Ordering::SeqCst) >= MAX_CONNECTIONS {
+            log.write(
+                json!({"id": id, "event": "refused", "method": "?", "target": "?",
+                "reason": "too_many_connections",
+                "detail": format!("more than {MAX_CONNECTIONS} connections at once")}),
+            );
+            drop(client);
+            continue;
+        }
+        live.fetch_add(1, Ordering::SeqCst);
+        let (cfg, log2, live2) = (cfg.clone(), log.clone(), live.clone());
         let spawned = std::thread::Builder::new()
             .name(format!("conn{id}"))
-            .spawn(move || handle(client, id, &cfg, &log2));
+            .spawn(move || {
+                handle(client, id, &cfg, &log2);
+                live2.fetch_sub(1, Ordering::SeqCst);
+            });
         if let Err(e) = spawned {
+            live.fetch_sub(1, Ordering::SeqCst);
             log.write(json!({"id": id, "event": "failed", "error": format!("no thread: {e}")}));
         }
     }

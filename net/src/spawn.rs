@@ -184,6 +184,9 @@ fn merge(text: &str) -> Vec<Connection> {
                     o.insert(k.into(), ev[k].clone());
                 }
             }
+            Some("truncated") => {
+                o.insert("truncated_after".into(), ev["after"].clone());
+            }
             Some("close") => {
                 o.insert("closed".into(), json!(true));
                 o.insert("sent".into(), ev["sent"].clone());
