@@ -18,8 +18,8 @@ const RESOLVER_FILES: &[&str] = &[
     "/etc/services",
 ];
 
-/// Confine the calling process (the proxy, before it serves): dies with
-/// its parent; as root, becomes uid/gid 65534 with no groups; no new
+/// Confine the calling process (the proxy, before it serves): a session
+/// of its own; dies with its parent; as root, becomes uid/gid 65534 with no groups; no new
 /// privileges; Landlock: no file but the resolver's, read-only; no TCP
 /// bind; abstract unix sockets and signals scoped to itself.
 pub fn confine() -> Result<(), NetError> {
@@ -27,6 +27,14 @@ pub fn confine() -> Result<(), NetError> {
     // SAFETY: prctl(PR_SET_PDEATHSIG) takes a signal number; no memory.
     if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) } != 0 {
         return Err(NetError::io("PR_SET_PDEATHSIG", os()));
+    }
+    // A session of its own: a person's Ctrl-C (or a hang-up) at retie's
+    // terminal goes to retie and its command, never to the proxy, whose
+    // death would fail the run as cut off. Fails only for a group leader,
+    // which a freshly spawned child is not.
+    // SAFETY: setsid takes no arguments.
+    if unsafe { libc::setsid() } < 0 {
+        return Err(NetError::io("setsid", os()));
     }
     // SAFETY: getppid has no preconditions.
     if unsafe { libc::getppid() } == 1 {
