@@ -377,3 +377,61 @@ fn copy(from: &mut TcpStream, to: &mut TcpStream, n: &AtomicU64) -> std::io::Res
         n.fetch_add(k as u64, Ordering::Relaxed);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp_log(name: &str) -> (std::path::PathBuf, std::fs::File) {
+        let p = std::env::temp_dir().join(format!("retie-net-{name}-{}", std::process::id()));
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(&p)
+            .expect("temp log");
+        (p, f)
+    }
+
+    /// The log stops at MAX_EVENTS with one `truncated` line.
+    #[test]
+    fn the_log_is_bounded() {
+        let (p, f) = temp_log("log");
+        let log = Log(Mutex::new((f, 0)));
+        for i in 0..MAX_EVENTS + 50 {
+            log.write(json!({"id": i, "event": "refused"}));
+        }
+        let text = std::fs::read_to_string(&p).expect("read log");
+        let _ = std::fs::remove_file(&p);
+        let n = text.lines().count() as u64;
+        assert_eq!(n, MAX_EVENTS);
+        assert!(text.lines().last().is_some_and(|l| l.contains("truncated")));
+    }
+
+    /// Connections past MAX_CONNECTIONS at once are closed and logged,
+    /// not given a thread each.
+    #[test]
+    fn connections_at_once_are_bounded() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (p, f) = temp_log("conns");
+        std::thread::spawn(move || serve(listener, Config::default(), f));
+        // Each holds its connection open without sending a request.
+        let held: Vec<TcpStream> = (0..MAX_CONNECTIONS + 20)
+            .filter_map(|_| TcpStream::connect(addr).ok())
+            .collect();
+        assert_eq!(held.len() as u64, MAX_CONNECTIONS + 20);
+        let mut refused = 0;
+        for _ in 0..200 {
+            let text = std::fs::read_to_string(&p).unwrap_or_default();
+            refused = text.matches("too_many_connections").count();
+            if refused >= 20 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = std::fs::remove_file(&p);
+        assert_eq!(refused, 20);
+    }
+}
