@@ -31,7 +31,8 @@ fn walk(root: &Path) -> Vec<(String, u32, u64)> {
 /// A command that creates 10,000 files in 100 directories and, eight
 /// levels down among them, a git hook: the hook is blocked (the plant
 /// table judges every path of a batch), the 10,000 files are applied, each
-/// owned by the workspace's owner and each its own inode, and `retie undo
+/// owned by the workspace's owner and each its own inode (a file the
+/// command hard-linked is copied, not linked twice), and `retie undo
 /// last` removes them all.
 /// As root the workspace is owned by uid 65534, so the ownership rule has
 /// work to do in both legs.
@@ -51,6 +52,7 @@ fn a_10k_file_change_keeps_every_rule_and_undoes_whole() {
         let script = format!(
             "for d in $(seq 0 99); do mkdir -p gen/d$d; \
                for f in $(seq 0 99); do echo $d.$f > gen/d$d/f$f; done; done; \
+             ln gen/d0/f0 gen/d0/hardlink && \
              mkdir -p gen/a/b/c/d/e/f/.git/hooks && \
              printf '#!/bin/sh\\nexit 0\\n' > {deep} && chmod +x {deep}"
         );
@@ -77,7 +79,7 @@ fn a_10k_file_change_keeps_every_rule_and_undoes_whole() {
             .iter()
             .filter(|(p, _, _)| p.starts_with("d"))
             .collect();
-        assert_eq!(regular.len(), 100 + 10_000, "{leg:?}: dirs + files applied");
+        assert_eq!(regular.len(), 100 + 10_001, "{leg:?}: dirs + files applied");
         assert_eq!(
             std::fs::read_to_string(s.ws.join("gen/d42/f7")).expect("read"),
             "42.7\n"
@@ -90,7 +92,8 @@ fn a_10k_file_change_keeps_every_rule_and_undoes_whole() {
             not_owner.first()
         );
         // Linked from the layer, yet no two workspace paths share an
-        // inode (the layer's own links are retie's, in its trash).
+        // inode (the layer's own links are retie's, in its trash), not
+        // even the two names the command gave one file (`hardlink`).
         let mut inodes: Vec<u64> = files.iter().map(|(_, _, i)| *i).collect();
         inodes.sort_unstable();
         inodes.dedup();
