@@ -739,6 +739,12 @@ fn preflight(ws: &Workspace, steps: &[Step]) -> Result<()> {
     Ok(())
 }
 
+/// From this many paths on, a transition syncs once, by filesystem,
+/// instead of once per file and directory (ADR 0208). Below it the
+/// per-file syncs are cheaper than a whole-filesystem sync that may carry
+/// other programs' dirty data.
+const BATCH_SYNC_FROM: usize = 64;
+
 fn tmp_name(id: &str, idx: usize) -> String {
     format!(".retie-tmp-{id}-{idx}")
 }
@@ -784,6 +790,11 @@ fn transition(
 ) -> StepResult<Vec<Raced>> {
     let mut raced: Vec<Raced> = Vec::new();
     let root = &ws.root;
+    // Durability by batch for a large set (ADR 0208): no sync per file or
+    // per directory, one `syncfs` of the workspace's filesystem at the end,
+    // before the caller marks the entry complete. A crash before that
+    // point leaves the entry pending, and recovery rolls every path back.
+    let batch = targets.len() >= BATCH_SYNC_FROM;
     let wrap = |p: &RelPath| {
         let p = p.to_string();
         move |e: Error| (p, e)
@@ -902,7 +913,7 @@ fn transition(
                     }
                 }
                 let tmp = tmp_name(id, idx);
-                write_file(store, src, dir.as_fd(), path, &tmp, *mode, *hash)
+                write_file(store, src, dir.as_fd(), path, &tmp, *mode, *hash, batch)
                     .map_err(wrap(path))?;
                 match place(dir.as_fd(), &tmp) {
                     Ok(Some(r)) => raced.push(r),
@@ -951,6 +962,11 @@ fn transition(
         }
     }
     // (D)
+    if batch {
+        rustix::fs::syncfs(root.fd())
+            .map_err(|e| (".".to_owned(), Error::io("syncfs", ".", e.into())))?;
+        return Ok(raced);
+    }
     for d in touched {
         let shown = d.as_ref().map_or_else(|| ".".to_owned(), |p| p.to_string());
         let fd = match root.open_dir(d.as_ref()) {
@@ -1119,9 +1135,16 @@ fn kept_name(name: &str, id: &str) -> String {
 }
 
 /// Prepares a file crash-safely: content into temp `tmp` in the same
-/// directory (verifying its hash on the way), mode, fsync; the caller then
-/// renames it over `path`. A crash leaves the old entry or the new one,
-/// never a torn file.
+/// directory (verifying its hash on the way), mode, and, unless the
+/// transition syncs by `batch`, fsync; the caller then renames it over
+/// `path`. A crash leaves the old entry or the new one, never a torn file.
+///
+/// From the upper layer, the temp is a hard link to the layer's file where
+/// both lie on one filesystem (ADR 0208): no new inode, no copy. The layer
+/// is retie's own scratch space, discarded after the apply, and nothing
+/// writes it once the command is gone. The content is verified through
+/// the temp itself, so what is checked is what is placed.
+#[allow(clippy::too_many_arguments)]
 fn write_file(
     store: &Store,
     src: &Source<'_>,
@@ -1130,9 +1153,15 @@ fn write_file(
     tmp: &str,
     mode: u32,
     hash: crate::Hash,
+    batch: bool,
 ) -> Result<()> {
-    let mut reader = open_source(store, src, path, &hash)?;
     let _ = rustix::fs::unlinkat(dir, tmp, AtFlags::empty());
+    if let Source::Upper(upper) = src {
+        if let Some(done) = link_from_upper(upper, dir, path, tmp, mode, hash, batch) {
+            return done;
+        }
+    }
+    let mut reader = open_source(store, src, path, &hash)?;
     let fd: OwnedFd =
         fsx::create_at(dir, tmp).map_err(|e| Error::at("create temp for", path, e))?;
     let mut f = File::from(fd);
@@ -1147,6 +1176,9 @@ fn write_file(
         }
         rustix::fs::fchmod(&f, Mode::from_raw_mode(mode))
             .map_err(|e| Error::at("chmod", path, e))?;
+        if batch {
+            return Ok(());
+        }
         f.sync_all()
             .map_err(|e| Error::io("fsync", path.as_str(), e))
     })();
@@ -1154,6 +1186,55 @@ fn write_file(
         let _ = rustix::fs::unlinkat(dir, tmp, AtFlags::empty());
     }
     done
+}
+
+/// The temp of [`write_file`] as a hard link to the upper layer's file.
+/// `None`: no link could be made (another filesystem, a link limit, a
+/// layer file that is not a plain single-link file): the caller copies.
+fn link_from_upper(
+    upper: &Root,
+    dir: BorrowedFd<'_>,
+    path: &RelPath,
+    tmp: &str,
+    mode: u32,
+    hash: crate::Hash,
+    batch: bool,
+) -> Option<Result<()>> {
+    let udir = upper.open_parent(path).ok()?;
+    let name = path.file_name();
+    // A layer file with other links would tie two workspace paths (or a
+    // path and something else) to one inode: copied instead.
+    let st = fsx::lstat_at(udir.as_fd(), name).ok()??;
+    if fsx::ftype(&st) != FileType::RegularFile || st.st_nlink != 1 {
+        return None;
+    }
+    rustix::fs::linkat(udir.as_fd(), name, dir, tmp, AtFlags::empty()).ok()?;
+    let done = (|| {
+        let fd = fsx::open_file_at(dir, tmp).map_err(|e| Error::at("open temp for", path, e))?;
+        let st = rustix::fs::fstat(&fd).map_err(|e| Error::at("stat temp for", path, e))?;
+        let mut f = File::from(fd);
+        let (h, _) = fsx::hash_stream(&mut f, None)
+            .map_err(|e| Error::io("read", path.as_str(), e))?;
+        if fsx::ftype(&st) != FileType::RegularFile || h != hash {
+            return Err(Error::SourceChanged {
+                path: path.to_string(),
+                expected: hash.to_hex(),
+            });
+        }
+        if fsx::perm(&st) != mode {
+            rustix::fs::fchmod(&f, Mode::from_raw_mode(mode))
+                .map_err(|e| Error::at("chmod", path, e))?;
+        }
+        if batch {
+            return Ok(());
+        }
+        f.sync_all()
+            .map_err(|e| Error::io("fsync", path.as_str(), e))
+    })();
+    if done.is_err() {
+        let _ = rustix::fs::unlinkat(dir, tmp, AtFlags::empty());
+    }
+    Some(done)
 }
 
 fn open_source(

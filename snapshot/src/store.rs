@@ -165,6 +165,18 @@ pub(crate) fn mkdir_p(d: &Path) -> Result<()> {
         .map_err(|e| Error::io("mkdir", d, e))
 }
 
+/// Past this many shards touched, one `syncfs` of the store's filesystem
+/// replaces a sync of each (ADR 0208).
+const SHARD_SYNCS_MAX: usize = 16;
+
+/// Syncs the whole filesystem that holds `d` (trusted state-dir paths
+/// only).
+pub(crate) fn syncfs_at(d: &Path) -> Result<()> {
+    File::open(d)
+        .and_then(|f| rustix::fs::syncfs(&f).map_err(Into::into))
+        .map_err(|e| Error::io("syncfs", d, e))
+}
+
 /// fsyncs a directory by path (trusted state-dir paths only).
 pub(crate) fn fsync_dir(d: &Path) -> Result<()> {
     File::open(d)
@@ -294,12 +306,9 @@ impl Batch<'_> {
             }
             return Ok((hash, len));
         }
-        let f = if self.staged.len() < OPEN_STAGED {
-            Some(f)
-        } else {
-            f.sync_all().map_err(|e| Error::io("fsync", &tmp, e))?;
-            None
-        };
+        // Past the first few, the temporaries are closed unsynced and the
+        // commit syncs them all by one `syncfs` (ADR 0208).
+        let f = (self.staged.len() < OPEN_STAGED).then_some(f);
         self.staged.push((f, tmp, dest));
         Ok((hash, len))
     }
@@ -325,6 +334,12 @@ impl Batch<'_> {
         let mut shards: Vec<PathBuf> = self.existing.clone();
         let mut new_shard = false;
         let mut renames = Vec::with_capacity(staged.len());
+        // Content durable before any name stands for it: the open
+        // temporaries one by one, the closed rest by a sync of the
+        // store's filesystem.
+        if staged.iter().any(|(f, _, _)| f.is_none()) {
+            syncfs_at(&self.store.tmp)?;
+        }
         for (f, tmp, dest) in staged {
             if let Some(f) = f {
                 f.sync_all().map_err(|e| Error::io("fsync", &tmp, e))?;
@@ -347,6 +362,9 @@ impl Batch<'_> {
         }
         for (tmp, dest) in renames {
             fs::rename(&tmp, &dest).map_err(|e| Error::io("rename", &dest, e))?;
+        }
+        if shards.len() > SHARD_SYNCS_MAX {
+            return syncfs_at(&self.store.blobs);
         }
         for shard in &shards {
             fsync_dir(shard)?;

@@ -47,8 +47,17 @@ impl JobUi for Terminal {
         upper: &Path,
         allow_blocked: bool,
     ) -> Option<bool> {
-        print_review(cs, ws, upper, allow_blocked);
-        ask("Apply these changes to the workspace? [y/N] ")
+        let full = print_review(cs, ws, upper, allow_blocked, false);
+        if full {
+            return ask("Apply these changes to the workspace? [y/N] ").map(|a| a == Answer::Yes);
+        }
+        match ask("Apply these changes to the workspace? [y/N/a: show all] ")? {
+            Answer::All => {
+                print_review(cs, ws, upper, allow_blocked, true);
+                ask("Apply these changes to the workspace? [y/N] ").map(|a| a == Answer::Yes)
+            }
+            a => Some(a == Answer::Yes),
+        }
     }
 }
 
@@ -87,11 +96,32 @@ fn sigil(k: &ChangeKind) -> char {
     }
 }
 
-/// Summary and unified diff of the text files, on stderr.
-pub(crate) fn print_review(cs: &Changeset, ws: &Path, upper: &Path, allow_blocked: bool) {
+/// A set larger than this is summarised per top directory unless the
+/// person asks for all of it (issue 30: 50,000 lines help nobody).
+pub(crate) const REVIEW_LIST_MAX: usize = 200;
+
+/// Summary and unified diff of the text files, on stderr. A set of more
+/// than [`REVIEW_LIST_MAX`] changes is summarised per top directory
+/// unless `full`; returns whether everything was shown.
+pub(crate) fn print_review(
+    cs: &Changeset,
+    ws: &Path,
+    upper: &Path,
+    allow_blocked: bool,
+    full: bool,
+) -> bool {
     let mut err = std::io::stderr().lock();
     let _ = writeln!(err, "retie: changes made by the command:");
     let all: Vec<&Change> = cs.to_apply(allow_blocked).collect();
+    if !full && all.len() > REVIEW_LIST_MAX {
+        let _ = write!(err, "{}", summary(&all));
+        let _ = writeln!(
+            err,
+            "  {} changes: the paths and diffs are not listed one by one (`a` at the question, or `retie changes show RUN --all`)",
+            all.len()
+        );
+        return false;
+    }
     for c in &all {
         let _ = writeln!(err, "  {} {}", sigil(&c.kind), visible(c.path.as_str()));
     }
@@ -143,6 +173,68 @@ pub(crate) fn print_review(cs: &Changeset, ws: &Path, upper: &Path, allow_blocke
             }
         }
     }
+    true
+}
+
+/// Per top directory (a file at the root stands for itself): how many
+/// paths are created, modified, deleted or otherwise changed, and the
+/// bytes the new files hold. Names escaped.
+pub(crate) fn summary(all: &[&Change]) -> String {
+    use std::collections::BTreeMap;
+    #[derive(Default)]
+    struct Row {
+        created: usize,
+        modified: usize,
+        deleted: usize,
+        other: usize,
+        bytes: u64,
+    }
+    let mut rows: BTreeMap<&str, Row> = BTreeMap::new();
+    for c in all {
+        let p = c.path.as_str();
+        let top = p.split('/').next().unwrap_or(p);
+        let r = rows.entry(top).or_default();
+        match c.kind {
+            ChangeKind::Created => r.created += 1,
+            ChangeKind::Modified => r.modified += 1,
+            ChangeKind::Deleted => r.deleted += 1,
+            ChangeKind::ModeChanged | ChangeKind::TypeChanged => r.other += 1,
+        }
+        if let Some(Node::File { size, .. }) = c.new {
+            r.bytes += size;
+        }
+    }
+    let body: Vec<Vec<String>> = rows
+        .iter()
+        .map(|(top, r)| {
+            vec![
+                visible(top),
+                r.created.to_string(),
+                r.modified.to_string(),
+                r.deleted.to_string(),
+                r.other.to_string(),
+                human_bytes(r.bytes),
+            ]
+        })
+        .collect();
+    crate::ui::table(
+        &["top", "created", "modified", "deleted", "other", "new bytes"],
+        &body,
+    )
+}
+
+fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    format!("{v:.1} {}", UNITS[u])
 }
 
 /// A side of a change as the review shows it.
@@ -205,8 +297,17 @@ fn text_of(node: Option<&Node>, path: &Path) -> Content {
     }
 }
 
+/// An answer to the review's question.
+#[derive(Debug, PartialEq, Eq)]
+enum Answer {
+    Yes,
+    No,
+    /// Show every path and diff first.
+    All,
+}
+
 /// Ask on the controlling terminal; `None` when there is none.
-fn ask(prompt: &str) -> Option<bool> {
+fn ask(prompt: &str) -> Option<Answer> {
     let tty = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -217,5 +318,9 @@ fn ask(prompt: &str) -> Option<bool> {
     let _ = w.flush();
     let mut line = String::new();
     std::io::BufReader::new(tty).read_line(&mut line).ok()?;
-    Some(matches!(line.trim(), "y" | "Y" | "yes" | "YES" | "Yes"))
+    Some(match line.trim() {
+        "y" | "Y" | "yes" | "YES" | "Yes" => Answer::Yes,
+        "a" | "A" | "all" => Answer::All,
+        _ => Answer::No,
+    })
 }

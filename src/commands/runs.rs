@@ -37,6 +37,10 @@ pub enum RunsCmd {
     Show {
         /// The run id (from `retie changes list`).
         run: String,
+        /// Every path and diff even of a large set (by default a set of
+        /// more than 200 changes is summarised per top directory).
+        #[arg(long)]
+        all: bool,
     },
     /// Apply a kept run's changes (recorded in the ledger, undoable), unless
     /// the workspace changed where the command wrote since it started.
@@ -63,7 +67,7 @@ pub fn run(cmd: RunsCmd) -> Result<i32, CliError> {
     let state = crate::state::dir()?;
     match cmd {
         RunsCmd::List { json, all } => list(&state, json, all),
-        RunsCmd::Show { run } => {
+        RunsCmd::Show { run, all } => {
             let (run, meta) = OverlayRun::open_kept(&state, &run)?;
             let cs = compute(&meta, &run)?;
             eprintln!(
@@ -73,7 +77,7 @@ pub fn run(cmd: RunsCmd) -> Result<i32, CliError> {
                 visible(&meta.workspace.display().to_string()),
                 visible(meta.kept.as_deref().unwrap_or("kept"))
             );
-            changes::print_review(&cs, &meta.workspace, &run.upper, true);
+            changes::print_review(&cs, &meta.workspace, &run.upper, true, all);
             Ok(0)
         }
         RunsCmd::Apply {

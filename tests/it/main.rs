@@ -9,6 +9,7 @@ mod harness;
 mod pty;
 
 mod agent;
+mod bigchange;
 mod escapes;
 mod exec;
 mod helper;

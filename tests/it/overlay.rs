@@ -11,7 +11,7 @@ fn read(s: &Scratch, rel: &str) -> Option<String> {
 }
 
 /// Run directories left in the scratch state directory.
-fn runs_left(s: &Scratch) -> usize {
+pub(crate) fn runs_left(s: &Scratch) -> usize {
     std::fs::read_dir(s.home.join(".local/state/retie/runs"))
         .map(|d| d.count())
         .unwrap_or(0)

@@ -1,0 +1,173 @@
+//! Issue 30: big changes. A command that writes thousands of files is
+//! applied whole (hard links from the layer, one sync: ADR 0208) with
+//! every per-path rule still holding: the plant table at any depth, the
+//! ownership rule, undo; and a large set is summarised for a person.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use crate::harness::*;
+use crate::overlay::runs_left;
+
+/// Every regular file and directory under `root` (relative), with its
+/// owner and inode number.
+fn walk(root: &Path) -> Vec<(String, u32, u64)> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("read_dir") {
+            let p = e.expect("entry").path();
+            let m = std::fs::symlink_metadata(&p).expect("lstat");
+            let rel = p.strip_prefix(root).expect("under root");
+            out.push((rel.display().to_string(), m.uid(), m.ino()));
+            if m.is_dir() {
+                stack.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// A command that creates 10,000 files in 100 directories and, eight
+/// levels down among them, a git hook: the hook is blocked (the plant
+/// table judges every path of a batch), the 10,000 files are applied, each
+/// owned by the workspace's owner and each its own inode (a file the
+/// command hard-linked is copied, not linked twice), and `retie undo
+/// last` removes them all.
+/// As root the workspace is owned by uid 65534, so the ownership rule has
+/// work to do in both legs.
+#[test]
+fn a_10k_file_change_keeps_every_rule_and_undoes_whole() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        std::fs::write(s.ws.join("keep.txt"), "mine\n").expect("write");
+        if is_root() {
+            let _ = std::process::Command::new("chown")
+                .args(["-R", "65534:65534"])
+                .arg(&s.ws)
+                .status();
+        }
+        let owner = std::fs::metadata(&s.ws).expect("ws").uid();
+        let deep = "gen/a/b/c/d/e/f/.git/hooks/post-checkout";
+        let script = format!(
+            "for d in $(seq 0 99); do mkdir -p gen/d$d; \
+               for f in $(seq 0 99); do echo $d.$f > gen/d$d/f$f; done; done; \
+             ln gen/d0/f0 gen/d0/hardlink && \
+             mkdir -p gen/a/b/c/d/e/f/.git/hooks && \
+             printf '#!/bin/sh\\nexit 0\\n' > {deep} && chmod +x {deep}"
+        );
+        let o = s.exec(&["--json"], &["sh", "-c", &script]);
+        assert_code(&o, 0, "10k-file run");
+        let st = json_status(&o);
+        assert_eq!(st["changes"]["applied"], true, "{leg:?}: {st}");
+        let blocked: Vec<String> = st["changes"]["blocked"]
+            .as_array()
+            .expect("blocked")
+            .iter()
+            .filter_map(|b| b["path"].as_str().map(String::from))
+            .collect();
+        assert!(
+            blocked.iter().any(|p| p == deep),
+            "{leg:?}: the hook eight levels down was not blocked: {blocked:?}"
+        );
+        assert!(
+            !s.ws.join(deep).exists(),
+            "{leg:?}: a plant buried in a 10k-file tree was applied"
+        );
+        let files = walk(&s.ws.join("gen"));
+        let regular: Vec<_> = files
+            .iter()
+            .filter(|(p, _, _)| p.starts_with("d"))
+            .collect();
+        assert_eq!(regular.len(), 100 + 10_001, "{leg:?}: dirs + files applied");
+        assert_eq!(
+            std::fs::read_to_string(s.ws.join("gen/d42/f7")).expect("read"),
+            "42.7\n"
+        );
+        let not_owner: Vec<_> = files.iter().filter(|(_, u, _)| *u != owner).collect();
+        assert!(
+            not_owner.is_empty(),
+            "{leg:?}: {} paths not owned by {owner}, e.g. {:?}",
+            not_owner.len(),
+            not_owner.first()
+        );
+        // Linked from the layer, yet no two workspace paths share an
+        // inode (the layer's own links are retie's, in its trash), not
+        // even the two names the command gave one file (`hardlink`).
+        let mut inodes: Vec<u64> = files.iter().map(|(_, _, i)| *i).collect();
+        inodes.sort_unstable();
+        inodes.dedup();
+        assert_eq!(
+            inodes.len(),
+            files.len(),
+            "{leg:?}: applied paths share an inode"
+        );
+        assert_eq!(runs_left(&s), 0, "{leg:?}: the run's layer stayed");
+
+        let o = s.retie().args(["undo", "last"]).output().expect("undo");
+        assert_code(&o, 0, "undo last");
+        let left: Vec<_> = walk(&s.ws).into_iter().map(|(p, _, _)| p).collect();
+        assert_eq!(
+            left,
+            vec!["keep.txt".to_string()],
+            "{leg:?}: undo left paths behind"
+        );
+    }
+}
+
+/// A kept run of 300 files: `retie changes show` summarises it per top
+/// directory (counts and bytes), not 300 lines; `--all` lists every path.
+#[test]
+fn a_large_kept_run_is_summarised_and_listed_in_full_on_request() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let o = s.exec(
+            &["--json", "--timeout", "2"],
+            &[
+                "sh",
+                "-c",
+                "mkdir -p big small; for f in $(seq 1 299); do echo $f > big/f$f; done; \
+                 echo one > small/only; sleep 30",
+            ],
+        );
+        assert_code(&o, 124, "timeout keeps the run");
+        let run = json_status(&o)["changes"]["kept"]["run"]
+            .as_str()
+            .expect("kept run")
+            .to_string();
+        let o = s
+            .retie()
+            .args(["changes", "show", &run])
+            .output()
+            .expect("show");
+        assert_code(&o, 0, "show");
+        let text = stderr(&o);
+        let rows: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("big ") || l.starts_with("small "))
+            .collect();
+        assert_eq!(rows.len(), 2, "{leg:?}: one row per top directory:\n{text}");
+        assert!(
+            rows[0].split_whitespace().nth(1) == Some("300"),
+            "{leg:?}: big: 299 files + the directory created:\n{text}"
+        );
+        assert!(
+            !text.contains("big/f17"),
+            "{leg:?}: a summarised set listed its paths:\n{text}"
+        );
+        assert!(text.contains("--all"), "{leg:?}: no hint of --all:\n{text}");
+        let o = s
+            .retie()
+            .args(["changes", "show", &run, "--all"])
+            .output()
+            .expect("show --all");
+        assert_code(&o, 0, "show --all");
+        let text = stderr(&o);
+        for f in ["big/f1", "big/f17", "big/f299", "small/only"] {
+            assert!(
+                text.contains(&format!("+ {f}\n")),
+                "{leg:?}: --all does not list {f}"
+            );
+        }
+    }
+}
