@@ -571,3 +571,208 @@ fn an_openai_compatible_server_drives_a_retest_through_the_helper() {
         verify(&s, "over the wire");
     }
 }
+
+/// `retie retest ... --lab NAME` on a terminal (no --yes, no --json).
+fn retest_on_a_terminal(s: &Scratch, file: &Path, script: &Path, lab: &str) -> crate::pty::Pty {
+    let mut c = s.retie();
+    c.arg("retest")
+        .arg(file)
+        .args(["--lab", lab, "--provider", "script", "--script"])
+        .arg(script)
+        .env_remove("RETIE_PROVIDER")
+        .env("NO_COLOR", "1");
+    crate::pty::Pty::spawn(c)
+}
+
+/// Every entry of the ledger: (session, actor, kind, payload).
+fn entries(s: &Scratch) -> Vec<(String, String, String, Value)> {
+    let db = rusqlite::Connection::open(s.home.join(".local/state/retie/ledger.db"))
+        .expect("open the ledger");
+    let mut st = db
+        .prepare("SELECT session, actor, kind, payload FROM entries ORDER BY seq")
+        .expect("query");
+    st.query_map([], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, String>(2)?,
+            serde_json::from_str(&r.get::<_, String>(3)?).unwrap_or_default(),
+        ))
+    })
+    .expect("rows")
+    .map(|r| r.expect("row"))
+    .collect()
+}
+
+fn report(s: &Scratch, session: &str, format: &str) -> String {
+    let o = s
+        .retie()
+        .args(["report", session, format])
+        .stdin(Stdio::null())
+        .output()
+        .expect("report");
+    assert_code(&o, 0, &format!("report {format}"));
+    stdout(&o)
+}
+
+/// The one retest session's id in the ledger.
+fn only_session(s: &Scratch) -> String {
+    let all: Vec<String> = entries(s)
+        .into_iter()
+        .filter(|(_, _, k, p)| k == "session_opened" && p.get("retest").is_some())
+        .map(|(id, ..)| id)
+        .collect();
+    assert_eq!(all.len(), 1, "one retest session: {all:?}");
+    all[0].clone()
+}
+
+/// Issue 28, at the operator's prompt: `!CMD` runs the operator's own
+/// command in a lab sandbox through the chokepoint, recorded with the
+/// person as its actor, its output shown and given to the agent with the
+/// operator's next message (free text, which steers); an "always" answer
+/// at the approval prompt lets the same command run unasked for the rest
+/// of the session (a grant in the ledger); `/verdict` records the
+/// operator's adjudication beside the agent's verdict, which stands; the
+/// report shows both. A second session ended with `/end` before any
+/// verdict has none, and its report says it was ended by the operator.
+#[test]
+fn the_operator_runs_commands_steers_adjudicates_and_ends_at_the_retest_prompt() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let _lab = Lab::up(&s, "op", &["--demo"]);
+        let f = &flaws()[0];
+        let file = finding_file(&s, f.finding);
+        let orig = command(f, "original", "op");
+        let var = command(f, "variant", "op");
+        let script = put(
+            &s,
+            "script.json",
+            &json!({"turns": [
+                {"text": "Which payload first?"},
+                {"expect_user": ["The operator ran these commands", "output o1", "Welcome admin", "The operator says: try the lower-case variant"],
+                 "tool_calls": [run_call(&var, "the operator asked for the variant")]},
+                {"expect": ["output o2", "Welcome admin"],
+                 "tool_calls": [run_call(&var, "once more, to be sure")]},
+                {"expect": ["output o3"],
+                 "tool_calls": [conclude("still_open", "the operator's payload and the variant both log in", json!([
+                     {"output_id": "o1", "excerpt": "Welcome admin"},
+                     {"output_id": "o2", "excerpt": "Welcome admin"}]))]},
+                {"text": "still open"}
+            ]})
+            .to_string(),
+        );
+        let mut t = retest_on_a_terminal(&s, &file, &script, "op");
+        t.expect("Which payload first?");
+        t.expect("retest> ");
+        t.line(&format!("!{orig}"));
+        t.expect("output o1 (exit code 0)");
+        t.expect("Welcome admin");
+        t.expect("retest> ");
+        t.line("try the lower-case variant");
+        t.expect("retie asks:");
+        t.expect("approve?");
+        t.line("a");
+        t.expect("granted for this session");
+        // The same command again runs unasked: the next thing shown is
+        // the verdict, not another approval prompt.
+        t.expect("verdict for F1-sqli-login: still_open");
+        assert_eq!(
+            t.output().matches("approve?").count(),
+            1,
+            "the grant covers the second run:\n{}",
+            t.output()
+        );
+        t.expect("retest> ");
+        t.line("and now?");
+        t.expect("the retest has its verdict");
+        t.expect("retest> ");
+        t.line("/verdict still_open confirmed by hand");
+        t.expect("recorded beside the agent's verdict still_open");
+        t.expect("retest> ");
+        t.line("/end");
+        t.expect("closed");
+        let st = t.wait();
+        assert!(
+            st.success(),
+            "{leg:?}: /end ends cleanly: {st}\n{}",
+            t.output()
+        );
+        verify(&s, "the operator's session");
+
+        let id = only_session(&s);
+        let es = entries(&s);
+        // The operator's command: proposed and intended by the person.
+        let theirs: Vec<_> = es
+            .iter()
+            .filter(|(_, _, k, p)| {
+                (k == "action_proposed" && p["origin"] == "person (operator)")
+                    || (k == "intent" && p["decided_by"] == "person (operator)")
+            })
+            .collect();
+        assert_eq!(theirs.len(), 2, "{leg:?}: {theirs:?}");
+        for (_, actor, kind, p) in &theirs {
+            assert_eq!(
+                actor, "person",
+                "{leg:?}: the operator's {kind} is theirs: {p}"
+            );
+        }
+        assert!(
+            es.iter().any(|(_, a, k, p)| k == "action_proposed"
+                && a == "agent"
+                && p["origin"] == "agent"),
+            "{leg:?}: the model's proposals stay the agent's"
+        );
+        // The grant, and the second run decided by it.
+        assert!(
+            es.iter().any(|(_, a, k, _)| k == "grant" && a == "person"),
+            "{leg:?}: a grant"
+        );
+        assert!(
+            es.iter().any(|(_, _, k, p)| k == "intent"
+                && p["decided_by"]
+                    .as_str()
+                    .is_some_and(|b| b.starts_with("person (grant #"))),
+            "{leg:?}: the second run went by the grant"
+        );
+        let r: Value = serde_json::from_str(&report(&s, &id, "--json")).expect("report json");
+        assert_eq!(r["verdict"]["status"], "still_open", "{r}");
+        assert_eq!(r["verdict"]["decided_by"], "agent", "{r}");
+        assert_eq!(r["verdict"]["commands"][0]["operator"], true, "{r}");
+        assert_eq!(r["verdict"]["commands"][0]["command"], orig, "{r}");
+        assert_eq!(r["adjudications"][0]["status"], "still_open", "{r}");
+        assert_eq!(r["adjudications"][0]["reason"], "confirmed by hand", "{r}");
+        assert_eq!(r["adjudications"][0]["agent_status"], "still_open", "{r}");
+        let md = report(&s, &id, "--markdown");
+        assert!(md.contains("## Verdict: still_open"), "{md}");
+        assert!(
+            md.contains("## Operator's adjudication: still_open"),
+            "{md}"
+        );
+        assert!(md.contains("the operator's"), "{md}");
+
+        // /end before any verdict: none is invented.
+        let s2 = Scratch::new(leg);
+        let _lab2 = Lab::up(&s2, "op2", &["--demo"]);
+        let file = finding_file(&s2, f.finding);
+        let script = put(
+            &s2,
+            "script.json",
+            &json!({"turns": [{"text": "Shall I start?"}]}).to_string(),
+        );
+        let mut t = retest_on_a_terminal(&s2, &file, &script, "op2");
+        t.expect("Shall I start?");
+        t.expect("retest> ");
+        t.line("/end");
+        t.expect("ended by the operator");
+        t.expect("closed");
+        let st = t.wait();
+        assert!(st.success(), "{leg:?}: {st}\n{}", t.output());
+        verify(&s2, "the ended session");
+        let id = only_session(&s2);
+        let r: Value = serde_json::from_str(&report(&s2, &id, "--json")).expect("report json");
+        assert!(r["verdict"].is_null(), "{r}");
+        assert_eq!(r["ended"]["by"], "operator", "{r}");
+        let md = report(&s2, &id, "--markdown");
+        assert!(md.contains("ended by operator"), "{md}");
+    }
+}
