@@ -776,3 +776,114 @@ fn the_operator_runs_commands_steers_adjudicates_and_ends_at_the_retest_prompt()
         assert!(md.contains("ended by operator"), "{md}");
     }
 }
+
+/// Issue 28: SIGKILL of `retie retest` while a command runs in its lab
+/// sandbox, then `retie retest --resume`: the sandbox died with it, the
+/// session goes on where it stood, the agent is told that call's outcome
+/// was not recorded, and nothing runs twice: each command's intent is in
+/// the ledger once, each has at most one outcome, and the scratch
+/// directory's count shows each command line ran once.
+#[test]
+fn sigkill_mid_command_then_resume_runs_nothing_twice() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let _lab = Lab::up(&s, "kill", &["--demo"]);
+        let file = finding_file(&s, "F1-sqli-login");
+        let m = marker();
+        let slow = format!("echo ran-2 >> count; sleep 30; echo never-{m}");
+        let orig = format!(
+            "echo ran-3 >> count; {}",
+            command(&flaws()[0], "original", "kill")
+        );
+        let script = put(
+            &s,
+            "script.json",
+            &json!({"turns": [
+                {"tool_calls": [run_call("echo ran-1 >> count; curl -s http://kill:8080/", "look around")]},
+                {"expect": ["output o1", "retie demo lab"],
+                 "tool_calls": [{"name": "run_command", "arguments": {"command": slow, "rationale": "a slow probe", "timeout_seconds": 60}}]},
+                {"expect": ["interrupted while this call ran"],
+                 "tool_calls": [run_call(&orig, "replay the reported payload")]},
+                {"expect": ["output o2", "Welcome admin"],
+                 "tool_calls": [conclude("still_open", "the reported payload logs in as admin", json!([{"output_id": "o2", "excerpt": "Welcome admin"}]))]},
+                {"text": "still open"}
+            ]})
+            .to_string(),
+        );
+        let mut c = s.retie();
+        c.arg("retest")
+            .arg(&file)
+            .args(["--lab", "kill", "--provider", "script", "--script"])
+            .arg(&script)
+            .args(["--json", "--yes"])
+            .env_remove("RETIE_PROVIDER")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let mut child = c.spawn().expect("spawn retest");
+        let running = wait_until(60.0, || !pids_with(&format!("never-{m}")).is_empty());
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(running, "{leg:?}: the slow command never started");
+        assert!(
+            wait_until(30.0, || pids_with(&format!("never-{m}")).is_empty()),
+            "{leg:?}: the sandbox outlived its killed supervisor"
+        );
+        verify(&s, "after the kill");
+        let sid = only_session(&s);
+        let o = {
+            let mut c = s.retie();
+            c.args(["retest", "--resume", &sid, "--script"])
+                .arg(&script)
+                .args(["--json", "--yes"])
+                .env_remove("RETIE_PROVIDER")
+                .stdin(Stdio::null());
+            c.output().expect("resume")
+        };
+        assert_code(&o, 0, &format!("{leg:?} resumed"));
+        let r = result(&o);
+        assert_eq!(r["status"], "still_open", "{r}\n{}", stderr(&o));
+        assert_eq!(r["verdict"]["evidence"][0]["output_id"], "o2", "{r}");
+        verify(&s, "after the resume");
+
+        let es: Vec<_> = entries(&s).into_iter().filter(|e| e.0 == sid).collect();
+        let intents: Vec<(String, String)> = es
+            .iter()
+            .filter(|e| e.2 == "intent")
+            .map(|e| (e.3["tool"].to_string(), e.3["command"].to_string()))
+            .collect();
+        let mut unique = intents.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(
+            unique.len(),
+            intents.len(),
+            "{leg:?}: an intent recorded twice: {intents:?}"
+        );
+        assert_eq!(
+            intents.len(),
+            4,
+            "{leg:?}: three commands and the conclusion: {intents:?}"
+        );
+        let mut outcomes: Vec<i64> = es
+            .iter()
+            .filter(|e| e.2 == "outcome")
+            .filter_map(|e| e.3["action"].as_i64())
+            .collect();
+        let n = outcomes.len();
+        outcomes.sort();
+        outcomes.dedup();
+        assert_eq!(outcomes.len(), n, "{leg:?}: an action with two outcomes");
+        let scratch = std::fs::read_dir(s.home.join(".local/state/retie/retest"))
+            .expect("retest dir")
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.join("count").exists())
+            .expect("a scratch directory with the count");
+        assert_eq!(
+            std::fs::read_to_string(scratch.join("count")).expect("count"),
+            "ran-1\nran-2\nran-3\n",
+            "{leg:?}: a command ran twice or not at all"
+        );
+    }
+}
