@@ -167,6 +167,77 @@ fn result(o: &Output) -> Value {
         .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}\n{}", stdout(o), stderr(o)))
 }
 
+/// The errors of `doc` against the vendored OASIS SARIF 2.1.0 JSON schema
+/// (tests/fixtures/sarif), by python3's `jsonschema` (draft-04, as the
+/// schema declares). Fails loudly, naming the fix, when the validator is
+/// not installed: the check is never skipped.
+fn sarif_schema_errors(doc: &Value) -> Vec<String> {
+    const CHECK: &str = r#"
+import json, sys
+try:
+    import jsonschema
+except ImportError:
+    print("NO-JSONSCHEMA")
+    sys.exit(3)
+schema = json.load(open(sys.argv[1]))
+doc = json.load(sys.stdin)
+v = jsonschema.Draft4Validator(schema)
+for e in sorted(v.iter_errors(doc), key=lambda e: list(e.absolute_path)):
+    print("$." + ".".join(str(p) for p in e.absolute_path) + ": " + e.message)
+"#;
+    let schema = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/sarif/sarif-schema-2.1.0.json"
+    );
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", CHECK, schema])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3 validates SARIF against its schema: install python3");
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin
+            .write_all(doc.to_string().as_bytes())
+            .expect("write the SARIF log");
+    }
+    let o = child.wait_with_output().expect("python3");
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        !out.contains("NO-JSONSCHEMA"),
+        "python3 has no jsonschema module: install it (`pip install jsonschema` or `apt-get install python3-jsonschema`)"
+    );
+    assert!(
+        o.status.success(),
+        "the SARIF check failed to run: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    out.lines().map(str::to_string).collect()
+}
+
+/// `doc` is a valid SARIF 2.1.0 log, and the check would see it if it
+/// were not: the same log with `baselineState` broken is refused.
+#[track_caller]
+fn assert_valid_sarif(doc: &Value, ctx: &str) {
+    let errors = sarif_schema_errors(doc);
+    assert!(
+        errors.is_empty(),
+        "{ctx}: retie report --sarif is not valid SARIF 2.1.0:\n{}\n{doc}",
+        errors.join("\n")
+    );
+    let mut broken = doc.clone();
+    broken["runs"][0]["results"][0]["baselineState"] = json!("gone");
+    let errors = sarif_schema_errors(&broken);
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("baselineState") && e.contains("gone")),
+        "{ctx}: the schema check let a broken baselineState through: {errors:?}"
+    );
+}
+
 fn verify(s: &Scratch, ctx: &str) {
     let v = s.retie().arg("verify").output().expect("verify");
     assert_code(&v, 0, &format!("retie verify after {ctx}"));
@@ -381,6 +452,7 @@ fn report_renders_a_retest_from_the_ledger_alone_as_markdown_json_and_sarif() {
             let sarif: Value =
                 serde_json::from_str(&stdout(&report(id, "--sarif"))).expect("sarif json");
             assert_eq!(sarif["version"], "2.1.0");
+            assert_valid_sarif(&sarif, &format!("{leg:?} {status}"));
             let res = &sarif["runs"][0]["results"][0];
             assert_eq!(res["baselineState"], baseline, "{sarif}");
             assert_eq!(
@@ -749,6 +821,8 @@ fn the_operator_runs_commands_steers_adjudicates_and_ends_at_the_retest_prompt()
             "{md}"
         );
         assert!(md.contains("the operator's"), "{md}");
+        let sarif: Value = serde_json::from_str(&report(&s, &id, "--sarif")).expect("sarif");
+        assert_valid_sarif(&sarif, "adjudicated");
 
         // /end before any verdict: none is invented.
         let s2 = Scratch::new(leg);
@@ -774,6 +848,12 @@ fn the_operator_runs_commands_steers_adjudicates_and_ends_at_the_retest_prompt()
         assert_eq!(r["ended"]["by"], "operator", "{r}");
         let md = report(&s2, &id, "--markdown");
         assert!(md.contains("ended by operator"), "{md}");
+        let sarif: Value = serde_json::from_str(&report(&s2, &id, "--sarif")).expect("sarif");
+        assert_eq!(
+            sarif["runs"][0]["results"][0]["properties"]["retieEndedBy"],
+            "operator"
+        );
+        assert_valid_sarif(&sarif, "ended");
     }
 }
 
