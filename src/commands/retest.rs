@@ -200,29 +200,37 @@ fn run_inner(a: RetestArgs) -> Result<i32, CliError> {
 /// system view is the host's /usr, read-only). A missing one stops the
 /// retest with the package to install.
 fn check_tools() -> Result<Vec<String>, CliError> {
-    let dirs = ["/usr/local/bin", "/usr/bin", "/bin"];
+    check_tools_in(&[
+        Path::new("/usr/local/bin"),
+        Path::new("/usr/bin"),
+        Path::new("/bin"),
+    ])
+}
+
+/// [`check_tools`] in `dirs`: each of [`PROFILE_TOOLS`] must be an
+/// executable file in one of them; the error names every missing tool
+/// with its Debian package and the one `apt-get install` line.
+fn check_tools_in(dirs: &[&Path]) -> Result<Vec<String>, CliError> {
+    use std::os::unix::fs::PermissionsExt;
     let mut found = Vec::new();
     let mut missing = Vec::new();
+    let mut packages = Vec::new();
     for (tool, package) in PROFILE_TOOLS {
-        match dirs
-            .iter()
-            .map(|d| Path::new(d).join(tool))
-            .find(|p| p.is_file())
-        {
+        match dirs.iter().map(|d| d.join(tool)).find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        }) {
             Some(p) => found.push(p.display().to_string()),
-            None => missing.push(format!("{tool} (Debian package {package})")),
+            None => {
+                missing.push(format!("{tool} (Debian package {package})"));
+                packages.push(*package);
+            }
         }
     }
     if !missing.is_empty() {
         return Err(CliError::Usage(format!(
             "the retest sandbox lacks {}: install it (`apt-get install {}`); retie does not retest with fewer tools",
             missing.join(", "),
-            PROFILE_TOOLS
-                .iter()
-                .filter(|(t, _)| missing.iter().any(|m| m.starts_with(t)))
-                .map(|(_, p)| *p)
-                .collect::<Vec<_>>()
-                .join(" ")
+            packages.join(" ")
         )));
     }
     Ok(found)
@@ -905,4 +913,55 @@ fn resume(mut a: RetestArgs, id: &str) -> Result<i32, CliError> {
     }
     let p = agent_run::provider(&ra, &r, provider_name, None, true)?;
     drive(&a, p, tools, rec, Some(rows), r.cfg.clone(), None, opened)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(dir: &Path, name: &str, mode: u32) {
+        use std::os::unix::fs::PermissionsExt;
+        let p = dir.join(name);
+        std::fs::write(&p, "#!/bin/sh\n").expect("write");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    }
+
+    /// Issue 28: a tool the retest profile names is missing (or is not
+    /// executable): the retest stops with the Debian package for each,
+    /// never carrying on with fewer tools.
+    #[test]
+    fn a_missing_tool_stops_the_retest_with_its_debian_package() {
+        let a = tempfile::tempdir().expect("tmp");
+        let b = tempfile::tempdir().expect("tmp");
+        let dirs = [a.path(), b.path()];
+        let e = check_tools_in(&dirs)
+            .expect_err("nothing there")
+            .to_string();
+        assert!(
+            e.contains("curl (Debian package curl), python3 (Debian package python3)")
+                && e.contains("`apt-get install curl python3`")
+                && e.contains("does not retest with fewer tools"),
+            "{e}"
+        );
+        put(b.path(), "curl", 0o755);
+        put(a.path(), "python3", 0o644);
+        let e = check_tools_in(&dirs)
+            .expect_err("python3 not executable")
+            .to_string();
+        assert!(
+            e.contains("lacks python3 (Debian package python3)")
+                && e.contains("`apt-get install python3`")
+                && !e.contains("curl"),
+            "{e}"
+        );
+        put(b.path(), "python3", 0o755);
+        let found = check_tools_in(&dirs).expect("both there");
+        assert_eq!(
+            found,
+            vec![
+                b.path().join("curl").display().to_string(),
+                b.path().join("python3").display().to_string()
+            ]
+        );
+    }
 }
