@@ -617,6 +617,29 @@ impl<P: Provider> Session<P> {
         Ok(())
     }
 
+    /// The operator's own command in a retest (`!CMD` at the prompt),
+    /// dispatched now through the chokepoint in the same kind of lab
+    /// sandbox as the model's `run_command`, recorded as the person's
+    /// ([`Tools::operator_command`]). Returns the text to show (and to
+    /// give the model with the operator's next message); `Err` is the
+    /// ledger's failure.
+    pub fn operator_command(&mut self, command: &str) -> Result<String, SessionError> {
+        let Some(rec) = self.rec.as_mut() else {
+            return Ok("no ledger session: nothing ran".into());
+        };
+        let text = match self.tools.operator_command(rec, &self.ctx, command)? {
+            Err(why) => format!("not run: {why}"),
+            Ok((r, action)) => {
+                if r.took_in {
+                    // What it brought in reaches the model next.
+                    self.ctx.taint = self.ctx.taint.after(&self.tools.policy, &action);
+                }
+                r.text
+            }
+        };
+        Ok(text)
+    }
+
     pub fn revoke(&mut self, seq: i64) -> Result<(), SessionError> {
         match self.rec.as_mut() {
             Some(r) => Ok(r.revoke(seq, "person")?),

@@ -33,6 +33,11 @@ use serde_json::{json, Value};
 
 pub use record::Recorder;
 
+/// The origin of an action the operator proposed themselves at a retest's
+/// prompt (`!CMD`): its proposal and intent are recorded with the person
+/// as their actor, not the agent.
+pub const OPERATOR_ORIGIN: &str = "person (operator)";
+
 /// Everything that can go wrong at the chokepoint.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

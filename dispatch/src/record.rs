@@ -610,9 +610,10 @@ impl Recorder {
         merge(&mut intent_payload, intent);
         let mut entries = self.opening();
         let n = entries.len() as i64;
-        let pe = self.entry(Actor::Agent, Kind::Proposed, proposed);
+        let by = proposer(&proposed);
+        let pe = self.entry(by, Kind::Proposed, proposed);
         let de = self.entry(Actor::Policy, Kind::Decision, decision);
-        let ie = self.entry(Actor::Agent, Kind::Intent, intent_payload);
+        let ie = self.entry(by, Kind::Intent, intent_payload);
         let appended = self.ledger.append_batch(|first| {
             let proposal = first + n;
             let mut de = de;
@@ -638,7 +639,7 @@ impl Recorder {
     ) -> Result<(), Error> {
         let mut entries = self.opening();
         let n = entries.len() as i64;
-        let pe = self.entry(Actor::Agent, Kind::Proposed, proposed);
+        let pe = self.entry(proposer(&proposed), Kind::Proposed, proposed);
         let de = self.entry(Actor::Policy, Kind::Decision, decision);
         let mut re = self.entry(Actor::Policy, Kind::Refusal, refusal);
         merge(&mut re.payload, self.intent_base.clone());
@@ -1112,6 +1113,17 @@ fn stall(stage: &str) {
 
 #[cfg(not(debug_assertions))]
 fn stall(_stage: &str) {}
+
+/// Who proposed an action, for the actor of its proposal and intent: the
+/// person for the operator's own command at a retest's prompt
+/// ([`crate::OPERATOR_ORIGIN`]), else the agent.
+fn proposer(proposed: &Value) -> Actor {
+    if proposed.get("origin").and_then(Value::as_str) == Some(crate::OPERATOR_ORIGIN) {
+        Actor::Person
+    } else {
+        Actor::Agent
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -10,6 +10,9 @@ use serde_json::Value;
 pub const VERDICT_KEY: &str = "retest_verdict";
 /// The key of an operator's adjudication note.
 pub const ADJUDICATION_KEY: &str = "retest_adjudication";
+/// The key of the note written when the operator ends a retest before
+/// any verdict (`/end`, Ctrl-D at the prompt): no verdict is invented.
+pub const ENDED_KEY: &str = "retest_ended";
 
 /// A finding's origin and the lab origin it became.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -44,6 +47,9 @@ pub struct CommandRun {
     pub timed_out: bool,
     /// The recorded output (capped), as the model read it.
     pub output: String,
+    /// The operator's own command (`!CMD` at the prompt), not the model's.
+    #[serde(default)]
+    pub operator: bool,
 }
 
 /// One cited excerpt, with the command that printed it.

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use retie_finding::Finding;
-use retie_ledger::retest::{RetestOpened, RetestVerdict, ADJUDICATION_KEY};
+use retie_ledger::retest::{RetestOpened, RetestVerdict, ADJUDICATION_KEY, ENDED_KEY};
 use retie_ledger::{verify, Kind, Ledger};
 use serde_json::{json, Value};
 
@@ -43,6 +43,8 @@ struct Retest {
     finding: Finding,
     verdict: Option<RetestVerdict>,
     adjudications: Vec<Value>,
+    /// The operator ended the session before any verdict.
+    ended: Option<Value>,
 }
 
 pub fn run(a: ReportArgs) -> i32 {
@@ -112,6 +114,7 @@ fn read(path: &std::path::Path, id: &str) -> Result<Retest, CliError> {
     let mut opened_payload = None;
     let mut verdict = None;
     let mut adjudications = Vec::new();
+    let mut ended = None;
     for r in &rows {
         let p = r.payload_json();
         if r.kind == Kind::SessionOpened.as_bytes() {
@@ -126,6 +129,8 @@ fn read(path: &std::path::Path, id: &str) -> Result<Retest, CliError> {
                 })?);
             } else if let Some(adj) = p.get(ADJUDICATION_KEY) {
                 adjudications.push(adj.clone());
+            } else if let Some(e) = p.get(ENDED_KEY) {
+                ended = Some(e.clone());
             }
         }
     }
@@ -154,6 +159,7 @@ fn read(path: &std::path::Path, id: &str) -> Result<Retest, CliError> {
         finding,
         verdict,
         adjudications,
+        ended,
     })
 }
 
@@ -168,6 +174,7 @@ fn as_json(r: &Retest) -> Value {
         "finding": r.finding,
         "verdict": r.verdict,
         "adjudications": r.adjudications,
+        "ended": r.ended,
     })
 }
 
@@ -191,6 +198,9 @@ fn markdown(r: &Retest) -> String {
         t.push_str(&format!("- origin `{}` retested as `{}`\n", m.from, m.to));
     }
     match &r.verdict {
+        None if r.ended.is_some() => {
+            t.push_str("\n## Verdict\n\nNone: ended by operator before any verdict.\n")
+        }
         None => t.push_str(
             "\n## Verdict\n\nNone yet: the session has not concluded (`retie retest --resume`).\n",
         ),
@@ -217,15 +227,20 @@ fn markdown(r: &Retest) -> String {
                 } else {
                     c.exit_code.map_or("-".to_string(), |e| format!("exit {e}"))
                 };
-                t.push_str(&format!("- `{}` ({}, {how})\n", c.command, c.output_id));
+                let whose = if c.operator { ", the operator's" } else { "" };
+                t.push_str(&format!(
+                    "- `{}` ({}, {how}{whose})\n",
+                    c.command, c.output_id
+                ));
             }
         }
     }
     for a in &r.adjudications {
         t.push_str(&format!(
-            "\n## Operator's adjudication: {}\n\n{}\n",
+            "\n## Operator's adjudication: {}\n\n{}\n\nBeside the agent's verdict ({}), which stands as recorded.\n",
             a.get("status").and_then(Value::as_str).unwrap_or("?"),
-            a.get("reason").and_then(Value::as_str).unwrap_or("")
+            a.get("reason").and_then(Value::as_str).unwrap_or(""),
+            r.verdict.as_ref().map_or("none", |v| v.status.as_str())
         ));
     }
     t
@@ -280,6 +295,9 @@ fn sarif(r: &Retest) -> Value {
     }
     if !r.adjudications.is_empty() {
         props["retieAdjudications"] = json!(r.adjudications);
+    }
+    if r.ended.is_some() && r.verdict.is_none() {
+        props["retieEndedBy"] = json!("operator");
     }
     let message = format!(
         "{} — retest verdict: {status}{}",

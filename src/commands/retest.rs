@@ -26,7 +26,9 @@ use retie_dispatch::record::SessionSpec;
 use retie_dispatch::sandbox::Runner;
 use retie_dispatch::{Approver, Recorder};
 use retie_finding::{Finding, OriginMap};
-use retie_ledger::retest::{CommandRun, EvidenceItem, OriginPair, RetestOpened, RetestVerdict};
+use retie_ledger::retest::{
+    CommandRun, EvidenceItem, OriginPair, RetestOpened, RetestVerdict, ADJUDICATION_KEY, ENDED_KEY,
+};
 use retie_policy::Policy;
 use retie_runtime::NetMode;
 use serde_json::{json, Value};
@@ -198,29 +200,37 @@ fn run_inner(a: RetestArgs) -> Result<i32, CliError> {
 /// system view is the host's /usr, read-only). A missing one stops the
 /// retest with the package to install.
 fn check_tools() -> Result<Vec<String>, CliError> {
-    let dirs = ["/usr/local/bin", "/usr/bin", "/bin"];
+    check_tools_in(&[
+        Path::new("/usr/local/bin"),
+        Path::new("/usr/bin"),
+        Path::new("/bin"),
+    ])
+}
+
+/// [`check_tools`] in `dirs`: each of [`PROFILE_TOOLS`] must be an
+/// executable file in one of them; the error names every missing tool
+/// with its Debian package and the one `apt-get install` line.
+fn check_tools_in(dirs: &[&Path]) -> Result<Vec<String>, CliError> {
+    use std::os::unix::fs::PermissionsExt;
     let mut found = Vec::new();
     let mut missing = Vec::new();
+    let mut packages = Vec::new();
     for (tool, package) in PROFILE_TOOLS {
-        match dirs
-            .iter()
-            .map(|d| Path::new(d).join(tool))
-            .find(|p| p.is_file())
-        {
+        match dirs.iter().map(|d| d.join(tool)).find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        }) {
             Some(p) => found.push(p.display().to_string()),
-            None => missing.push(format!("{tool} (Debian package {package})")),
+            None => {
+                missing.push(format!("{tool} (Debian package {package})"));
+                packages.push(*package);
+            }
         }
     }
     if !missing.is_empty() {
         return Err(CliError::Usage(format!(
             "the retest sandbox lacks {}: install it (`apt-get install {}`); retie does not retest with fewer tools",
             missing.join(", "),
-            PROFILE_TOOLS
-                .iter()
-                .filter(|(t, _)| missing.iter().any(|m| m.starts_with(t)))
-                .map(|(_, p)| *p)
-                .collect::<Vec<_>>()
-                .join(" ")
+            packages.join(" ")
         )));
     }
     Ok(found)
@@ -340,6 +350,238 @@ fn retest_tools(
     Ok(tools)
 }
 
+/// What the operator types at the retest prompt.
+#[derive(Debug, PartialEq, Eq)]
+enum OperatorLine {
+    Nothing,
+    Help,
+    End,
+    Command(String),
+    Verdict { status: String, reason: String },
+    Steer(String),
+    Bad(String),
+}
+
+const OPERATOR_HELP: &str = "\
+!CMD                      run your own command in a fresh lab sandbox (recorded as yours; the agent reads its output with your next message)
+TEXT                      steer the agent: your message, then it goes on
+/verdict STATUS REASON    your adjudication (still_open, fixed or inconclusive), recorded beside the agent's verdict, never replacing it
+/end                      end this retest (Ctrl-D too); with no verdict yet the report says it was ended by the operator
+/help                     this list";
+
+fn parse_operator(line: &str) -> OperatorLine {
+    let t = line.trim();
+    if t.is_empty() {
+        return OperatorLine::Nothing;
+    }
+    if let Some(cmd) = t.strip_prefix('!') {
+        return if cmd.trim().is_empty() {
+            OperatorLine::Bad("!CMD needs a command after the !".into())
+        } else {
+            OperatorLine::Command(cmd.trim().to_string())
+        };
+    }
+    if !t.starts_with('/') {
+        return OperatorLine::Steer(t.to_string());
+    }
+    let (word, rest) = t.split_once(char::is_whitespace).unwrap_or((t, ""));
+    match word {
+        "/help" => OperatorLine::Help,
+        "/end" if rest.trim().is_empty() => OperatorLine::End,
+        "/verdict" => {
+            let rest = rest.trim();
+            let (status, reason) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
+            if !matches!(status, "still_open" | "fixed" | "inconclusive") {
+                OperatorLine::Bad(format!(
+                    "/verdict STATUS REASON: the status is still_open, fixed or inconclusive, not {:?}",
+                    crate::ui::visible(status)
+                ))
+            } else if reason.trim().is_empty() {
+                OperatorLine::Bad("/verdict STATUS REASON: say why (the reason is recorded)".into())
+            } else {
+                OperatorLine::Verdict {
+                    status: status.into(),
+                    reason: reason.trim().into(),
+                }
+            }
+        }
+        _ => OperatorLine::Bad(format!(
+            "unknown command {} (/help lists them)",
+            crate::ui::visible(word)
+        )),
+    }
+}
+
+/// The operator's prompt of an interactive retest: after each of the
+/// agent's sends (it concluded, stopped to talk, ran out of steps or was
+/// cancelled with Ctrl-C), until `/end` or Ctrl-D. The agent's verdict
+/// is recorded as soon as it exists; the operator's `/verdict` is a note
+/// of its own beside it.
+#[allow(clippy::too_many_arguments)]
+async fn operator_loop<P: Provider>(
+    mut s: Session<P>,
+    editor: &std::rc::Rc<std::cell::RefCell<super::chat::LineEditor>>,
+    approver: &mut dyn Approver,
+    ui: &mut super::chat::PlainRender,
+    first: Option<String>,
+    max_steps: u32,
+    opened: &RetestOpened,
+) -> Result<i32, CliError> {
+    use super::chat::Read;
+    let st = crate::ui::Style::stderr();
+    eprintln!(
+        "retie: retest session {} · at retest> : !CMD runs your command, text steers the agent, /verdict STATUS REASON, /end (/help)",
+        crate::ui::visible(s.id())
+    );
+    let mut next: Option<String> = first;
+    // Resumed with nothing to carry on: straight to the prompt.
+    let mut run = next.is_some() || !s.waiting_for_input();
+    let mut verdict: Option<RetestVerdict> = None;
+    let mut last: Option<Report> = None;
+    // Outputs of the operator's commands not yet given to the agent.
+    let mut context: Vec<String> = Vec::new();
+    let mut ctrl_c = false;
+    loop {
+        if run {
+            run = false;
+            INTERRUPTED.store(false, Ordering::SeqCst);
+            s.cancel_token().reset();
+            let left = max_steps.saturating_sub(s.turns()).max(1);
+            s.config().max_turns = left;
+            let report = s.send(next.take().as_deref(), approver, ui).await;
+            println!();
+            match report.status {
+                Status::ProviderFailed | Status::Failed | Status::Suspended => {
+                    last = Some(report);
+                    break;
+                }
+                Status::Interrupted => eprintln!(
+                    "{}",
+                    st.yellow("cancelled: the agent's turn stopped; what ran is recorded")
+                ),
+                _ => {}
+            }
+            let concluded = s.tools().concluded();
+            let spent = s.turns() >= max_steps;
+            if verdict.is_none() && (concluded || spent) {
+                let v = verdict_of(&mut s, &report, max_steps);
+                s.record_note(false, v.to_note())
+                    .map_err(|e| CliError::Usage(format!("recording the verdict: {e}")))?;
+                print_verdict(false, s.id(), opened, Some(&v), &report);
+                verdict = Some(v);
+            }
+            last = Some(report);
+        }
+        let line = match editor.borrow_mut().read("retest> ", true) {
+            Read::Eof => break,
+            Read::Interrupted if ctrl_c => break,
+            Read::Interrupted => {
+                ctrl_c = true;
+                eprintln!(
+                    "{}",
+                    st.dim("(Ctrl-C again, Ctrl-D or /end ends the retest)")
+                );
+                continue;
+            }
+            Read::Line(l) => l,
+        };
+        ctrl_c = false;
+        match parse_operator(&line) {
+            OperatorLine::Nothing => {}
+            OperatorLine::Help => eprintln!("{OPERATOR_HELP}"),
+            OperatorLine::End => break,
+            OperatorLine::Bad(why) => eprintln!("{why}"),
+            OperatorLine::Command(cmd) => {
+                INTERRUPTED.store(false, Ordering::SeqCst);
+                s.cancel_token().reset();
+                let text = s
+                    .operator_command(&cmd)
+                    .map_err(|e| CliError::Usage(format!("the operator's command: {e}")))?;
+                eprintln!("{}", crate::ui::prose(&text));
+                context.push(format!("$ {cmd}\n{text}"));
+            }
+            OperatorLine::Verdict { status, reason } => {
+                let note = json!({ ADJUDICATION_KEY: {
+                    "status": status,
+                    "reason": reason,
+                    "by": "operator",
+                    "agent_status": verdict.as_ref().map(|v| v.status.clone()),
+                }});
+                s.record_note(true, note)
+                    .map_err(|e| CliError::Usage(format!("recording the adjudication: {e}")))?;
+                eprintln!(
+                    "retie: your adjudication {status} is recorded beside {} (the report shows both)",
+                    match &verdict {
+                        Some(v) => format!("the agent's verdict {}", v.status),
+                        None => "no verdict yet".into(),
+                    }
+                );
+            }
+            OperatorLine::Steer(text) => {
+                if verdict.is_some() {
+                    eprintln!(
+                        "the retest has its verdict: /verdict STATUS REASON adjudicates it, !CMD checks, /end closes"
+                    );
+                    continue;
+                }
+                let mut msg = String::new();
+                if !context.is_empty() {
+                    msg.push_str("The operator ran these commands themselves in the same kind of lab sandbox (their outputs may be cited like yours):\n");
+                    for c in context.drain(..) {
+                        msg.push_str(&c);
+                        msg.push('\n');
+                    }
+                    msg.push_str("\nThe operator says: ");
+                }
+                msg.push_str(&text);
+                next = Some(msg);
+                run = true;
+            }
+        }
+    }
+    let stopped = last.as_ref().map(|r| r.status);
+    match (&verdict, stopped) {
+        (Some(_), _) | (None, Some(Status::Suspended)) => {}
+        // The session itself failed: retie's inconclusive, as without a
+        // terminal.
+        (None, Some(Status::ProviderFailed | Status::Failed)) => {
+            if let Some(r) = &last {
+                let v = verdict_of(&mut s, r, max_steps);
+                s.record_note(false, v.to_note())
+                    .map_err(|e| CliError::Usage(format!("recording the verdict: {e}")))?;
+                print_verdict(false, s.id(), opened, Some(&v), r);
+            }
+        }
+        (None, _) => {
+            s.record_note(
+                true,
+                json!({ ENDED_KEY: {"by": "operator", "reason": "ended by operator", "steps": s.turns(), "max_steps": max_steps}}),
+            )
+            .map_err(|e| CliError::Usage(format!("recording the end: {e}")))?;
+            eprintln!("retie: retest ended by the operator with no verdict (recorded)");
+        }
+    }
+    let session = s.id().to_string();
+    let closed = s.close();
+    if let Err(e) = closed {
+        return Err(CliError::Usage(format!(
+            "the ledger could not close session {session}: {e}"
+        )));
+    }
+    eprintln!("retie: session {} closed", crate::ui::visible(&session));
+    Ok(match last {
+        Some(r)
+            if matches!(
+                r.status,
+                Status::ProviderFailed | Status::Failed | Status::Suspended
+            ) =>
+        {
+            agent_run::finish(&r, false)
+        }
+        _ => agent_run::EXIT_FINISHED,
+    })
+}
+
 fn approver(a: &RetestArgs) -> Result<Box<dyn Approver>, CliError> {
     Ok(if a.yes {
         eprintln!(
@@ -448,7 +690,18 @@ fn drive<P: Provider>(
     prompt: Option<String>,
     opened: RetestOpened,
 ) -> Result<i32, CliError> {
-    let mut approver = approver(a)?;
+    // On a terminal (and not --json) the operator has a prompt of their
+    // own between the agent's sends: `!CMD`, steering, `/end`,
+    // `/verdict` (`operator_loop`). The approval prompt reads the same
+    // editor.
+    let operator = (!a.json && std::io::stdin().is_terminal())
+        .then(super::chat::LineEditor::open)
+        .transpose()?
+        .map(|e| std::rc::Rc::new(std::cell::RefCell::new(e)));
+    let mut approver: Box<dyn Approver> = match (&operator, a.yes) {
+        (Some(ed), false) => Box::new(super::chat::terminal_approver_on(ed.clone(), &INTERRUPTED)),
+        _ => approver(a)?,
+    };
     // SAFETY: installing a handler that only stores to an atomic, before
     // any thread exists; it replaces the default disposition of SIGINT.
     unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
@@ -476,6 +729,18 @@ fn drive<P: Provider>(
                 s
             }
         };
+        if let Some(editor) = operator.as_ref() {
+            return operator_loop(
+                s,
+                editor,
+                approver.as_mut(),
+                &mut ui,
+                prompt,
+                max_steps,
+                &opened,
+            )
+            .await;
+        }
         let report = s.send(prompt.as_deref(), approver.as_mut(), &mut ui).await;
         let verdict = if report.status == Status::Suspended {
             None
@@ -519,6 +784,7 @@ fn verdict_of<P: Provider>(s: &mut Session<P>, report: &Report, max_steps: u32) 
             exit_code: o.exit_code,
             timed_out: o.timed_out,
             output: o.text.clone(),
+            operator: o.operator,
         })
         .collect();
     match state.and_then(|r| r.conclusion) {
@@ -647,4 +913,55 @@ fn resume(mut a: RetestArgs, id: &str) -> Result<i32, CliError> {
     }
     let p = agent_run::provider(&ra, &r, provider_name, None, true)?;
     drive(&a, p, tools, rec, Some(rows), r.cfg.clone(), None, opened)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(dir: &Path, name: &str, mode: u32) {
+        use std::os::unix::fs::PermissionsExt;
+        let p = dir.join(name);
+        std::fs::write(&p, "#!/bin/sh\n").expect("write");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    }
+
+    /// Issue 28: a tool the retest profile names is missing (or is not
+    /// executable): the retest stops with the Debian package for each,
+    /// never carrying on with fewer tools.
+    #[test]
+    fn a_missing_tool_stops_the_retest_with_its_debian_package() {
+        let a = tempfile::tempdir().expect("tmp");
+        let b = tempfile::tempdir().expect("tmp");
+        let dirs = [a.path(), b.path()];
+        let e = check_tools_in(&dirs)
+            .expect_err("nothing there")
+            .to_string();
+        assert!(
+            e.contains("curl (Debian package curl), python3 (Debian package python3)")
+                && e.contains("`apt-get install curl python3`")
+                && e.contains("does not retest with fewer tools"),
+            "{e}"
+        );
+        put(b.path(), "curl", 0o755);
+        put(a.path(), "python3", 0o644);
+        let e = check_tools_in(&dirs)
+            .expect_err("python3 not executable")
+            .to_string();
+        assert!(
+            e.contains("lacks python3 (Debian package python3)")
+                && e.contains("`apt-get install python3`")
+                && !e.contains("curl"),
+            "{e}"
+        );
+        put(b.path(), "python3", 0o755);
+        let found = check_tools_in(&dirs).expect("both there");
+        assert_eq!(
+            found,
+            vec![
+                b.path().join("curl").display().to_string(),
+                b.path().join("python3").display().to_string()
+            ]
+        );
+    }
 }

@@ -1,14 +1,22 @@
 #!/usr/bin/env python3
-"""Side-by-side benchmark: `true` under `--net lab` and with no network.
+"""Side-by-side benchmark: `true` under `--net lab`, with no network, and
+under a bare `bwrap --unshare-net`.
 
 Starts a throwaway lab (`retie lab up`, a python3 listener), then runs
-`retie sandbox exec --workspace-mode direct [--net lab] -- true` in one
-loop, interleaved and alternating which goes first, so machine noise hits
-both alike. Prints medians, p90s and the difference of the medians (the
-issue's target: lab mode adds at most 3 ms). Asserts no time; the figures
-are for docs/lab.md. The lab is stopped at the end, also on failure.
+`retie sandbox exec --workspace-mode direct [--net lab] -- true` (each
+through the chokepoint: classify, gate, record in the ledger, a fresh
+sandbox) and the same command under bubblewrap with only a network
+namespace of its own (`bwrap --unshare-net --unshare-pid --die-with-parent
+--ro-bind / / --dev /dev --proc /proc -- true`: no ledger, no policy, no
+seccomp or Landlock) in one loop, interleaved, the order rotating each
+round, so machine noise hits all alike. Prints medians, p90s, the
+difference of the medians lab - none (issue 30's target: at most 3 ms) and
+the ratio of the medians lab / bwrap (issue 28's target: at most 2.0x).
+Asserts no time; the figures are for docs/lab.md and docs/retest.md. The
+lab is stopped at the end, also on failure. Without bwrap on PATH the
+ratio is not measured, and it says so.
 
-usage: tests/bench/lab.py [--retie PATH] [--runs N] [--json]
+usage: tests/bench/lab.py [--retie PATH] [--runs N] [--no-bwrap] [--json]
 """
 import argparse
 import json
@@ -49,6 +57,8 @@ def main():
     ap.add_argument("--retie", default=os.path.join(os.path.dirname(__file__),
                     "../../target/x86_64-unknown-linux-musl/release/retie"))
     ap.add_argument("--runs", type=int, default=300)
+    ap.add_argument("--no-bwrap", action="store_true",
+                    help="leave out the bare bwrap --unshare-net run (and the ratio)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     retie = os.path.abspath(args.retie)
@@ -66,13 +76,18 @@ def main():
     try:
         base = [retie, "sandbox", "exec", "-w", ws, "--workspace-mode", "direct"]
         cmds = {"no network": base + ["--", true], "--net lab": base + ["--net", "lab", "--", true]}
+        bwrap = None if args.no_bwrap else shutil.which("bwrap")
+        if bwrap:
+            cmds["bwrap"] = [bwrap, "--unshare-net", "--unshare-pid", "--die-with-parent",
+                             "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--", true]
         for argv in cmds.values():  # warm-up
             for _ in range(5):
                 spawn_time(argv, env)
         times = {k: [] for k in cmds}
         names = list(cmds)
         for i in range(args.runs):
-            order = names if i % 2 == 0 else names[::-1]
+            r = i % len(names)
+            order = names[r:] + names[:r]
             for k in order:
                 times[k].append(spawn_time(cmds[k], env))
     finally:
@@ -81,6 +96,8 @@ def main():
     res = {k: {"median_ms": round(statistics.median(v), 2), "p90_ms": round(pct(v, 0.9), 2)}
            for k, v in times.items()}
     res["lab_minus_none_median_ms"] = round(res["--net lab"]["median_ms"] - res["no network"]["median_ms"], 2)
+    if "bwrap" in res:
+        res["lab_over_bwrap_ratio"] = round(res["--net lab"]["median_ms"] / res["bwrap"]["median_ms"], 2)
     res["runs"] = args.runs
     if args.json:
         print(json.dumps(res))
@@ -89,6 +106,12 @@ def main():
     for k in names:
         print(f"{k:<12} {res[k]['median_ms']:>7.2f}ms {res[k]['p90_ms']:>7.2f}ms")
     print(f"lab mode adds {res['lab_minus_none_median_ms']:.2f} ms to the median ({args.runs} runs each)")
+    if "lab_over_bwrap_ratio" in res:
+        print(f"a lab-mode command through the chokepoint costs {res['lab_over_bwrap_ratio']:.2f}x "
+              f"a bare bwrap --unshare-net run of it (median over median; target <= 2.0x)")
+    else:
+        print("no bwrap on PATH (or --no-bwrap): the ratio to a bare bwrap run was not measured "
+              "(apt-get install bubblewrap)")
 
 
 if __name__ == "__main__":

@@ -167,6 +167,77 @@ fn result(o: &Output) -> Value {
         .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}\n{}", stdout(o), stderr(o)))
 }
 
+/// The errors of `doc` against the vendored OASIS SARIF 2.1.0 JSON schema
+/// (tests/fixtures/sarif), by python3's `jsonschema` (draft-04, as the
+/// schema declares). Fails loudly, naming the fix, when the validator is
+/// not installed: the check is never skipped.
+fn sarif_schema_errors(doc: &Value) -> Vec<String> {
+    const CHECK: &str = r#"
+import json, sys
+try:
+    import jsonschema
+except ImportError:
+    print("NO-JSONSCHEMA")
+    sys.exit(3)
+schema = json.load(open(sys.argv[1]))
+doc = json.load(sys.stdin)
+v = jsonschema.Draft4Validator(schema)
+for e in sorted(v.iter_errors(doc), key=lambda e: list(e.absolute_path)):
+    print("$." + ".".join(str(p) for p in e.absolute_path) + ": " + e.message)
+"#;
+    let schema = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/sarif/sarif-schema-2.1.0.json"
+    );
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", CHECK, schema])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3 validates SARIF against its schema: install python3");
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin
+            .write_all(doc.to_string().as_bytes())
+            .expect("write the SARIF log");
+    }
+    let o = child.wait_with_output().expect("python3");
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        !out.contains("NO-JSONSCHEMA"),
+        "python3 has no jsonschema module: install it (`pip install jsonschema` or `apt-get install python3-jsonschema`)"
+    );
+    assert!(
+        o.status.success(),
+        "the SARIF check failed to run: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    out.lines().map(str::to_string).collect()
+}
+
+/// `doc` is a valid SARIF 2.1.0 log, and the check would see it if it
+/// were not: the same log with `baselineState` broken is refused.
+#[track_caller]
+fn assert_valid_sarif(doc: &Value, ctx: &str) {
+    let errors = sarif_schema_errors(doc);
+    assert!(
+        errors.is_empty(),
+        "{ctx}: retie report --sarif is not valid SARIF 2.1.0:\n{}\n{doc}",
+        errors.join("\n")
+    );
+    let mut broken = doc.clone();
+    broken["runs"][0]["results"][0]["baselineState"] = json!("gone");
+    let errors = sarif_schema_errors(&broken);
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("baselineState") && e.contains("gone")),
+        "{ctx}: the schema check let a broken baselineState through: {errors:?}"
+    );
+}
+
 fn verify(s: &Scratch, ctx: &str) {
     let v = s.retie().arg("verify").output().expect("verify");
     assert_code(&v, 0, &format!("retie verify after {ctx}"));
@@ -381,6 +452,7 @@ fn report_renders_a_retest_from_the_ledger_alone_as_markdown_json_and_sarif() {
             let sarif: Value =
                 serde_json::from_str(&stdout(&report(id, "--sarif"))).expect("sarif json");
             assert_eq!(sarif["version"], "2.1.0");
+            assert_valid_sarif(&sarif, &format!("{leg:?} {status}"));
             let res = &sarif["runs"][0]["results"][0];
             assert_eq!(res["baselineState"], baseline, "{sarif}");
             assert_eq!(
@@ -569,5 +641,329 @@ fn an_openai_compatible_server_drives_a_retest_through_the_helper() {
         );
         assert!(bodies[1].contains("Welcome admin"), "{}", bodies[1]);
         verify(&s, "over the wire");
+    }
+}
+
+/// `retie retest ... --lab NAME` on a terminal (no --yes, no --json).
+fn retest_on_a_terminal(s: &Scratch, file: &Path, script: &Path, lab: &str) -> crate::pty::Pty {
+    let mut c = s.retie();
+    c.arg("retest")
+        .arg(file)
+        .args(["--lab", lab, "--provider", "script", "--script"])
+        .arg(script)
+        .env_remove("RETIE_PROVIDER")
+        .env("NO_COLOR", "1");
+    crate::pty::Pty::spawn(c)
+}
+
+/// Every entry of the ledger: (session, actor, kind, payload).
+fn entries(s: &Scratch) -> Vec<(String, String, String, Value)> {
+    let db = rusqlite::Connection::open(s.home.join(".local/state/retie/ledger.db"))
+        .expect("open the ledger");
+    let mut st = db
+        .prepare("SELECT session, actor, kind, payload FROM entries ORDER BY seq")
+        .expect("query");
+    st.query_map([], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, String>(2)?,
+            serde_json::from_str(&r.get::<_, String>(3)?).unwrap_or_default(),
+        ))
+    })
+    .expect("rows")
+    .map(|r| r.expect("row"))
+    .collect()
+}
+
+fn report(s: &Scratch, session: &str, format: &str) -> String {
+    let o = s
+        .retie()
+        .args(["report", session, format])
+        .stdin(Stdio::null())
+        .output()
+        .expect("report");
+    assert_code(&o, 0, &format!("report {format}"));
+    stdout(&o)
+}
+
+/// The one retest session's id in the ledger.
+fn only_session(s: &Scratch) -> String {
+    let all: Vec<String> = entries(s)
+        .into_iter()
+        .filter(|(_, _, k, p)| k == "session_opened" && p.get("retest").is_some())
+        .map(|(id, ..)| id)
+        .collect();
+    assert_eq!(all.len(), 1, "one retest session: {all:?}");
+    all[0].clone()
+}
+
+/// Issue 28, at the operator's prompt: `!CMD` runs the operator's own
+/// command in a lab sandbox through the chokepoint, recorded with the
+/// person as its actor, its output shown and given to the agent with the
+/// operator's next message (free text, which steers); an "always" answer
+/// at the approval prompt lets the same command run unasked for the rest
+/// of the session (a grant in the ledger); `/verdict` records the
+/// operator's adjudication beside the agent's verdict, which stands; the
+/// report shows both. A second session ended with `/end` before any
+/// verdict has none, and its report says it was ended by the operator.
+#[test]
+fn the_operator_runs_commands_steers_adjudicates_and_ends_at_the_retest_prompt() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let _lab = Lab::up(&s, "op", &["--demo"]);
+        let f = &flaws()[0];
+        let file = finding_file(&s, f.finding);
+        let orig = command(f, "original", "op");
+        let var = command(f, "variant", "op");
+        let script = put(
+            &s,
+            "script.json",
+            &json!({"turns": [
+                {"text": "Which payload first?"},
+                {"expect_user": ["The operator ran these commands", "output o1", "Welcome admin", "The operator says: try the lower-case variant"],
+                 "tool_calls": [run_call(&var, "the operator asked for the variant")]},
+                {"expect": ["output o2", "Welcome admin"],
+                 "tool_calls": [run_call(&var, "once more, to be sure")]},
+                {"expect": ["output o3"],
+                 "tool_calls": [conclude("still_open", "the operator's payload and the variant both log in", json!([
+                     {"output_id": "o1", "excerpt": "Welcome admin"},
+                     {"output_id": "o2", "excerpt": "Welcome admin"}]))]},
+                {"text": "still open"}
+            ]})
+            .to_string(),
+        );
+        let mut t = retest_on_a_terminal(&s, &file, &script, "op");
+        t.expect("Which payload first?");
+        t.expect("retest> ");
+        t.line(&format!("!{orig}"));
+        t.expect("output o1 (exit code 0)");
+        t.expect("Welcome admin");
+        t.expect("retest> ");
+        t.line("try the lower-case variant");
+        t.expect("retie asks:");
+        t.expect("approve?");
+        t.line("a");
+        t.expect("granted for this session");
+        // The same command again runs unasked: the next thing shown is
+        // the verdict, not another approval prompt.
+        t.expect("verdict for F1-sqli-login: still_open");
+        assert_eq!(
+            t.output().matches("approve?").count(),
+            1,
+            "the grant covers the second run:\n{}",
+            t.output()
+        );
+        t.expect("retest> ");
+        t.line("and now?");
+        t.expect("the retest has its verdict");
+        t.expect("retest> ");
+        t.line("/verdict still_open confirmed by hand");
+        t.expect("recorded beside the agent's verdict still_open");
+        t.expect("retest> ");
+        t.line("/end");
+        t.expect("closed");
+        let st = t.wait();
+        assert!(
+            st.success(),
+            "{leg:?}: /end ends cleanly: {st}\n{}",
+            t.output()
+        );
+        verify(&s, "the operator's session");
+
+        let id = only_session(&s);
+        let es = entries(&s);
+        // The operator's command: proposed and intended by the person.
+        let theirs: Vec<_> = es
+            .iter()
+            .filter(|(_, _, k, p)| {
+                (k == "action_proposed" && p["origin"] == "person (operator)")
+                    || (k == "intent" && p["decided_by"] == "person (operator)")
+            })
+            .collect();
+        assert_eq!(theirs.len(), 2, "{leg:?}: {theirs:?}");
+        for (_, actor, kind, p) in &theirs {
+            assert_eq!(
+                actor, "person",
+                "{leg:?}: the operator's {kind} is theirs: {p}"
+            );
+        }
+        assert!(
+            es.iter().any(|(_, a, k, p)| k == "action_proposed"
+                && a == "agent"
+                && p["origin"] == "agent"),
+            "{leg:?}: the model's proposals stay the agent's"
+        );
+        // The grant, and the second run decided by it.
+        assert!(
+            es.iter().any(|(_, a, k, _)| k == "grant" && a == "person"),
+            "{leg:?}: a grant"
+        );
+        assert!(
+            es.iter().any(|(_, _, k, p)| k == "intent"
+                && p["decided_by"]
+                    .as_str()
+                    .is_some_and(|b| b.starts_with("person (grant #"))),
+            "{leg:?}: the second run went by the grant"
+        );
+        let r: Value = serde_json::from_str(&report(&s, &id, "--json")).expect("report json");
+        assert_eq!(r["verdict"]["status"], "still_open", "{r}");
+        assert_eq!(r["verdict"]["decided_by"], "agent", "{r}");
+        assert_eq!(r["verdict"]["commands"][0]["operator"], true, "{r}");
+        assert_eq!(r["verdict"]["commands"][0]["command"], orig, "{r}");
+        assert_eq!(r["adjudications"][0]["status"], "still_open", "{r}");
+        assert_eq!(r["adjudications"][0]["reason"], "confirmed by hand", "{r}");
+        assert_eq!(r["adjudications"][0]["agent_status"], "still_open", "{r}");
+        let md = report(&s, &id, "--markdown");
+        assert!(md.contains("## Verdict: still_open"), "{md}");
+        assert!(
+            md.contains("## Operator's adjudication: still_open"),
+            "{md}"
+        );
+        assert!(md.contains("the operator's"), "{md}");
+        let sarif: Value = serde_json::from_str(&report(&s, &id, "--sarif")).expect("sarif");
+        assert_valid_sarif(&sarif, "adjudicated");
+
+        // /end before any verdict: none is invented.
+        let s2 = Scratch::new(leg);
+        let _lab2 = Lab::up(&s2, "op2", &["--demo"]);
+        let file = finding_file(&s2, f.finding);
+        let script = put(
+            &s2,
+            "script.json",
+            &json!({"turns": [{"text": "Shall I start?"}]}).to_string(),
+        );
+        let mut t = retest_on_a_terminal(&s2, &file, &script, "op2");
+        t.expect("Shall I start?");
+        t.expect("retest> ");
+        t.line("/end");
+        t.expect("ended by the operator");
+        t.expect("closed");
+        let st = t.wait();
+        assert!(st.success(), "{leg:?}: {st}\n{}", t.output());
+        verify(&s2, "the ended session");
+        let id = only_session(&s2);
+        let r: Value = serde_json::from_str(&report(&s2, &id, "--json")).expect("report json");
+        assert!(r["verdict"].is_null(), "{r}");
+        assert_eq!(r["ended"]["by"], "operator", "{r}");
+        let md = report(&s2, &id, "--markdown");
+        assert!(md.contains("ended by operator"), "{md}");
+        let sarif: Value = serde_json::from_str(&report(&s2, &id, "--sarif")).expect("sarif");
+        assert_eq!(
+            sarif["runs"][0]["results"][0]["properties"]["retieEndedBy"],
+            "operator"
+        );
+        assert_valid_sarif(&sarif, "ended");
+    }
+}
+
+/// Issue 28: SIGKILL of `retie retest` while a command runs in its lab
+/// sandbox, then `retie retest --resume`: the sandbox died with it, the
+/// session goes on where it stood, the agent is told that call's outcome
+/// was not recorded, and nothing runs twice: each command's intent is in
+/// the ledger once, each has at most one outcome, and the scratch
+/// directory's count shows each command line ran once.
+#[test]
+fn sigkill_mid_command_then_resume_runs_nothing_twice() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let _lab = Lab::up(&s, "kill", &["--demo"]);
+        let file = finding_file(&s, "F1-sqli-login");
+        let m = marker();
+        let slow = format!("echo ran-2 >> count; sleep 30; echo never-{m}");
+        let orig = format!(
+            "echo ran-3 >> count; {}",
+            command(&flaws()[0], "original", "kill")
+        );
+        let script = put(
+            &s,
+            "script.json",
+            &json!({"turns": [
+                {"tool_calls": [run_call("echo ran-1 >> count; curl -s http://kill:8080/", "look around")]},
+                {"expect": ["output o1", "retie demo lab"],
+                 "tool_calls": [{"name": "run_command", "arguments": {"command": slow, "rationale": "a slow probe", "timeout_seconds": 60}}]},
+                {"expect": ["interrupted while this call ran"],
+                 "tool_calls": [run_call(&orig, "replay the reported payload")]},
+                {"expect": ["output o2", "Welcome admin"],
+                 "tool_calls": [conclude("still_open", "the reported payload logs in as admin", json!([{"output_id": "o2", "excerpt": "Welcome admin"}]))]},
+                {"text": "still open"}
+            ]})
+            .to_string(),
+        );
+        let mut c = s.retie();
+        c.arg("retest")
+            .arg(&file)
+            .args(["--lab", "kill", "--provider", "script", "--script"])
+            .arg(&script)
+            .args(["--json", "--yes"])
+            .env_remove("RETIE_PROVIDER")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let mut child = c.spawn().expect("spawn retest");
+        let running = wait_until(60.0, || !pids_with(&format!("never-{m}")).is_empty());
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(running, "{leg:?}: the slow command never started");
+        assert!(
+            wait_until(30.0, || pids_with(&format!("never-{m}")).is_empty()),
+            "{leg:?}: the sandbox outlived its killed supervisor"
+        );
+        verify(&s, "after the kill");
+        let sid = only_session(&s);
+        let o = {
+            let mut c = s.retie();
+            c.args(["retest", "--resume", &sid, "--script"])
+                .arg(&script)
+                .args(["--json", "--yes"])
+                .env_remove("RETIE_PROVIDER")
+                .stdin(Stdio::null());
+            c.output().expect("resume")
+        };
+        assert_code(&o, 0, &format!("{leg:?} resumed"));
+        let r = result(&o);
+        assert_eq!(r["status"], "still_open", "{r}\n{}", stderr(&o));
+        assert_eq!(r["verdict"]["evidence"][0]["output_id"], "o2", "{r}");
+        verify(&s, "after the resume");
+
+        let es: Vec<_> = entries(&s).into_iter().filter(|e| e.0 == sid).collect();
+        let intents: Vec<(String, String)> = es
+            .iter()
+            .filter(|e| e.2 == "intent")
+            .map(|e| (e.3["tool"].to_string(), e.3["command"].to_string()))
+            .collect();
+        let mut unique = intents.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(
+            unique.len(),
+            intents.len(),
+            "{leg:?}: an intent recorded twice: {intents:?}"
+        );
+        assert_eq!(
+            intents.len(),
+            4,
+            "{leg:?}: three commands and the conclusion: {intents:?}"
+        );
+        let mut outcomes: Vec<i64> = es
+            .iter()
+            .filter(|e| e.2 == "outcome")
+            .filter_map(|e| e.3["action"].as_i64())
+            .collect();
+        let n = outcomes.len();
+        outcomes.sort();
+        outcomes.dedup();
+        assert_eq!(outcomes.len(), n, "{leg:?}: an action with two outcomes");
+        let scratch = std::fs::read_dir(s.home.join(".local/state/retie/retest"))
+            .expect("retest dir")
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.join("count").exists())
+            .expect("a scratch directory with the count");
+        assert_eq!(
+            std::fs::read_to_string(scratch.join("count")).expect("count"),
+            "ran-1\nran-2\nran-3\n",
+            "{leg:?}: a command ran twice or not at all"
+        );
     }
 }

@@ -16,7 +16,8 @@
 //! model's); `raw_arguments` is the text as a model would stream it
 //! (malformed or truncated calls). `expect` lists substrings the last
 //! tool result in the request must contain, or the turn fails with
-//! `Malformed` (the agent did not tell the model what it should). After
+//! `Malformed` (the agent did not tell the model what it should);
+//! `expect_user` the same for the last user message. After
 //! the last turn every turn is "(script ended)" with no calls. Usage not
 //! given is estimated (four characters a token).
 
@@ -47,6 +48,10 @@ pub struct ScriptTurn {
     pub usage: Option<Usage>,
     #[serde(default)]
     pub expect: Vec<String>,
+    /// Substrings the last person's (user) message in the request must
+    /// contain (a retest operator's steering, with their outputs).
+    #[serde(default)]
+    pub expect_user: Vec<String>,
     /// Fail the turn with this provider error instead: `permanent:MSG`,
     /// `unavailable:MSG` or `transient:MSG` (the session retries: the
     /// script's next turn answers), anything else a malformed answer.
@@ -211,6 +216,25 @@ impl Provider for ScriptProvider {
                 return Err(ProviderError::Malformed(plain(&format!(
                     "script turn {number} expected the last tool result to contain {missing:?}; it was: {}",
                     last.unwrap_or("(no tool result)")
+                ))));
+            }
+        }
+        if !st.expect_user.is_empty() {
+            let last = req
+                .messages
+                .iter()
+                .rev()
+                .find(|m| m.role == crate::model::Role::User)
+                .map(|m| m.text.as_str());
+            let missing: Vec<&String> = st
+                .expect_user
+                .iter()
+                .filter(|s| !last.is_some_and(|t| t.contains(s.as_str())))
+                .collect();
+            if !missing.is_empty() {
+                return Err(ProviderError::Malformed(plain(&format!(
+                    "script turn {number} expected the last user message to contain {missing:?}; it was: {}",
+                    last.unwrap_or("(no user message)")
                 ))));
             }
         }

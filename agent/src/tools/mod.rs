@@ -218,6 +218,23 @@ struct EditApprover {
     digest: retie_policy::Digest,
 }
 
+/// The operator typed the command at the prompt: that is its approval
+/// (like `retie sandbox exec -- CMD`); the policy still decides and may
+/// deny.
+struct OperatorApprover;
+
+impl Approver for OperatorApprover {
+    fn answers_at_once(&self) -> bool {
+        true
+    }
+    fn approve(&mut self, req: &retie_dispatch::ApprovalRequest<'_>) -> retie_dispatch::Approval {
+        retie_dispatch::Approval::Approved {
+            by: retie_dispatch::OPERATOR_ORIGIN.into(),
+            digest: req.action.digest(),
+        }
+    }
+}
+
 impl Approver for EditApprover {
     fn approve(&mut self, _: &retie_dispatch::ApprovalRequest<'_>) -> retie_dispatch::Approval {
         retie_dispatch::Approval::Approved {
@@ -367,7 +384,7 @@ impl Tools {
         approver: &mut dyn Approver,
     ) -> Result<CallResult, retie_dispatch::Error> {
         let tool = p.action.tool().to_string();
-        let first = self.run_one(rec, ctx, p, approver, None)?;
+        let first = self.run_one(rec, ctx, p, approver, None, "agent")?;
         let Some((pending, by, arguments)) = first.edited.clone() else {
             return Ok(first);
         };
@@ -400,9 +417,44 @@ impl Tools {
             by: by.clone(),
             digest: edited.action.digest(),
         };
-        let mut r = self.run_one(rec, ctx, edited, &mut edit_approver, Some(pending))?;
+        let mut r = self.run_one(rec, ctx, edited, &mut edit_approver, Some(pending), "agent")?;
         r.text = said(&r.text);
         Ok(r)
+    }
+
+    /// The operator's own command in a retest (`!CMD` at the prompt):
+    /// the same `run_command` action, prepared and dispatched through the
+    /// chokepoint like the model's, in the same kind of fresh lab-mode
+    /// sandbox, but proposed by the person (origin
+    /// [`retie_dispatch::OPERATOR_ORIGIN`], recorded with the person as
+    /// its actor) and approved by their typing it; the policy may still
+    /// deny it. Its output gets the next output id and is marked as the
+    /// operator's. `Err(text)` inside `Ok`: it could not be prepared.
+    pub fn operator_command(
+        &mut self,
+        rec: &mut Recorder,
+        ctx: &Context,
+        command: &str,
+    ) -> Result<Result<(CallResult, Action), String>, retie_dispatch::Error> {
+        if self.retest.is_none() {
+            return Ok(Err("!CMD runs only in a retest session".into()));
+        }
+        let mut args = Map::new();
+        args.insert("command".into(), json!(command));
+        args.insert("rationale".into(), json!("the operator's own command"));
+        let p = match self.prepare("run_command", &args) {
+            Ok(p) => p,
+            Err(e) => return Ok(Err(e)),
+        };
+        let before = self.retest.as_ref().map_or(0, |r| r.outputs.len());
+        let action = p.action.clone();
+        let r = self.run_one(rec, ctx, p, &mut OperatorApprover, None, "operator")?;
+        if let Some(st) = self.retest.as_mut() {
+            for o in st.outputs.iter_mut().skip(before) {
+                o.operator = true;
+            }
+        }
+        Ok(Ok((r, action)))
     }
 
     /// Dispatch `p` with its tool's executor. An executor's failure once
@@ -542,21 +594,25 @@ impl Tools {
         p: Prepared,
         approver: &mut dyn Approver,
         edit_of: Option<i64>,
+        by: &str,
     ) -> Result<CallResult, retie_dispatch::Error> {
         let mut ctx = *ctx;
         ctx.risk = p.risk;
         let tool = p.action.tool().to_string();
-        rec.note("tool", json!(format!("agent.{tool}")));
+        let origin = if edit_of.is_some() {
+            "person (edit)"
+        } else if by == "operator" {
+            retie_dispatch::OPERATOR_ORIGIN
+        } else {
+            "agent"
+        };
+        rec.note("tool", json!(format!("{by}.{tool}")));
         rec.note("command", json!(command_of(&tool, &p.args)));
         rec.note("inspection", json!(p.inspection));
         let summary = summary_of(&tool, &p.args);
         let proposal = |action: Action| Proposal {
             action,
-            origin: if edit_of.is_some() {
-                "person (edit)".into()
-            } else {
-                "agent".into()
-            },
+            origin: origin.into(),
             edit_of,
         };
         let action = p.action.clone();
@@ -571,7 +627,7 @@ impl Tools {
             Err(e) => {
                 let why = format!("{tool} could not be started: {e}; nothing ran");
                 rec.refuse(
-                    json!({"origin": if edit_of.is_some() { "person (edit)" } else { "agent" }, "action": p.action.to_json(), "digest": p.action.digest().to_hex()}),
+                    json!({"origin": origin, "action": p.action.to_json(), "digest": p.action.digest().to_hex()}),
                     json!({"verdict": "deny", "decided_by": "retie (tool set-up)", "class": "unknown", "reason": why, "approved_digest": null}),
                     json!({"reason": why, "by": "retie (tool set-up)"}),
                 )?;

@@ -104,6 +104,9 @@ pub struct OutputRec {
     pub timed_out: bool,
     /// What the command printed (capped).
     pub text: String,
+    /// The operator's own command (`!CMD`), not the model's.
+    #[serde(default)]
+    pub operator: bool,
 }
 
 /// One cited excerpt.
@@ -176,6 +179,7 @@ impl RetestState {
                 exit_code: None,
                 timed_out: text.contains("timed out after"),
                 text: text.clone(),
+                operator: false,
             });
         }
     }
@@ -364,6 +368,7 @@ impl Executor for RunCommandExec<'_> {
             exit_code: (!o.timed_out && !o.interrupted).then_some(o.exit_code),
             timed_out: o.timed_out,
             text: text.clone(),
+            operator: false,
         });
         // A command that ran and failed is still an observation: the
         // model reads it as output, not as a tool error.
@@ -414,6 +419,7 @@ mod tests {
             exit_code: Some(0),
             timed_out: false,
             text: "output o1 (exit code 0)\n--- output ---\nWelcome admin\n".into(),
+            operator: false,
         });
         s
     }

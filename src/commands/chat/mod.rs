@@ -29,6 +29,7 @@ use super::run::{self, RunArgs, EXIT_USAGE};
 use crate::error::CliError;
 use crate::ui::{visible, Style};
 
+pub use editor::{LineEditor, Read};
 pub use render::PlainRender;
 
 /// The approval prompt for `retie run -p` on a terminal: the same as the
@@ -43,6 +44,20 @@ pub fn terminal_approver(
         style: Style::stderr(),
         cancel,
     })
+}
+
+/// The approval prompt on a shared line editor: `retie retest`'s
+/// operator prompt reads the same terminal through the same editor.
+pub fn terminal_approver_on(
+    editor: Rc<RefCell<LineEditor>>,
+    cancel: &'static AtomicBool,
+) -> approve::TerminalApprover {
+    approve::TerminalApprover {
+        editor,
+        spin: render::Spinner::shared(),
+        style: Style::stderr(),
+        cancel,
+    }
 }
 
 /// Raised by SIGINT (or by the bash tool when the supervisor consumed
