@@ -23,6 +23,7 @@ pub mod display;
 pub mod overlay;
 pub mod record;
 pub mod sandbox;
+pub mod undo;
 pub mod write;
 
 use retie_policy::{

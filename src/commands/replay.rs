@@ -346,7 +346,10 @@ fn outcome_text(a: &model::Action) -> String {
     for u in &a.undos {
         s.push_str(&format!(
             "; undo: {}",
-            u.get("result").and_then(Value::as_str).unwrap_or("?")
+            u.get("result")
+                .or_else(|| u.get("status"))
+                .and_then(Value::as_str)
+                .unwrap_or("?")
         ));
     }
     s
