@@ -19,7 +19,9 @@
 //! instead, if it is not to run); the outcome after. The policy crate
 //! decides; this crate only carries the decision out.
 
+pub mod approval;
 pub mod display;
+pub mod guard;
 pub mod overlay;
 pub mod record;
 pub mod sandbox;
@@ -363,14 +365,16 @@ pub fn dispatch<E: Executor>(
             "digest": ev.digest.to_hex(),
         })
     };
-    let decision_json = |by: &str, verdict: &str, approved: bool| {
-        json!({
-            "verdict": verdict,
-            "decided_by": by,
-            "class": class,
-            "reason": ev.decision.reason().to_string(),
-            "approved_digest": approved.then(|| ev.digest.to_hex()),
-        })
+    // A person's decision on a pending approval: the one builder
+    // `retie approve`/`deny` use too.
+    let person_decision = |answer: &approval::Answer, by: &str| {
+        approval::decision(
+            answer,
+            by,
+            json!(class),
+            json!(ev.decision.reason().to_string()),
+            &ev.digest.to_hex(),
+        )
     };
     let (by, refusal) = match ev.decision.verdict {
         Verdict::Run => ("policy".to_string(), None),
@@ -468,14 +472,15 @@ pub fn dispatch<E: Executor>(
                             retie_policy::ensure_approved(&digest, &action)?;
                         }
                         Approval::Approved { by, .. } => {
-                            d.decision = fresh.then(|| decision_json(&by, "approve", true));
+                            d.decision = fresh
+                                .then(|| person_decision(&approval::Answer::Approve, &by));
                             d.then = record::Then::Intent(intent(&by));
                         }
                         Approval::Always { by, .. } => {
-                            d.decision = fresh.then(|| decision_json(&by, "approve", true));
+                            d.decision =
+                                fresh.then(|| person_decision(&approval::Answer::Always, &by));
                             if fresh && !keys.is_empty() {
-                                d.grant =
-                                    Some(json!({"keys": keys, "by": by, "pending": pending_seq}));
+                                d.grant = Some(approval::grant(&keys, &by, pending_seq));
                                 d.grant_keys = Some(keys.clone());
                                 d.grant_by = by.clone();
                             }
@@ -483,9 +488,10 @@ pub fn dispatch<E: Executor>(
                         }
                         Approval::Denied { by, reason } => {
                             if fresh {
-                                let mut dj = decision_json(&by, "deny", false);
-                                dj["deny_reason"] = json!(reason);
-                                d.decision = Some(dj);
+                                d.decision = Some(person_decision(
+                                    &approval::Answer::Deny(reason.clone()),
+                                    &by,
+                                ));
                             }
                             d.then = record::Then::Refusal(json!({ "reason": reason, "by": by }));
                             refused = Some((reason, by));
@@ -497,10 +503,10 @@ pub fn dispatch<E: Executor>(
                         } => {
                             retie_policy::ensure_approved(&digest, &action)?;
                             if fresh {
-                                let mut dj = decision_json(&by, "edit", false);
-                                dj["edited_arguments"] = Value::Object(arguments.clone());
-                                dj["shown_digest"] = json!(ev.digest.to_hex());
-                                d.decision = Some(dj);
+                                d.decision = Some(person_decision(
+                                    &approval::Answer::Edit(arguments.clone()),
+                                    &by,
+                                ));
                             }
                             edited = Some((by, arguments));
                         }

@@ -261,7 +261,18 @@ fn apply(
     let snaps = Snapshots::open(state, &ws)?;
     changes::report_recovery(&snaps);
     let ledger = crate::ledger::resolve_path(None)?;
-    let protect = super::sandbox::guard_retie_dirs(&ws, None, &ledger)?;
+    // A kept run's workspace passed the guards when it ran (a system
+    // directory only with the person's flag): retie's own directories are
+    // guarded again, as they are now.
+    let protect = super::guard_workspace(
+        &ws,
+        &ledger,
+        retie_dispatch::guard::GuardOptions {
+            system_flag: Some(("--allow-system-workspace", true)),
+            retie_scratch: None,
+        },
+    )?
+    .protect;
     let owner = root_owner(&ws)?;
     let line = shell_line(&meta.command.iter().map(String::as_str).collect::<Vec<_>>());
     let effects = ["writes_workspace"];

@@ -897,6 +897,49 @@ fn retie_dirs_inside_the_workspace_are_masked_and_a_replaced_key_is_refused() {
 }
 
 /// A workspace inside retie's own state is refused outright.
+/// Issue 27 item 2: the workspace guards live in one place, so `retie
+/// run` and `retie sandbox exec` refuse a system directory and a
+/// workspace inside retie's own state with the same words (the run's
+/// copy once said less, and offered no reason).
+#[test]
+fn run_and_sandbox_exec_share_one_workspace_guard() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let o = s.sh("true");
+        assert_code(&o, 0, "first run");
+        let state = s.home.join(".local/state/retie");
+        for (ws, says) in [
+            (PathBuf::from("/etc"), "a sandboxed command could read everything in it"),
+            (state, "retie's own state directory"),
+        ] {
+            let exec = s
+                .retie()
+                .args(["sandbox", "exec", "-w"])
+                .arg(&ws)
+                .args(["--", "true"])
+                .output()
+                .expect("exec");
+            let agent = s
+                .retie()
+                .args(["run", "--provider", "script", "-p", "hi"])
+                .arg(&ws)
+                .env_remove("RETIE_PROVIDER")
+                .stdin(Stdio::null())
+                .output()
+                .expect("run");
+            for (what, o) in [("sandbox exec", &exec), ("run", &agent)] {
+                assert_code(o, 125, what);
+                assert!(
+                    stderr(o).contains(says),
+                    "{what} on {}: {}",
+                    ws.display(),
+                    stderr(o)
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn a_workspace_inside_retie_state_is_refused() {
     for leg in legs() {
