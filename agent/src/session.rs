@@ -1043,7 +1043,7 @@ impl<P: Provider> Session<P> {
                         // (a refused fetch) taints nothing.
                         self.ctx.taint = self.ctx.taint.after(&self.tools.policy, &action);
                     }
-                    if r.status != "ok" {
+                    if r.failed {
                         *self.failures.entry(key).or_default() += 1;
                     }
                     self.push(Message::tool_result(call, &r.text), json!({}));

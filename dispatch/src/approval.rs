@@ -9,6 +9,7 @@
 use std::path::Path;
 
 use retie_ledger::display::visible;
+use retie_ledger::payload::{self, Decision};
 use retie_ledger::{keys, Actor, Guard, Kind, Ledger, NewEntry};
 use serde_json::{json, Map, Value};
 
@@ -44,28 +45,39 @@ impl Answer {
 /// `digest` (hex). The one place a decision's fields are spelled; the
 /// pending and proposal entries it answers are set by the writer.
 pub fn decision(answer: &Answer, by: &str, class: Value, reason: Value, digest: &str) -> Value {
-    let mut d = json!({
-        "verdict": answer.verdict(),
-        "decided_by": by,
-        "class": class,
-        "reason": reason,
-        "shown_digest": digest,
-        "approved_digest": match answer {
-            Answer::Approve | Answer::Always => Value::from(digest),
-            _ => Value::Null,
+    payload::to_value(&Decision {
+        verdict: answer.verdict().into(),
+        decided_by: by.into(),
+        class,
+        reason,
+        shown_digest: Some(digest.into()),
+        approved_digest: match answer {
+            Answer::Approve | Answer::Always => Some(digest.into()),
+            _ => None,
         },
-    });
-    match answer {
-        Answer::Deny(why) => d["deny_reason"] = json!(why),
-        Answer::Edit(args) => d["edited_arguments"] = Value::Object(args.clone()),
-        Answer::Approve | Answer::Always => {}
-    }
-    d
+        deny_reason: match answer {
+            Answer::Deny(why) => Some(why.clone()),
+            _ => None,
+        },
+        edited_arguments: match answer {
+            Answer::Edit(args) => Some(args.clone()),
+            _ => None,
+        },
+        pending: None,
+        proposal: None,
+    })
 }
 
 /// A grant entry's payload: `keys` granted by `by` with pending `pending`.
+/// The writer sets `decision` (the decision entry's seq) in the append's
+/// transaction.
 pub fn grant(keys: &[String], by: &str, pending: i64) -> Value {
-    json!({"keys": keys, "by": by, "pending": pending})
+    payload::to_value(&payload::Grant {
+        keys: keys.to_vec(),
+        by: by.into(),
+        pending,
+        decision: 0,
+    })
 }
 
 /// What [`decide_pending`] wrote.
@@ -253,7 +265,10 @@ pub fn revoke(path: &Path, session: &str, grant: i64, by: &str) -> Result<(), Er
             session: session.to_string(),
             actor: Actor::Person,
             kind: Kind::Revoke,
-            payload: json!({"grant": grant, "by": by}),
+            payload: payload::to_value(&payload::Revoke {
+                grant,
+                by: by.into(),
+            }),
             key: user.clone(),
         }]
     })?;

@@ -17,6 +17,7 @@
 use std::path::{Path, PathBuf};
 
 use retie_ledger::model;
+use retie_ledger::payload::Status;
 use retie_policy::{Action, Context, Policy};
 use retie_snapshot::{EntryState, Error as SnapError, UndoOptions};
 use serde_json::{json, Value};
@@ -45,7 +46,7 @@ impl UndoResult {
         self.outcome
             .get("status")
             .and_then(Value::as_str)
-            .unwrap_or("failed")
+            .unwrap_or(Status::Failed.word())
     }
 }
 
@@ -143,7 +144,10 @@ fn undo_one(
         Dispatched::Refused { reason, by } => UndoResult {
             target: a.id,
             id: None,
-            outcome: json!({"status": "refused", "why": format!("refused by {by}: {reason}")}),
+            outcome: json!({
+                "status": Status::RefusedByPolicy.word(),
+                "why": format!("refused by {by}: {reason}"),
+            }),
         },
         Dispatched::Suspended { .. } | Dispatched::Edited { .. } => {
             return Err(Error::Invalid(
@@ -297,8 +301,8 @@ impl Executor for UndoJob {
     fn execute(&mut self, _: &Action, step: &mut Step<'_>) -> Result<Value, Error> {
         let mut outcome = match self.prepared.take() {
             None => return Err(Error::Invalid("an undo runs once".into())),
-            Some(Prepared::Skip(why)) => json!({"status": "skipped", "why": why}),
-            Some(Prepared::Fail(why)) => json!({"status": "failed", "why": why}),
+            Some(Prepared::Skip(why)) => json!({"status": Status::Skipped.word(), "why": why}),
+            Some(Prepared::Fail(why)) => json!({"status": Status::Failed.word(), "why": why}),
             Some(Prepared::Undo {
                 changeset, snaps, ..
             }) => run_undo(&changeset, &snaps, &self.workspace),
@@ -321,7 +325,7 @@ fn run_undo(changeset: &str, snaps: &Snapshots, ws: &str) -> Value {
         &UndoOptions::default(),
     ) {
         Ok(entry) => {
-            let mut v = json!({"status": "undone", "undo_changeset": entry.id});
+            let mut v = json!({"status": Status::Undone.word(), "undo_changeset": entry.id});
             if let Ok(Some((uid, gid))) = root_owner(Path::new(ws)) {
                 if let Err(e) = snaps.ws.chown_written(&entry, uid, gid) {
                     v["warning"] = json!(format!("ownership not restored: {e}"));
@@ -342,10 +346,10 @@ fn run_undo(changeset: &str, snaps: &Snapshots, ws: &str) -> Value {
             v
         }
         Err(SnapError::UndoRefused { paths, .. }) => json!({
-            "status": "refused",
+            "status": Status::RefusedByGuard.word(),
             "why": "changed since the action",
             "paths": paths.iter().map(|m| m.path.to_string()).collect::<Vec<_>>(),
         }),
-        Err(e) => json!({"status": "failed", "why": e.to_string()}),
+        Err(e) => json!({"status": Status::Failed.word(), "why": e.to_string()}),
     }
 }

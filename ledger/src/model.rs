@@ -6,6 +6,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::{Kind, Row};
+use crate::payload::Status;
 
 /// One action: an intent and what followed it.
 #[derive(Debug, Clone, Serialize)]
@@ -61,17 +62,16 @@ impl Action {
             .and_then(Value::as_bool)
             .unwrap_or(false)
     }
+    /// The outcome's word ([`crate::payload::Status`]), or `interrupted`
+    /// when the writer died before the outcome.
     pub fn status(&self) -> &'static str {
         match &self.outcome {
             None => "interrupted",
-            Some(o) => match o.get("status").and_then(Value::as_str) {
-                Some("applied") => "applied",
-                Some("ran") => "ran",
-                Some("refused") => "refused",
-                Some("unchanged") => "unchanged",
-                Some("failed") => "failed",
-                _ => "not applied",
-            },
+            Some(o) => o
+                .get("status")
+                .and_then(Value::as_str)
+                .and_then(crate::payload::Status::from_stored)
+                .map_or("failed", crate::payload::Status::word),
         }
     }
     /// An undo can do something: reversible, applied to the workspace
@@ -93,7 +93,7 @@ impl Action {
     pub fn undone(&self) -> bool {
         self.undos.iter().any(|u| {
             u.get("result").and_then(Value::as_str) == Some("undone")
-                || u.get("status").and_then(Value::as_str) == Some("undone")
+                || u.get("status").and_then(Value::as_str) == Some(Status::Undone.word())
         })
     }
     /// The action this one undoes, when it is an undo (issue 27 item 2).

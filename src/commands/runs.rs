@@ -7,6 +7,7 @@ use std::path::Path;
 
 use clap::Subcommand;
 use retie_snapshot::{Changeset, ComputeOptions};
+use retie_ledger::payload::Status;
 use serde_json::json;
 
 use retie_dispatch::overlay;
@@ -217,7 +218,14 @@ impl Executor for KeptApply<'_> {
         )?;
         let applied = h.json["applied"] == json!(true);
         step.set_outcome(json!({
-            "status": if applied { "applied" } else if h.failure.is_some() { "refused" } else { "not applied" },
+            "status": if applied {
+                Status::Applied
+            } else if h.failure.is_some() {
+                Status::RefusedByGuard
+            } else {
+                Status::NotApplied
+            }
+            .word(),
             "changes": h.json["changes"].as_array().map(Vec::len),
             "conflicts": h.json.get("conflicts"),
             "failure": h.failure,

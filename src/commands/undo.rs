@@ -183,7 +183,7 @@ fn run_inner(
     let mut out = Vec::new();
     for (a, r) in actions.iter().zip(&results) {
         match r.status() {
-            "refused" | "failed" => refused += 1,
+            "refused_by_guard" | "refused_by_policy" | "failed" => refused += 1,
             "skipped" => skipped += 1,
             _ => {}
         }

@@ -19,6 +19,7 @@ mod schema;
 use std::path::PathBuf;
 
 use retie_dispatch::overlay::Snapshots;
+use retie_ledger::payload::Status;
 use retie_dispatch::{dispatch, Approver, Dispatched, Proposal, Recorder, Step, UndoPlan};
 use retie_policy::{Action, Context, Effect, Policy, RiskLevel};
 use retie_snapshot::Workspace;
@@ -194,9 +195,15 @@ pub struct CallResult {
     pub text: String,
     /// The action's id in the ledger, when it ran.
     pub action: Option<i64>,
-    /// `ok`, `error` (ran, failed), `refused` (policy, person or guard),
-    /// `invalid` (never dispatched).
+    /// The outcome's word as the ledger recorded it
+    /// ([`Status`]: `ran`, `applied`, `refused_by_guard`, `failed`...),
+    /// `refused_by_policy` (the gate said no), `invalid` (the call did
+    /// not fit its tool; never dispatched), `pending`, `edited`.
     pub status: &'static str,
+    /// The call did not give the model what it asked for (an error, a
+    /// refusal, a command that exited non-zero...): counted towards the
+    /// same call's repeat limit.
+    pub failed: bool,
     /// A one-line summary for the terminal.
     pub summary: String,
     /// `pending`: the approval waiting in the ledger (the session
@@ -388,7 +395,8 @@ impl Tools {
                 return Ok(CallResult {
                     text,
                     action: None,
-                    status: "refused",
+                    status: "invalid",
+                    failed: true,
                     summary: first.summary,
                     pending: None,
                     edited: None,
@@ -578,7 +586,8 @@ impl Tools {
                 return Ok(CallResult {
                     text: why,
                     action: None,
-                    status: "error",
+                    status: Status::Failed.word(),
+                    failed: true,
                     summary,
                     pending: None,
                     edited: None,
@@ -589,9 +598,15 @@ impl Tools {
         Ok(match d {
             Dispatched::Ran { action, output } => {
                 let took_in = output.is_ok() || tool == "bash";
+                // The word the ledger recorded for it, nothing else.
+                let recorded = rec.last_outcome_status().and_then(Status::from_stored);
+                let failed = output.is_err();
                 let (status, mut text) = match output {
-                    Ok(t) => ("ok", t),
-                    Err(t) => ("error", t),
+                    Ok(t) => (recorded.unwrap_or(Status::Ran).word(), t),
+                    Err(t) => (
+                        recorded.unwrap_or_else(|| Status::of_tool_error(&t)).word(),
+                        t,
+                    ),
                 };
                 for n in &notes.0 {
                     text = format!("retie: {n}\n{text}");
@@ -605,6 +620,7 @@ impl Tools {
                     text,
                     action: Some(action),
                     status,
+                    failed,
                     summary,
                     pending: None,
                     edited: None,
@@ -614,7 +630,8 @@ impl Tools {
             Dispatched::Refused { reason, by } => CallResult {
                 text: format!("refused by {by}: {reason}. It did not run."),
                 action: None,
-                status: "refused",
+                status: Status::RefusedByPolicy.word(),
+                failed: true,
                 summary,
                 pending: None,
                 edited: None,
@@ -624,6 +641,7 @@ impl Tools {
                 text: String::new(),
                 action: None,
                 status: "pending",
+                failed: true,
                 summary,
                 pending: Some(pending),
                 edited: None,
@@ -637,6 +655,7 @@ impl Tools {
                 text: String::new(),
                 action: None,
                 status: "edited",
+                failed: true,
                 summary,
                 pending: None,
                 edited: Some((pending, by, arguments)),
@@ -711,8 +730,10 @@ fn no_effect_plan() -> UndoPlan {
 /// Set the outcome of a read-only tool.
 fn read_outcome(step: &mut Step<'_>, out: &ToolOutput) {
     step.set_outcome(match out {
-        Ok(t) => json!({"status": "ran", "bytes": t.len()}),
-        Err(e) => json!({"status": "refused", "why": e}),
+        Ok(t) => json!({"status": Status::Ran.word(), "bytes": t.len()}),
+        // A guard's refusal (outside the workspace, retie's own
+        // directories, a symlink) or a failure (no such file).
+        Err(e) => json!({"status": Status::of_tool_error(e).word(), "why": e}),
     });
 }
 
@@ -738,7 +759,7 @@ impl<E: retie_dispatch::Executor<Output = ToolOutput>> retie_dispatch::Executor
             Err(e @ retie_dispatch::Error::Ledger(_)) => Err(e),
             Err(e) => {
                 let why = e.to_string();
-                step.set_outcome(json!({"status": "failed", "failure": why}));
+                step.set_outcome(json!({"status": Status::Failed.word(), "failure": why}));
                 Ok(Err(format!("{} failed: {why}", action.tool())))
             }
             ok => ok,
