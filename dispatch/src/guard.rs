@@ -179,7 +179,7 @@ mod tests {
             system_flag: Some(("--allow-system-workspace", false)),
             ..Default::default()
         };
-        let e = workspace(Path::new("/"), &[], &flag).unwrap_err();
+        let e = workspace(Path::new("/"), &[], &flag).expect_err("refused");
         assert!(e.to_string().contains("--allow-system-workspace"), "{e}");
         let yes = GuardOptions {
             system_flag: Some(("--allow-system-workspace", true)),
@@ -192,12 +192,14 @@ mod tests {
     #[test]
     fn a_workspace_inside_retie_state_is_refused_but_its_own_scratch() {
         let t = tempfile::tempdir().expect("tmp");
-        let state = std::fs::canonicalize(t.path()).expect("canon").join("state");
+        let state = std::fs::canonicalize(t.path())
+            .expect("canon")
+            .join("state");
         let scratch = state.join("retest");
         let ws = scratch.join("scratch-1");
         std::fs::create_dir_all(&ws).expect("mkdir");
         let dirs = [("state", state.clone())];
-        let e = workspace(&ws, &dirs, &GuardOptions::default()).unwrap_err();
+        let e = workspace(&ws, &dirs, &GuardOptions::default()).expect_err("refused");
         assert!(e.to_string().contains("inside retie's own state"), "{e}");
         let o = GuardOptions {
             retie_scratch: Some(scratch.clone()),

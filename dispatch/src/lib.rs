@@ -28,11 +28,11 @@ pub mod sandbox;
 pub mod undo;
 pub mod write;
 
+use retie_ledger::payload::Status;
 use retie_policy::{
     evaluate, gate, Action, ClassKind, Context, Decision, Evaluation, GateInput, Policy, Reason,
     Verdict,
 };
-use retie_ledger::payload::Status;
 use serde_json::{json, Value};
 
 pub use record::Recorder;
@@ -473,8 +473,8 @@ pub fn dispatch<E: Executor>(
                             retie_policy::ensure_approved(&digest, &action)?;
                         }
                         Approval::Approved { by, .. } => {
-                            d.decision = fresh
-                                .then(|| person_decision(&approval::Answer::Approve, &by));
+                            d.decision =
+                                fresh.then(|| person_decision(&approval::Answer::Approve, &by));
                             d.then = record::Then::Intent(intent(&by));
                         }
                         Approval::Always { by, .. } => {
@@ -668,12 +668,9 @@ mod tests {
             "shown_digest": "00".repeat(32), "edited_arguments": {"command": "ls"},
             "pending": 3, "proposal": 2,
         });
-        assert!(matches!(
-            recorded_approval(&d),
-            Ok(Approval::Edit { .. })
-        ));
+        assert!(matches!(recorded_approval(&d), Ok(Approval::Edit { .. })));
         d.as_object_mut().expect("object").remove("shown_digest");
-        let e = recorded_approval(&d).unwrap_err();
+        let e = recorded_approval(&d).expect_err("refused");
         assert!(e.to_string().contains("shown_digest"), "{e}");
         // A deny with no reason is no "the person said no".
         let deny = json!({

@@ -5,10 +5,10 @@
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
+use retie_ledger::payload::Status;
 use retie_policy::Action;
 use retie_runtime::{Outcome, RuntimeError, SandboxBuilder, Stdio, WorkspaceMode};
 use retie_snapshot::Changeset;
-use retie_ledger::payload::Status;
 use serde_json::{json, Value};
 
 use crate::overlay::{

@@ -311,7 +311,7 @@ mod tests {
         d["edited_arguments"] = json!({"command": "ls"});
         check(Kind::Decision, d.to_string().as_bytes()).expect("well typed");
         d.as_object_mut().expect("object").remove("shown_digest");
-        let e = check(Kind::Decision, d.to_string().as_bytes()).unwrap_err();
+        let e = check(Kind::Decision, d.to_string().as_bytes()).expect_err("ill-typed");
         assert!(e.contains("shown_digest"), "{e}");
     }
 
@@ -324,7 +324,10 @@ mod tests {
         extra["run_anyway"] = json!(true);
         assert!(check(Kind::Decision, extra.to_string().as_bytes()).is_err());
         let mut missing = d.clone();
-        missing.as_object_mut().expect("object").remove("decided_by");
+        missing
+            .as_object_mut()
+            .expect("object")
+            .remove("decided_by");
         assert!(check(Kind::Decision, missing.to_string().as_bytes()).is_err());
         assert!(check(Kind::Grant, br#"{"keys": ["bash:ls"], "by": "p"}"#).is_err());
         assert!(check(Kind::Intent, b"[1]").is_err());

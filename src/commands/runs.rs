@@ -6,8 +6,8 @@
 use std::path::Path;
 
 use clap::Subcommand;
-use retie_snapshot::{Changeset, ComputeOptions};
 use retie_ledger::payload::Status;
+use retie_snapshot::{Changeset, ComputeOptions};
 use serde_json::json;
 
 use retie_dispatch::overlay;

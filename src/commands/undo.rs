@@ -174,11 +174,11 @@ fn run_inner(
     let state = crate::state::dir().map_err(|e| e.to_string())?;
     // Each undo is an action: through the chokepoint, its intent durable
     // before the workspace changes, its outcome after.
-    let (results, failed) = match retie_dispatch::undo::undo_actions(&path, &state, &actions, command)
-    {
-        Ok(r) => (r, None),
-        Err((r, e)) => (r, Some(e)),
-    };
+    let (results, failed) =
+        match retie_dispatch::undo::undo_actions(&path, &state, &actions, command) {
+            Ok(r) => (r, None),
+            Err((r, e)) => (r, Some(e)),
+        };
     let (mut refused, mut skipped) = (0, 0);
     let mut out = Vec::new();
     for (a, r) in actions.iter().zip(&results) {

@@ -277,7 +277,9 @@ fn a_hijacking_model_reads_nothing_outside_the_workspace_under_auto_yes() {
         // ran and found nothing: its exit code says so.
         assert!(
             acts.iter().all(|a| !ran_ok(&a["status"])
-                || a["said"].as_str().is_some_and(|t| t.starts_with("exit code 1"))),
+                || a["said"]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with("exit code 1"))),
             "{leg:?}: an escape succeeded: {r}"
         );
         assert!(
@@ -1859,7 +1861,11 @@ fn an_outcome_has_one_word_in_json_log_and_replay() {
             .collect();
         assert_eq!(logged, words, "{leg:?}: {sess}");
         let sid = sess["session"].as_str().expect("sid");
-        let o = s.retie().args(["replay", sid, "--json"]).output().expect("replay");
+        let o = s
+            .retie()
+            .args(["replay", sid, "--json"])
+            .output()
+            .expect("replay");
         assert_code(&o, 0, "replay --json");
         let rp: serde_json::Value = serde_json::from_slice(&o.stdout).expect("replay json");
         let replayed: Vec<&str> = rp["actions"]
@@ -1873,6 +1879,9 @@ fn an_outcome_has_one_word_in_json_log_and_replay() {
         let text = stdout(&o);
         assert!(text.contains("outcome: refused_by_guard"), "{text}");
         assert!(text.contains("outcome: failed"), "{text}");
-        assert!(!text.contains("outcome: refused\n") && !text.contains("outcome: refused:"), "{text}");
+        assert!(
+            !text.contains("outcome: refused\n") && !text.contains("outcome: refused:"),
+            "{text}"
+        );
     }
 }

@@ -570,7 +570,10 @@ fn an_undo_killed_between_its_intent_and_its_outcome_is_recovered() {
             // The next command recovers and finishes the undo.
             let o = run(&s, &["undo", &target, "--json"]);
             let r = json_out(&o);
-            let res = r["results"][0]["result"].as_str().unwrap_or("?").to_string();
+            let res = r["results"][0]["result"]
+                .as_str()
+                .unwrap_or("?")
+                .to_string();
             if stage == "begin" {
                 assert_code(&o, 0, "undo after the kill");
                 assert_eq!(res, "undone", "{r}");
@@ -909,7 +912,10 @@ fn run_and_sandbox_exec_share_one_workspace_guard() {
         assert_code(&o, 0, "first run");
         let state = s.home.join(".local/state/retie");
         for (ws, says) in [
-            (PathBuf::from("/etc"), "a sandboxed command could read everything in it"),
+            (
+                PathBuf::from("/etc"),
+                "a sandboxed command could read everything in it",
+            ),
             (state, "retie's own state directory"),
         ] {
             let exec = s

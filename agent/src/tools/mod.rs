@@ -19,8 +19,8 @@ mod schema;
 use std::path::PathBuf;
 
 use retie_dispatch::overlay::Snapshots;
-use retie_ledger::payload::Status;
 use retie_dispatch::{dispatch, Approver, Dispatched, Proposal, Recorder, Step, UndoPlan};
+use retie_ledger::payload::Status;
 use retie_policy::{Action, Context, Effect, Policy, RiskLevel};
 use retie_snapshot::Workspace;
 use serde_json::{json, Map, Value};
