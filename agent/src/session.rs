@@ -1251,13 +1251,9 @@ fn refuse_call(
             "call": {"id": call.id, "name": call.name, "raw_arguments": call.raw_arguments},
             "checked": false,
         }),
-        json!({
-            "verdict": "deny",
-            "decided_by": by,
-            "class": "unknown",
-            "reason": why,
-            "approved_digest": null,
-        }),
+        retie_ledger::payload::to_value(&retie_ledger::payload::Decision::refused_by_retie(
+            by, why,
+        )),
         json!({"reason": why, "by": by}),
     )
 }

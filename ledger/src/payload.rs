@@ -38,7 +38,8 @@ pub struct Decision {
     pub reason: Value,
     /// The digest the decision lets run (`null`: nothing runs).
     pub approved_digest: Option<String>,
-    /// The digest of what the person was shown (a person's decision).
+    /// The digest of what the person was shown (a person's decision;
+    /// required of an edit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shown_digest: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -58,11 +59,14 @@ impl Decision {
             return Err(format!("unknown verdict {:?}", self.verdict));
         }
         if self.pending.is_some() {
-            // A person's decision: it binds what was shown.
-            if self.shown_digest.is_none() {
-                return Err("a decision on a pending approval without shown_digest".into());
-            }
+            // A person's decision binds what was shown: an approval its
+            // approved digest, an edit the digest it was an edit of (the
+            // chokepoint's approvals and denies of earlier versions wrote
+            // no shown_digest: not required of them).
             match self.verdict.as_str() {
+                "edit" if self.shown_digest.is_none() => {
+                    return Err("an edit without shown_digest (the digest that was shown)".into())
+                }
                 "approve" if self.approved_digest.is_none() => {
                     return Err("an approval without approved_digest".into())
                 }
@@ -84,6 +88,26 @@ impl Decision {
             return Err("an edit that names no pending approval".into());
         }
         Ok(())
+    }
+}
+
+impl Decision {
+    /// retie's own refusal before the gate (a call that does not fit its
+    /// tool, a tool that could not be set up): verdict `deny`, class
+    /// `unknown`.
+    pub fn refused_by_retie(by: &str, reason: &str) -> Decision {
+        Decision {
+            verdict: "deny".into(),
+            decided_by: by.into(),
+            class: Value::from("unknown"),
+            reason: Value::from(reason),
+            approved_digest: None,
+            shown_digest: None,
+            deny_reason: None,
+            edited_arguments: None,
+            pending: None,
+            proposal: None,
+        }
     }
 }
 

@@ -389,7 +389,7 @@ impl Tools {
                     format!("the person's edit of your call is not valid ({msg}); nothing ran");
                 rec.refuse(
                     json!({"origin": "person (edit)", "edit_of": pending, "call": {"name": tool, "arguments": arguments}, "checked": false}),
-                    json!({"verdict": "deny", "decided_by": "retie (call check)", "class": "unknown", "reason": msg, "approved_digest": null}),
+                    retie_ledger::payload::to_value(&retie_ledger::payload::Decision::refused_by_retie("retie (call check)", &msg)),
                     json!({"reason": msg, "by": "retie (call check)"}),
                 )?;
                 return Ok(CallResult {
@@ -580,7 +580,7 @@ impl Tools {
                 let why = format!("{tool} could not be started: {e}; nothing ran");
                 rec.refuse(
                     json!({"origin": if edit_of.is_some() { "person (edit)" } else { "agent" }, "action": p.action.to_json(), "digest": p.action.digest().to_hex()}),
-                    json!({"verdict": "deny", "decided_by": "retie (tool set-up)", "class": "unknown", "reason": why, "approved_digest": null}),
+                    retie_ledger::payload::to_value(&retie_ledger::payload::Decision::refused_by_retie("retie (tool set-up)", &why)),
                     json!({"reason": why, "by": "retie (tool set-up)"}),
                 )?;
                 return Ok(CallResult {
