@@ -1066,7 +1066,7 @@ impl<P: Provider> Session<P> {
                         // (a refused fetch) taints nothing.
                         self.ctx.taint = self.ctx.taint.after(&self.tools.policy, &action);
                     }
-                    if r.status != "ok" {
+                    if r.failed {
                         *self.failures.entry(key).or_default() += 1;
                     }
                     self.push(Message::tool_result(call, &r.text), json!({}));
@@ -1274,13 +1274,9 @@ fn refuse_call(
             "call": {"id": call.id, "name": call.name, "raw_arguments": call.raw_arguments},
             "checked": false,
         }),
-        json!({
-            "verdict": "deny",
-            "decided_by": by,
-            "class": "unknown",
-            "reason": why,
-            "approved_digest": null,
-        }),
+        retie_ledger::payload::to_value(&retie_ledger::payload::Decision::refused_by_retie(
+            by, why,
+        )),
         json!({"reason": why, "by": by}),
     )
 }

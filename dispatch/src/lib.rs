@@ -19,12 +19,16 @@
 //! instead, if it is not to run); the outcome after. The policy crate
 //! decides; this crate only carries the decision out.
 
+pub mod approval;
 pub mod display;
+pub mod guard;
 pub mod overlay;
 pub mod record;
 pub mod sandbox;
+pub mod undo;
 pub mod write;
 
+use retie_ledger::payload::Status;
 use retie_policy::{
     evaluate, gate, Action, ClassKind, Context, Decision, Evaluation, GateInput, Policy, Reason,
     Verdict,
@@ -367,14 +371,16 @@ pub fn dispatch<E: Executor>(
             "digest": ev.digest.to_hex(),
         })
     };
-    let decision_json = |by: &str, verdict: &str, approved: bool| {
-        json!({
-            "verdict": verdict,
-            "decided_by": by,
-            "class": class,
-            "reason": ev.decision.reason().to_string(),
-            "approved_digest": approved.then(|| ev.digest.to_hex()),
-        })
+    // A person's decision on a pending approval: the one builder
+    // `retie approve`/`deny` use too.
+    let person_decision = |answer: &approval::Answer, by: &str| {
+        approval::decision(
+            answer,
+            by,
+            json!(class),
+            json!(ev.decision.reason().to_string()),
+            &ev.digest.to_hex(),
+        )
     };
     let (by, refusal) = match ev.decision.verdict {
         Verdict::Run => ("policy".to_string(), None),
@@ -432,7 +438,7 @@ pub fn dispatch<E: Executor>(
                 };
                 loop {
                     let (answer, fresh) = match &recorded {
-                        Some((_, d)) => (recorded_approval(d, &action)?, false),
+                        Some((_, d)) => (recorded_approval(d)?, false),
                         None => (
                             approver.approve(&ApprovalRequest {
                                 action: &action,
@@ -472,14 +478,15 @@ pub fn dispatch<E: Executor>(
                             retie_policy::ensure_approved(&digest, &action)?;
                         }
                         Approval::Approved { by, .. } => {
-                            d.decision = fresh.then(|| decision_json(&by, "approve", true));
+                            d.decision =
+                                fresh.then(|| person_decision(&approval::Answer::Approve, &by));
                             d.then = record::Then::Intent(intent(&by));
                         }
                         Approval::Always { by, .. } => {
-                            d.decision = fresh.then(|| decision_json(&by, "approve", true));
+                            d.decision =
+                                fresh.then(|| person_decision(&approval::Answer::Always, &by));
                             if fresh && !keys.is_empty() {
-                                d.grant =
-                                    Some(json!({"keys": keys, "by": by, "pending": pending_seq}));
+                                d.grant = Some(approval::grant(&keys, &by, pending_seq));
                                 d.grant_keys = Some(keys.clone());
                                 d.grant_by = by.clone();
                             }
@@ -487,9 +494,10 @@ pub fn dispatch<E: Executor>(
                         }
                         Approval::Denied { by, reason } => {
                             if fresh {
-                                let mut dj = decision_json(&by, "deny", false);
-                                dj["deny_reason"] = json!(reason);
-                                d.decision = Some(dj);
+                                d.decision = Some(person_decision(
+                                    &approval::Answer::Deny(reason.clone()),
+                                    &by,
+                                ));
                             }
                             d.then = record::Then::Refusal(json!({ "reason": reason, "by": by }));
                             refused = Some((reason, by));
@@ -501,10 +509,10 @@ pub fn dispatch<E: Executor>(
                         } => {
                             retie_policy::ensure_approved(&digest, &action)?;
                             if fresh {
-                                let mut dj = decision_json(&by, "edit", false);
-                                dj["edited_arguments"] = Value::Object(arguments.clone());
-                                dj["shown_digest"] = json!(ev.digest.to_hex());
-                                d.decision = Some(dj);
+                                d.decision = Some(person_decision(
+                                    &approval::Answer::Edit(arguments.clone()),
+                                    &by,
+                                ));
                             }
                             edited = Some((by, arguments));
                         }
@@ -547,12 +555,17 @@ pub fn dispatch<E: Executor>(
             }
         }
     };
-    let decision = json!({
-        "verdict": ev.decision.verdict,
-        "decided_by": by,
-        "class": class,
-        "reason": ev.decision.reason().to_string(),
-        "approved_digest": refusal.is_none().then(|| ev.digest.to_hex()),
+    let decision = retie_ledger::payload::to_value(&retie_ledger::payload::Decision {
+        verdict: ev.decision.verdict.name().into(),
+        decided_by: by.clone(),
+        class: json!(class),
+        reason: json!(ev.decision.reason().to_string()),
+        approved_digest: refusal.is_none().then(|| ev.digest.to_hex()),
+        shown_digest: None,
+        deny_reason: None,
+        edited_arguments: None,
+        pending: None,
+        proposal: None,
     });
     if let Some(reason) = refusal {
         rec.refuse(proposed, decision, json!({ "reason": reason, "by": by }))?;
@@ -581,8 +594,8 @@ fn execute<E: Executor>(
     let deferred = step.deferred && result.is_ok();
     let outcome = match (&result, step.outcome.take()) {
         (Ok(_), Some(o)) => o,
-        (Ok(_), None) => json!({ "status": "ran" }),
-        (Err(e), _) => json!({ "status": "failed", "failure": e.to_string() }),
+        (Ok(_), None) => json!({ "status": Status::Ran.word() }),
+        (Err(e), _) => json!({ "status": Status::Failed.word(), "failure": e.to_string() }),
     };
     // Confirm: the outcome, after.
     let durability = if deferred {
@@ -598,41 +611,43 @@ fn execute<E: Executor>(
 }
 
 /// The answer a decision entry recorded (by `retie approve`/`deny` or an
-/// earlier process): an approval binds the digest it names.
-fn recorded_approval(d: &Value, action: &Action) -> Result<Approval, Error> {
-    let by = d
-        .get("decided_by")
-        .and_then(Value::as_str)
-        .unwrap_or("person")
-        .to_string();
-    let digest = |field: &str| -> Result<retie_policy::Digest, Error> {
-        d.get(field)
-            .and_then(Value::as_str)
+/// earlier process): an approval binds the digest it names, an edit the
+/// digest that was shown. A field the verdict needs that is missing is an
+/// error, never a fallback.
+fn recorded_approval(d: &Value) -> Result<Approval, Error> {
+    let d: retie_ledger::payload::Decision = retie_ledger::payload::parse(d)
+        .map_err(|e| Error::Invalid(format!("the recorded decision is ill-typed: {e}")))?;
+    d.check()
+        .map_err(|e| Error::Invalid(format!("the recorded decision is ill-typed: {e}")))?;
+    let digest = |field: &str, v: &Option<String>| -> Result<retie_policy::Digest, Error> {
+        v.as_deref()
             .and_then(|h| h.parse().ok())
             .ok_or_else(|| Error::Invalid(format!("the recorded decision has no {field}")))
     };
-    Ok(match d.get("verdict").and_then(Value::as_str) {
-        Some("approve") => Approval::Approved {
+    let by = d.decided_by.clone();
+    Ok(match d.verdict.as_str() {
+        "approve" => Approval::Approved {
             by,
-            digest: digest("approved_digest")?,
+            digest: digest("approved_digest", &d.approved_digest)?,
         },
-        Some("edit") => Approval::Edit {
+        "edit" => Approval::Edit {
             by,
-            digest: digest("shown_digest").unwrap_or_else(|_| action.digest()),
+            digest: digest("shown_digest", &d.shown_digest)?,
             arguments: d
-                .get("edited_arguments")
-                .and_then(Value::as_object)
-                .cloned()
+                .edited_arguments
                 .ok_or_else(|| Error::Invalid("the recorded edit has no arguments".into()))?,
         },
-        _ => Approval::Denied {
+        "deny" => Approval::Denied {
             by,
             reason: d
-                .get("deny_reason")
-                .and_then(Value::as_str)
-                .unwrap_or("the person said no")
-                .to_string(),
+                .deny_reason
+                .ok_or_else(|| Error::Invalid("the recorded deny has no reason".into()))?,
         },
+        v => {
+            return Err(Error::Invalid(format!(
+                "the recorded decision's verdict {v:?} answers no pending approval"
+            )))
+        }
     })
 }
 
@@ -641,5 +656,33 @@ fn strictness(v: Verdict) -> u8 {
         Verdict::Run => 0,
         Verdict::Ask => 1,
         Verdict::Deny => 2,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 27 item 3: a recorded edit without the digest that was
+    /// shown is refused; it once fell back to the action's own digest.
+    #[test]
+    fn a_recorded_edit_without_its_shown_digest_is_refused() {
+        let mut d = json!({
+            "verdict": "edit", "decided_by": "person (retie approve --edit)",
+            "class": "irreversible", "reason": "asks", "approved_digest": null,
+            "shown_digest": "00".repeat(32), "edited_arguments": {"command": "ls"},
+            "pending": 3, "proposal": 2,
+        });
+        assert!(matches!(recorded_approval(&d), Ok(Approval::Edit { .. })));
+        d.as_object_mut().expect("object").remove("shown_digest");
+        let e = recorded_approval(&d).expect_err("refused");
+        assert!(e.to_string().contains("shown_digest"), "{e}");
+        // A deny with no reason is no "the person said no".
+        let deny = json!({
+            "verdict": "deny", "decided_by": "person", "class": "irreversible",
+            "reason": "asks", "approved_digest": null, "shown_digest": "00".repeat(32),
+            "pending": 3, "proposal": 2,
+        });
+        assert!(recorded_approval(&deny).is_err());
     }
 }

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use ed25519_dalek::SigningKey;
 use retie_ledger::keys::{self, Delegation};
-use retie_ledger::{now_ms, Actor, Durability, Guard, Kind, Ledger, NewEntry, Row};
+use retie_ledger::{now_ms, payload, Actor, Durability, Guard, Kind, Ledger, NewEntry, Row};
 use serde_json::{json, Value};
 
 use crate::Error;
@@ -123,6 +123,9 @@ pub struct Recorder {
     lock: Option<SessionLock>,
     /// The last pending entry this process wrote (seq, payload).
     last_pending: Option<(i64, Value)>,
+    /// The status word of the last outcome recorded (what `--json` and
+    /// the live line say of the call: the ledger's own word).
+    last_status: Option<String>,
 }
 
 impl Recorder {
@@ -174,6 +177,7 @@ impl Recorder {
             resume: None,
             lock: None,
             last_pending: None,
+            last_status: None,
         })
     }
 
@@ -248,6 +252,7 @@ impl Recorder {
                 .map(|p| (p.seq, p.payload.clone())),
             resume: state.open_pending,
             lock: Some(lock),
+            last_status: None,
         };
         if let Some(d) = renewal {
             let e = rec.entry(
@@ -321,7 +326,10 @@ impl Recorder {
         entries.push(self.entry(
             Actor::Person,
             Kind::Revoke,
-            json!({ "grant": grant, "by": by }),
+            payload::to_value(&payload::Revoke {
+                grant,
+                by: by.into(),
+            }),
         ));
         self.ledger.append_batch(|_| entries)?;
         self.grants.retain(|g| g.seq != grant);
@@ -561,6 +569,12 @@ impl Recorder {
         Ok(())
     }
 
+    /// The status word of the last outcome recorded
+    /// ([`retie_ledger::payload::Status`]).
+    pub fn last_outcome_status(&self) -> Option<&str> {
+        self.last_status.as_deref()
+    }
+
     /// The session's id.
     pub fn session_id(&self) -> &str {
         &self.session.id
@@ -683,6 +697,10 @@ impl Recorder {
     ) -> Result<(), Error> {
         stall("applied");
         set(&mut outcome, "action", json!(action));
+        self.last_status = outcome
+            .get("status")
+            .and_then(Value::as_str)
+            .map(String::from);
         if self.session.joined {
             let e = self.entry(Actor::Agent, Kind::Outcome, outcome);
             self.ledger.append_batch_with(durability, |_| vec![e])?;
@@ -829,25 +847,28 @@ impl SessionState {
                     pending = None;
                 }
                 Kind::Suspended => st.suspended = true,
+                // Typed (retie_ledger::payload): an ill-typed entry is
+                // none of these (`retie verify`, which resume runs
+                // first, names it).
                 Kind::Pending => {
                     let p = r.payload_json();
-                    pending = Some(OpenPending {
-                        seq: r.seq,
-                        proposal: p.get("proposal").and_then(Value::as_i64).unwrap_or(0),
-                        digest: p
-                            .get("digest")
-                            .and_then(Value::as_str)
-                            .unwrap_or("")
-                            .to_string(),
-                        payload: p,
-                        decision: None,
-                    });
+                    if let Ok(t) = payload::parse::<payload::Pending>(&p) {
+                        pending = Some(OpenPending {
+                            seq: r.seq,
+                            proposal: t.proposal,
+                            digest: t.digest,
+                            payload: p,
+                            decision: None,
+                        });
+                    }
                 }
                 Kind::Decision => {
                     let p = r.payload_json();
-                    if let Some(op) = pending.as_mut() {
-                        if p.get("pending").and_then(Value::as_i64) == Some(op.seq) {
-                            op.decision = Some((r.seq, p));
+                    if let Ok(d) = payload::parse::<payload::Decision>(&p) {
+                        if let Some(op) = pending.as_mut() {
+                            if d.pending == Some(op.seq) {
+                                op.decision = Some((r.seq, p));
+                            }
                         }
                     }
                 }
@@ -862,28 +883,18 @@ impl SessionState {
                     }
                 }
                 Kind::Grant => {
-                    let p = r.payload_json();
-                    st.grants.push(Grant {
-                        seq: r.seq,
-                        keys: p
-                            .get("keys")
-                            .and_then(Value::as_array)
-                            .map(|a| {
-                                a.iter()
-                                    .filter_map(|k| k.as_str().map(String::from))
-                                    .collect()
-                            })
-                            .unwrap_or_default(),
-                        by: p
-                            .get("by")
-                            .and_then(Value::as_str)
-                            .unwrap_or("")
-                            .to_string(),
-                    });
+                    if let Ok(g) = payload::parse::<payload::Grant>(&r.payload_json()) {
+                        st.grants.push(Grant {
+                            seq: r.seq,
+                            keys: g.keys,
+                            by: g.by,
+                        });
+                    }
                 }
                 Kind::Revoke => {
-                    let g = r.payload_json().get("grant").and_then(Value::as_i64);
-                    st.grants.retain(|x| Some(x.seq) != g);
+                    if let Ok(v) = payload::parse::<payload::Revoke>(&r.payload_json()) {
+                        st.grants.retain(|x| x.seq != v.grant);
+                    }
                 }
                 _ => {}
             }
@@ -1152,7 +1163,11 @@ mod tests {
     fn a_closed_session_has_no_open_pending_approval() {
         let mut rows = vec![
             row(1, Kind::SessionOpened, json!({})),
-            row(2, Kind::Pending, json!({"proposal": 1, "digest": "ab"})),
+            row(
+                2,
+                Kind::Pending,
+                json!({"proposal": 1, "digest": "ab", "action": {}}),
+            ),
             row(3, Kind::Suspended, json!({})),
         ];
         let st = SessionState::of(&rows);

@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
+use retie_ledger::payload::Status;
 use retie_policy::Action;
 use retie_runtime::{Outcome, RuntimeError, SandboxBuilder, Stdio, WorkspaceMode};
 use retie_snapshot::Changeset;
@@ -417,7 +418,7 @@ impl<'u> SandboxJob<'u> {
             }
         };
         let mut result = json!({
-            "status": "ran",
+            "status": Status::Ran.word(),
             "exit_code": outcome.exit_code,
             "signal": outcome.signal,
             "timed_out": outcome.timed_out,
@@ -464,7 +465,7 @@ impl<'u> SandboxJob<'u> {
                     "the command was {why}; its changes were not applied and are kept as run {id}: see them with `retie changes show {id}`, apply them with `retie changes apply {id}`, or throw them away with `retie changes discard {id}`",
                     id = r.id
                 ));
-                set(&mut result, "status", json!("not applied"));
+                set(&mut result, "status", json!(Status::NotApplied.word()));
                 set(&mut result, "kept", json!(r.id));
                 Some(Handled {
                     json: json!({
@@ -502,14 +503,15 @@ impl<'u> SandboxJob<'u> {
                 let applied = h.json["applied"] == json!(true);
                 let n = h.json["changes"].as_array().map_or(0, Vec::len);
                 let status = if applied {
-                    "applied"
+                    Status::Applied
                 } else if h.failure.is_some() {
-                    "refused"
+                    Status::RefusedByGuard
                 } else if n == 0 && h.json["blocked"].as_array().map_or(true, Vec::is_empty) {
-                    "unchanged"
+                    Status::Unchanged
                 } else {
-                    "not applied"
-                };
+                    Status::NotApplied
+                }
+                .word();
                 set(&mut result, "status", json!(status));
                 set(&mut result, "changes", json!(n));
                 set(

@@ -17,6 +17,7 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
+use retie_ledger::payload::Status;
 use retie_policy::Action;
 use retie_snapshot::{Node, RelPath, Workspace};
 use serde_json::{json, Value};
@@ -97,7 +98,7 @@ impl Executor for WriteJob<'_> {
         // content is compared with what was shown right after it.
         let started = overlay::run_start(&self.state, &ws);
         let refuse = |step: &mut Step<'_>, why: String| {
-            step.set_outcome(json!({"status": "refused", "why": why}));
+            step.set_outcome(json!({"status": Status::RefusedByGuard.word(), "why": why}));
             Ok(Err(why))
         };
         match current(&self.snaps.ws, &w.path) {
@@ -150,14 +151,16 @@ impl Executor for WriteJob<'_> {
         if h.json["applied"] == json!(true) && raced {
             // Someone saved the file at the moment of the write: their
             // version stays, the model's is kept in the run (ADR 0205).
-            step.set_outcome(json!({"status": "refused", "why": "raced", "changes": h.json}));
+            step.set_outcome(
+                json!({"status": Status::RefusedByGuard.word(), "why": "raced", "changes": h.json}),
+            );
             return Ok(Err(format!(
                 "{shown} was not written: it changed at the moment of the write; the other version is kept in the workspace (read it again)"
             )));
         }
         if h.json["applied"] == json!(true) {
             step.set_outcome(json!({
-                "status": "applied",
+                "status": Status::Applied.word(),
                 "changeset": h.json["id"],
                 "changes": h.json["changes"].as_array().map_or(0, Vec::len),
                 "bytes": w.content.len(),
@@ -181,7 +184,9 @@ impl Executor for WriteJob<'_> {
             )));
         }
         let why = h.failure.clone().unwrap_or_else(|| not_applied(&h.json));
-        step.set_outcome(json!({"status": "refused", "why": why, "changes": h.json}));
+        step.set_outcome(
+            json!({"status": Status::RefusedByGuard.word(), "why": why, "changes": h.json}),
+        );
         Ok(Err(format!("{shown} was not written: {why}")))
     }
 }

@@ -155,7 +155,7 @@ fn pending_approvals_at_the_chokepoint() {
                     session: sid.clone(),
                     actor: Actor::Person,
                     kind: Kind::Decision,
-                    payload: json!({"pending": pending, "verdict": verdict, "decided_by": "person (test)", "approved_digest": digest, "deny_reason": "outside said no"}),
+                    payload: json!({"pending": pending, "verdict": verdict, "decided_by": "person (test)", "class": "irreversible", "reason": "asks", "approved_digest": digest, "deny_reason": "outside said no"}),
                     key: user.clone(),
                 }]
             },
@@ -219,7 +219,7 @@ fn pending_approvals_at_the_chokepoint() {
                         session: sid3.clone(),
                         actor: Actor::Person,
                         kind: Kind::Decision,
-                        payload: json!({"pending": pending, "verdict": "deny", "decided_by": "person (retie deny)", "deny_reason": "outside said no"}),
+                        payload: json!({"pending": pending, "verdict": "deny", "decided_by": "person (retie deny)", "class": "irreversible", "reason": "asks", "approved_digest": null, "deny_reason": "outside said no"}),
                         key: user.clone(),
                     }]
                 },

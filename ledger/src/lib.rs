@@ -15,6 +15,7 @@
 pub mod display;
 pub mod keys;
 pub mod model;
+pub mod payload;
 pub mod provider;
 pub mod retest;
 pub mod sqlite_memory;
@@ -1261,6 +1262,85 @@ mod tests {
             assert_eq!(Kind::parse(k.as_bytes()), Some(k));
         }
         assert_eq!(Kind::parse(b"turn"), None);
+    }
+
+    /// Issue 27 item 3: an entry signed correctly (as only a holder of
+    /// the key could) whose payload does not have its kind's shape is
+    /// reported: "ill-typed payload at #N". Seen failing with the check
+    /// removed from verify (the ledger said intact).
+    #[test]
+    fn verify_flags_a_correctly_signed_but_ill_typed_payload() {
+        use serde_json::json;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let user = key(9);
+        // A ledger with a pending approval and `decision` for it, every
+        // entry signed by the user key; returns the decision's seq.
+        let build = |name: &str, decision: &serde_json::Value| {
+            let path = dir.path().join(name);
+            let mut l = Ledger::open(&path, true, Some(&user)).expect("open");
+            let pending = l
+                .append(
+                    "s",
+                    Actor::Person,
+                    Kind::Pending,
+                    &json!({"digest": "ab", "action": {"tool": "bash"}, "proposal": 1}),
+                    &user,
+                )
+                .expect("pending")
+                .seq;
+            let mut d = decision.clone();
+            d["pending"] = json!(pending);
+            let seq = l
+                .append("s", Actor::Person, Kind::Decision, &d, &user)
+                .expect("decision")
+                .seq;
+            (path, seq, l)
+        };
+        let decision = json!({
+            "verdict": "edit", "decided_by": "person", "class": "irreversible",
+            "reason": "asks", "approved_digest": null, "shown_digest": "ab",
+            "edited_arguments": {"command": "ls"}, "proposal": 1,
+        });
+        let (good, _, g) = build("good.db", &decision);
+        drop(g);
+        let r = verify::verify_with(&good, Some(user.verifying_key())).expect("verify");
+        assert!(r.intact, "{:?}", r.problems);
+        // The same decision without the digest that was shown.
+        let mut bad = decision.clone();
+        bad.as_object_mut().expect("object").remove("shown_digest");
+        let (path, seq, mut l) = build("bad.db", &bad);
+        let r = verify::verify_with(&path, Some(user.verifying_key())).expect("verify");
+        assert!(!r.intact);
+        let p = r
+            .problems
+            .iter()
+            .find(|p| p.seq == Some(seq))
+            .unwrap_or_else(|| panic!("{:?}", r.problems));
+        assert!(
+            p.what.contains(&format!("ill-typed payload at #{seq}"))
+                && p.what.contains("shown_digest"),
+            "{}",
+            p.what
+        );
+        // A field no revoke has.
+        let odd = l
+            .append(
+                "t",
+                Actor::Person,
+                Kind::Revoke,
+                &json!({"grant": 3, "by": "p", "also": "this"}),
+                &user,
+            )
+            .expect("append")
+            .seq;
+        let r = verify::verify_with(&path, Some(user.verifying_key())).expect("verify");
+        assert!(
+            r.problems
+                .iter()
+                .any(|p| p.seq == Some(odd) && p.what.contains("ill-typed payload")),
+            "{:?}",
+            r.problems
+        );
     }
 
     #[test]

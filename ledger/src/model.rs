@@ -6,6 +6,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::{Kind, Row};
+use crate::payload::Status;
 
 /// One action: an intent and what followed it.
 #[derive(Debug, Clone, Serialize)]
@@ -61,17 +62,16 @@ impl Action {
             .and_then(Value::as_bool)
             .unwrap_or(false)
     }
+    /// The outcome's word ([`crate::payload::Status`]), or `interrupted`
+    /// when the writer died before the outcome.
     pub fn status(&self) -> &'static str {
         match &self.outcome {
             None => "interrupted",
-            Some(o) => match o.get("status").and_then(Value::as_str) {
-                Some("applied") => "applied",
-                Some("ran") => "ran",
-                Some("refused") => "refused",
-                Some("unchanged") => "unchanged",
-                Some("failed") => "failed",
-                _ => "not applied",
-            },
+            Some(o) => o
+                .get("status")
+                .and_then(Value::as_str)
+                .and_then(crate::payload::Status::from_stored)
+                .map_or("failed", crate::payload::Status::word),
         }
     }
     /// An undo can do something: reversible, applied to the workspace
@@ -87,10 +87,21 @@ impl Action {
     pub fn workspace_path(&self) -> Option<&str> {
         self.intent.get("workspace").and_then(Value::as_str)
     }
+    /// An undo of it succeeded: an `undo` entry (older ledgers) saying
+    /// `result: undone`, or the outcome of an undo action (its own
+    /// intent, tool `undo`) saying `status: undone`.
     pub fn undone(&self) -> bool {
-        self.undos
-            .iter()
-            .any(|u| u.get("result").and_then(Value::as_str) == Some("undone"))
+        self.undos.iter().any(|u| {
+            u.get("result").and_then(Value::as_str) == Some("undone")
+                || u.get("status").and_then(Value::as_str) == Some(Status::Undone.word())
+        })
+    }
+    /// The action this one undoes, when it is an undo (issue 27 item 2).
+    pub fn undoes(&self) -> Option<i64> {
+        if self.intent.get("tool").and_then(Value::as_str) != Some("undo") {
+            return None;
+        }
+        self.intent.get("undoes").and_then(Value::as_i64)
     }
     pub fn flags(&self) -> Vec<String> {
         self.intent
@@ -195,6 +206,10 @@ impl Session {
         self.opened
             .pointer("/delegation/workspace")
             .and_then(Value::as_str)
+    }
+    /// A session of `retie undo`/`undo-all`: its actions are undos.
+    pub fn is_undo(&self) -> bool {
+        self.opened.get("origin").and_then(Value::as_str) == Some("retie undo")
     }
     /// The objective, for display (control characters escaped).
     pub fn objective(&self) -> String {
@@ -326,5 +341,38 @@ pub fn sessions(rows: &[Row]) -> Vec<Session> {
             _ => {}
         }
     }
+    link_undos(&mut out);
     out
+}
+
+/// An undo is an action of its own session (`retie undo`); its outcome
+/// is also listed under the action it undid, in the order recorded.
+fn link_undos(sessions: &mut [Session]) {
+    let mut found: Vec<(i64, i64, Value)> = Vec::new();
+    for a in sessions.iter().flat_map(|s| s.actions.iter()) {
+        if let (Some(target), Some(o)) = (a.undoes(), &a.outcome) {
+            let mut o = o.clone();
+            if let Some(m) = o.as_object_mut() {
+                m.insert("undo_action".into(), Value::from(a.id));
+            }
+            found.push((a.id, target, o));
+        }
+    }
+    if found.is_empty() {
+        return;
+    }
+    let mut index = std::collections::HashMap::new();
+    for (i, s) in sessions.iter().enumerate() {
+        for (j, a) in s.actions.iter().enumerate() {
+            index.insert(a.id, (i, j));
+        }
+    }
+    for (id, target, o) in found {
+        if let Some(&(i, j)) = index.get(&target) {
+            // An undo names an earlier action only.
+            if target < id {
+                sessions[i].actions[j].undos.push(o);
+            }
+        }
+    }
 }

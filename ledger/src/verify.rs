@@ -73,6 +73,11 @@ struct Granted {
 
 /// Verify the ledger at `path` (which must exist).
 pub fn verify(path: &Path) -> Result<Report> {
+    verify_with(path, user_public())
+}
+
+/// [`verify`] with the user key given (tests: no key file is read).
+pub(crate) fn verify_with(path: &Path, user_key: Option<VerifyingKey>) -> Result<Report> {
     let t0 = std::time::Instant::now();
     if !path.exists() {
         return Err(Error::Missing(path.to_path_buf()));
@@ -120,7 +125,7 @@ pub fn verify(path: &Path) -> Result<Report> {
                 .and_then(|v| v.as_str())
                 .and_then(parse_key)
         });
-    let (user, source) = match user_public() {
+    let (user, source) = match user_key {
         Some(k) => (Some(k), "config"),
         None => (genesis_key, "ledger"),
     };
@@ -296,6 +301,21 @@ pub fn verify(path: &Path) -> Result<Report> {
         to_check.push((i, signer_key));
     }
     problems.extend(check_approvals(&rows));
+    // Each payload against its kind (issue 27 item 3).
+    for r in &rows {
+        if let Some(k) = Kind::parse(&r.kind) {
+            if let Err(why) = crate::payload::check(k, &r.payload) {
+                problems.push(Problem {
+                    seq: Some(r.seq),
+                    what: format!(
+                        "ill-typed payload at #{} (a {} entry): {why}",
+                        r.seq,
+                        k.as_str()
+                    ),
+                });
+            }
+        }
+    }
     for p in check_signatures(&rows, &to_check) {
         problems.push(p);
     }

@@ -126,7 +126,14 @@ fn demo(args: DemoArgs) -> Result<i32, CliError> {
     if code != 0 {
         return Ok(code);
     }
-    let refused: Vec<_> = report.actions.iter().filter(|a| a.status != "ok").collect();
+    let refused: Vec<_> = report
+        .actions
+        .iter()
+        .filter(|a| {
+            !retie_ledger::payload::Status::from_stored(a.status)
+                .is_some_and(retie_ledger::payload::Status::succeeded)
+        })
+        .collect();
     say("What the gate and the guard refused:");
     for a in &refused {
         eprintln!("   {} {}: {}", a.status, a.summary, a.said);

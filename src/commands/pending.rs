@@ -12,8 +12,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
+use retie_dispatch::approval::Answer;
 use retie_dispatch::record::{OpenPending, SessionState};
-use retie_ledger::{keys, Actor, Guard, Kind, Ledger, NewEntry, Row};
+use retie_ledger::{Kind, Ledger, Row};
 use serde_json::{json, Value};
 
 use crate::error::CliError;
@@ -183,21 +184,33 @@ fn age(s: i64) -> String {
     }
 }
 
-/// What a decision is.
-enum Verdict {
-    Approve,
-    Always,
-    Edit(String),
-    Deny(String),
-}
-
 pub fn approve(a: ApproveArgs) -> Result<i32, CliError> {
-    let v = match (a.edit, a.always) {
-        (Some(e), _) => Verdict::Edit(e),
-        (None, true) => Verdict::Always,
-        (None, false) => Verdict::Approve,
+    let path = crate::ledger::resolve_path(a.ledger.as_deref())?;
+    let (by, what) = match (&a.edit, a.always) {
+        (Some(_), _) => (
+            "person (retie approve --edit)",
+            "edited (the edit is gated again when the session resumes)",
+        ),
+        (None, true) => (
+            "person (retie approve --always)",
+            "approved, and granted for this session from now on",
+        ),
+        (None, false) => ("person (retie approve)", "approved"),
     };
-    decide(&a.session, a.ledger.as_deref(), a.digest.as_deref(), v)
+    let d = retie_dispatch::approval::decide_pending(
+        &path,
+        &a.session,
+        a.digest.as_deref(),
+        by,
+        |op| match &a.edit {
+            None if a.always => Ok(Answer::Always),
+            None => Ok(Answer::Approve),
+            Some(text) => edit_answer(op, text),
+        },
+    )
+    .map_err(usage)?;
+    say_decided(&a.session, &d, what);
+    Ok(0)
 }
 
 pub fn deny(a: DenyArgs) -> Result<i32, CliError> {
@@ -206,229 +219,66 @@ pub fn deny(a: DenyArgs) -> Result<i32, CliError> {
             "--reason is empty: say why (the model reads it)".into(),
         ));
     }
-    decide(
+    let path = crate::ledger::resolve_path(a.ledger.as_deref())?;
+    let d = retie_dispatch::approval::decide_pending(
+        &path,
         &a.session,
-        a.ledger.as_deref(),
         a.digest.as_deref(),
-        Verdict::Deny(a.reason),
+        "person (retie deny)",
+        |_| Ok(Answer::Deny(a.reason.clone())),
     )
+    .map_err(usage)?;
+    say_decided(&a.session, &d, "denied");
+    Ok(0)
 }
 
-fn decide(
-    session: &str,
-    ledger: Option<&Path>,
-    want_digest: Option<&str>,
-    v: Verdict,
-) -> Result<i32, CliError> {
-    let path = crate::ledger::resolve_path(ledger)?;
-    if !path.exists() {
-        return Err(CliError::Usage(format!("no ledger at {}", path.display())));
+/// A refusal of the chokepoint (nothing written) is a usage error here.
+fn usage(e: retie_dispatch::Error) -> CliError {
+    match e {
+        retie_dispatch::Error::Invalid(m) => CliError::Usage(m),
+        e => e.into(),
     }
-    // A decision is written only into a ledger that verifies.
-    let report = retie_ledger::verify::verify(&path)?;
-    if !report.intact || report.complete == Some(false) {
-        return Err(CliError::Usage(format!(
-            "the ledger {} does not verify ({}): no decision written. `retie verify` shows what is wrong",
-            path.display(),
-            report
-                .first_bad
-                .map(|b| b.what)
-                .or(report.incomplete_because)
-                .unwrap_or_else(|| report.verdict.into())
-        )));
-    }
-    let user = keys::user_key()?;
-    let mut l = Ledger::open(&path, false, Some(&user))?;
-    l.check_user_key(&user)?;
-    let rows = l.session_rows(session)?;
-    let sid = visible(session);
-    if !rows
-        .iter()
-        .any(|r| r.kind == Kind::SessionOpened.as_bytes())
-    {
-        return Err(CliError::Usage(format!(
-            "no session {sid} in the ledger {} (`retie pending` lists the pending approvals)",
-            path.display()
-        )));
-    }
-    let st = SessionState::of(&rows);
-    let op: OpenPending = match st.open_pending {
-        Some(op) => op,
-        None => {
-            let last = rows
-                .iter()
-                .rev()
-                .find(|r| r.kind == Kind::Pending.as_bytes())
-                .map(|r| r.seq);
-            return Err(CliError::Usage(match (last, st.closed) {
-                (None, _) => format!("session {sid} has no pending approval"),
-                (Some(p), true) => format!(
-                    "session {sid} moved on: its pending approval {p} was decided and carried out, and the session is finished"
-                ),
-                (Some(p), false) => format!(
-                    "session {sid} moved on: its last pending approval {p} was decided and carried out; nothing waits for a decision"
-                ),
-            }));
-        }
-    };
-    if let Some((seq, d)) = &op.decision {
-        return Err(CliError::Usage(format!(
-            "pending approval {} of session {sid} was already decided (entry {seq}: {} by {}); `retie run --resume {sid}` carries it out",
-            op.seq,
-            visible(d.get("verdict").and_then(Value::as_str).unwrap_or("?")),
-            visible(d.get("decided_by").and_then(Value::as_str).unwrap_or("?"))
-        )));
-    }
-    if let Some(want) = want_digest {
-        if want != op.digest {
-            return Err(CliError::Usage(format!(
-                "the pending action's digest is {}, not {}: it is not what you read; nothing written",
-                op.digest,
-                visible(want)
-            )));
-        }
-    }
-    let by = "person (retie approve)";
-    let mut payload = json!({
-        "pending": op.seq,
-        "proposal": op.proposal,
-        "class": op.payload.get("class"),
-        "reason": op.payload.get("reason"),
-        "shown_digest": op.digest,
-    });
-    let mut grant = None;
-    let what = match &v {
-        Verdict::Always => {
-            let keys = op.payload.get("grant_keys").cloned().unwrap_or(json!([]));
-            if keys.as_array().map_or(true, |k| k.is_empty()) {
-                return Err(CliError::Usage(
-                    "this action cannot be granted \"always\" (a shell line that is not plain has no exact prefix); approve it once instead".into(),
-                ));
-            }
-            payload["verdict"] = json!("approve");
-            payload["decided_by"] = json!("person (retie approve --always)");
-            payload["approved_digest"] = json!(op.digest);
-            grant = Some(
-                json!({"keys": keys, "by": "person (retie approve --always)", "pending": op.seq}),
-            );
-            "approved, and granted for this session from now on".to_string()
-        }
-        Verdict::Approve => {
-            payload["verdict"] = json!("approve");
-            payload["decided_by"] = json!(by);
-            payload["approved_digest"] = json!(op.digest);
-            "approved".to_string()
-        }
-        Verdict::Deny(reason) => {
-            payload["verdict"] = json!("deny");
-            payload["decided_by"] = json!("person (retie deny)");
-            payload["approved_digest"] = Value::Null;
-            payload["deny_reason"] = json!(reason);
-            "denied".to_string()
-        }
-        Verdict::Edit(text) => {
-            let action = op
-                .payload
-                .get("action")
-                .and_then(|a| retie_policy::Action::from_json(&a.to_string()).ok())
-                .ok_or_else(|| {
-                    CliError::Usage(format!(
-                        "pending approval {} holds no readable action",
-                        op.seq
-                    ))
-                })?;
-            let args = super::run::edited_arguments(&action, text).map_err(|why| {
-                CliError::Usage(format!("the edit cannot be used: {why}; nothing written"))
-            })?;
-            if let Some(d) = retie_agent::tools::declaration(action.tool()) {
-                retie_agent::tools::check_args(d.params, &args).map_err(|why| {
-                    CliError::Usage(format!(
-                        "the edited arguments do not fit {}: {why}; nothing written",
-                        action.tool()
-                    ))
-                })?;
-            }
-            payload["verdict"] = json!("edit");
-            payload["decided_by"] = json!("person (retie approve --edit)");
-            payload["approved_digest"] = Value::Null;
-            payload["edited_arguments"] = Value::Object(args);
-            "edited (the edit is gated again when the session resumes)".to_string()
-        }
-    };
-    let mut entries = vec![NewEntry {
-        session: session.to_string(),
-        actor: Actor::Person,
-        kind: Kind::Decision,
-        payload,
-        key: user.clone(),
-    }];
-    if let Some(g) = grant {
-        entries.push(NewEntry {
-            session: session.to_string(),
-            actor: Actor::Person,
-            kind: Kind::Grant,
-            payload: g,
-            key: user.clone(),
-        });
-    }
-    let guard = Guard::OpenPending {
-        session: session.to_string(),
-        pending: op.seq,
-    };
-    let appended = l
-        .append_batch_guarded(Some(&guard), |first| {
-            if let Some(g) = entries.get_mut(1) {
-                g.payload["decision"] = json!(first);
-            }
-            entries
-        })
-        .map_err(|e| match e {
-            retie_ledger::Error::Conflict { why, .. } => {
-                CliError::Usage(format!("session {sid}: {why}; nothing written"))
-            }
-            e => e.into(),
+}
+
+/// Parse `--edit TEXT` against the pending action: a JSON object of
+/// arguments, or for bash the new command line, fitting the tool.
+fn edit_answer(op: &OpenPending, text: &str) -> Result<Answer, String> {
+    let action = op
+        .payload
+        .get("action")
+        .and_then(|a| retie_policy::Action::from_json(&a.to_string()).ok())
+        .ok_or_else(|| format!("pending approval {} holds no readable action", op.seq))?;
+    let args = super::run::edited_arguments(&action, text)
+        .map_err(|why| format!("the edit cannot be used: {why}; nothing written"))?;
+    if let Some(d) = retie_agent::tools::declaration(action.tool()) {
+        retie_agent::tools::check_args(d.params, &args).map_err(|why| {
+            format!(
+                "the edited arguments do not fit {}: {why}; nothing written",
+                action.tool()
+            )
         })?;
-    l.checkpoint(&user)?;
+    }
+    Ok(Answer::Edit(args))
+}
+
+fn say_decided(session: &str, d: &retie_dispatch::approval::Decided, what: &str) {
+    let sid = visible(session);
     eprintln!(
         "retie: pending approval {} of session {sid} {what} (entry {}, digest {}); continue with `retie run --resume {sid}`",
-        op.seq,
-        appended.first().map(|a| a.seq).unwrap_or_default(),
-        op.digest
+        d.pending, d.entry, d.digest
     );
-    Ok(0)
 }
 
 /// `retie revoke SESSION GRANT`: take back a grant of a session that is
 /// not running (a running session revokes with its own `/approvals`).
 pub fn revoke(a: RevokeArgs) -> Result<i32, CliError> {
     let path = crate::ledger::resolve_path(a.ledger.as_deref())?;
-    let sid = visible(&a.session);
-    if retie_dispatch::record::SessionLock::held(&path, &a.session) {
-        return Err(CliError::Usage(format!(
-            "session {sid} is running: revoke the grant in it (/approvals), or stop it first"
-        )));
-    }
-    let user = keys::user_key()?;
-    let mut l = Ledger::open(&path, false, Some(&user))?;
-    l.check_user_key(&user)?;
-    let rows = l.session_rows(&a.session)?;
-    let st = SessionState::of(&rows);
-    if !st.grants.iter().any(|g| g.seq == a.grant) {
-        return Err(CliError::Usage(format!(
-            "session {sid} has no grant {} in force",
-            a.grant
-        )));
-    }
-    l.append_batch(|_| {
-        vec![NewEntry {
-            session: a.session.clone(),
-            actor: Actor::Person,
-            kind: Kind::Revoke,
-            payload: json!({"grant": a.grant, "by": "person (retie revoke)"}),
-            key: user.clone(),
-        }]
-    })?;
-    l.checkpoint(&user)?;
-    eprintln!("retie: grant {} of session {sid} revoked", a.grant);
+    retie_dispatch::approval::revoke(&path, &a.session, a.grant, "person (retie revoke)")
+        .map_err(usage)?;
+    eprintln!(
+        "retie: grant {} of session {} revoked",
+        a.grant,
+        visible(&a.session)
+    );
     Ok(0)
 }

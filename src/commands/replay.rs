@@ -389,7 +389,11 @@ fn outcome_text(a: &model::Action) -> String {
             if let Some(n) = o.get("changes").and_then(Value::as_u64) {
                 t.push_str(&format!(", {n} change(s)"));
             }
-            if let Some(m) = o.get("failure").and_then(Value::as_str) {
+            if let Some(m) = o
+                .get("failure")
+                .or_else(|| o.get("why"))
+                .and_then(Value::as_str)
+            {
                 t.push_str(&format!(": {}", crate::ui::visible(m)));
             }
             if let Some(c) = o.pointer("/net/connections").and_then(Value::as_array) {
@@ -405,7 +409,10 @@ fn outcome_text(a: &model::Action) -> String {
     for u in &a.undos {
         s.push_str(&format!(
             "; undo: {}",
-            u.get("result").and_then(Value::as_str).unwrap_or("?")
+            u.get("result")
+                .or_else(|| u.get("status"))
+                .and_then(Value::as_str)
+                .unwrap_or("?")
         ));
     }
     s
@@ -432,7 +439,7 @@ fn totals(s: &model::Session) -> Value {
     let refused = s.refusals.len()
         + s.actions
             .iter()
-            .filter(|a| matches!(a.status(), "refused"))
+            .filter(|a| a.status().starts_with("refused"))
             .count();
     json!({
         "actions": s.actions.len(),

@@ -318,8 +318,23 @@ fn retest_tools(
     scratch: &Path,
     net: &NetMode,
     ceiling: u64,
+    ledger: &Path,
 ) -> Result<Tools, CliError> {
     let state = crate::state::dir()?;
+    // The workspace guards of every entry point: the scratch lies in
+    // retie's own state directory (its retest area) and nowhere else; a
+    // scratch named by a resumed session's ledger is held to the same.
+    let ws = std::fs::canonicalize(scratch)
+        .map_err(|e| CliError::io(format!("the retest's scratch {}", scratch.display()), e))?;
+    let protect = super::guard_workspace(
+        &ws,
+        ledger,
+        retie_dispatch::guard::GuardOptions {
+            system_flag: None,
+            retie_scratch: Some(state.join("retest")),
+        },
+    )?
+    .protect;
     let policy =
         Policy::shipped().map_err(|e| CliError::Usage(format!("the shipped policy: {e}")))?;
     let bash = BashSettings::defaults()?;
@@ -345,7 +360,7 @@ fn retest_tools(
         output_cap: 64 << 10,
         runner,
     };
-    let mut tools = Tools::open(scratch.to_path_buf(), state, Vec::new(), None, policy, bash)?;
+    let mut tools = Tools::open(scratch.to_path_buf(), state, protect, None, policy, bash)?;
     tools.retest = Some(RetestState::new(settings));
     Ok(tools)
 }
@@ -612,8 +627,8 @@ fn one(
     r.cfg.system_prompt = RETEST_SYSTEM_PROMPT.into();
     r.cfg.max_turns = a.max_steps.max(1);
     r.cfg.interrupt = Some(&INTERRUPTED);
-    let tools = retest_tools(&r, &scratch, net, a.command_ceiling)?;
     let ledger_path = crate::ledger::resolve_path(a.ledger.as_deref())?;
+    let tools = retest_tools(&r, &scratch, net, a.command_ceiling, &ledger_path)?;
     let provider_name = provider_name(r.provider);
     let lab_origin = map
         .first()
@@ -904,7 +919,7 @@ fn resume(mut a: RetestArgs, id: &str) -> Result<i32, CliError> {
     r.cfg.max_turns = opened.max_steps;
     r.cfg.interrupt = Some(&INTERRUPTED);
     let net = super::lab::resolve_net(&format!("lab:{}", opened.lab))?;
-    let tools = retest_tools(&r, &scratch, &net, a.command_ceiling)?;
+    let tools = retest_tools(&r, &scratch, &net, a.command_ceiling, &path)?;
     let provider_name = provider_name(r.provider);
     let spec = spec(&scratch, provider_name, &r, "", a.yes, &opened)?;
     let (mut rec, rows) = Recorder::resume(&path, id, spec.intent_base)?;

@@ -426,14 +426,8 @@ pub(super) fn setup(
             ws.display()
         )));
     }
-    if let Some(why) = super::sandbox::system_workspace(&ws) {
-        return Err(CliError::Usage(format!(
-            "the workspace {} is {why}: choose a project directory",
-            crate::ui::visible(&ws.display().to_string())
-        )));
-    }
     let ledger_path = crate::ledger::resolve_path(args.ledger.as_deref())?;
-    let protect = super::sandbox::guard_retie_dirs(&ws, None, &ledger_path)?;
+    let protect = super::guard_workspace(&ws, &ledger_path, Default::default())?.protect;
     let state = crate::state::dir()?;
     let owner = retie_dispatch::overlay::root_owner(&ws)?;
     let policy =

@@ -6,6 +6,7 @@
 use std::path::Path;
 
 use clap::Subcommand;
+use retie_ledger::payload::Status;
 use retie_snapshot::{Changeset, ComputeOptions};
 use serde_json::json;
 
@@ -221,7 +222,14 @@ impl Executor for KeptApply<'_> {
         )?;
         let applied = h.json["applied"] == json!(true);
         step.set_outcome(json!({
-            "status": if applied { "applied" } else if h.failure.is_some() { "refused" } else { "not applied" },
+            "status": if applied {
+                Status::Applied
+            } else if h.failure.is_some() {
+                Status::RefusedByGuard
+            } else {
+                Status::NotApplied
+            }
+            .word(),
             "changes": h.json["changes"].as_array().map(Vec::len),
             "conflicts": h.json.get("conflicts"),
             "failure": h.failure,
@@ -265,7 +273,18 @@ fn apply(
     let snaps = Snapshots::open(state, &ws)?;
     changes::report_recovery(&snaps);
     let ledger = crate::ledger::resolve_path(None)?;
-    let protect = super::sandbox::guard_retie_dirs(&ws, None, &ledger)?;
+    // A kept run's workspace passed the guards when it ran (a system
+    // directory only with the person's flag): retie's own directories are
+    // guarded again, as they are now.
+    let protect = super::guard_workspace(
+        &ws,
+        &ledger,
+        retie_dispatch::guard::GuardOptions {
+            system_flag: Some(("--allow-system-workspace", true)),
+            retie_scratch: None,
+        },
+    )?
+    .protect;
     let owner = root_owner(&ws)?;
     let line = shell_line(&meta.command.iter().map(String::as_str).collect::<Vec<_>>());
     let effects = ["writes_workspace"];

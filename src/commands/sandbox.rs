@@ -2,7 +2,6 @@
 
 use std::io::Write;
 use std::os::fd::FromRawFd;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -10,6 +9,7 @@ use clap::{Args, Subcommand};
 use retie_runtime::{Outcome, Profile, RuntimeError, Sandbox, Stdio, EXIT_SANDBOX_FAILED};
 use serde_json::json;
 
+use retie_dispatch::guard::GuardOptions;
 use retie_dispatch::record::{OpenLedger, SessionSpec};
 use retie_dispatch::sandbox::{JobMode, Runner, SandboxJob};
 use retie_dispatch::{dispatch, CommandLine, Dispatched, Proposal, Recorder};
@@ -289,21 +289,26 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
             },
         })
     })?;
-    let system = system_workspace(&ws);
+    let ledger_path = crate::ledger::resolve_path(args.ledger.as_deref())?;
+    // The workspace guards (system directories; retie's own directories:
+    // a workspace inside one is refused, those inside it are masked and
+    // never applied), the same for every entry point.
+    let guarded = super::guard_workspace(
+        &ws,
+        &ledger_path,
+        GuardOptions {
+            system_flag: Some(("--allow-system-workspace", args.allow_system_workspace)),
+            retie_scratch: None,
+        },
+    )?;
+    let system = guarded.system.clone();
     if let Some(why) = &system {
-        if !args.allow_system_workspace {
-            return Err(CliError::Usage(format!(
-                "the workspace {} is {why}: a sandboxed command could read everything in it (as root: /etc/shadow, keys) and a changeset could rewrite it. Choose a project directory, or pass --allow-system-workspace if you mean it",
-                crate::ui::visible(&ws.display().to_string())
-            )));
-        }
         eprintln!(
             "retie: warning: the workspace {} is {why}; allowed by --allow-system-workspace (recorded)",
             crate::ui::visible(&ws.display().to_string())
         );
     }
     b = b.workspace(&ws);
-    let ledger_path = crate::ledger::resolve_path(args.ledger.as_deref())?;
     b = super::toolchain::plan(&ws, &profile, &toolchains, Some(&ledger_path)).apply(b);
     let mut net = json!({ "mode": "none" });
     let mut lab_mode = false;
@@ -368,9 +373,7 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
         }
         b = b.env_pass(name);
     }
-    // retie's own directories: a workspace inside one is refused, those
-    // inside the workspace are masked and never applied.
-    let protect = guard_retie_dirs(&ws, None, &ledger_path)?;
+    let protect = guarded.protect;
     // Both modes: an apply a crash interrupted on this workspace is rolled
     // back before anything runs on it (a direct-mode command would
     // otherwise work on a half-applied tree).
@@ -506,109 +509,6 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
         Dispatched::Suspended { .. } | Dispatched::Edited { .. } => Err(CliError::Usage(
             "the command line's approval neither suspends nor edits".into(),
         )),
-    }
-}
-
-/// Directories no sandbox should get as its workspace, and why. `ws` is
-/// canonical.
-pub(crate) fn system_workspace(ws: &std::path::Path) -> Option<String> {
-    // Exactly these, and every ancestor of them (only `/`).
-    const EXACT: &[&str] = &[
-        "/", "/etc", "/usr", "/boot", "/dev", "/proc", "/sys", "/var", "/root", "/run", "/home",
-        "/srv", "/opt", "/mnt", "/media", "/snap", "/lib", "/lib64", "/bin", "/sbin",
-    ];
-    // These and everything beneath them: system trees, never a project.
-    const TREES: &[&str] = &["/etc", "/usr", "/boot", "/dev", "/proc", "/sys", "/run"];
-    let p = ws.to_string_lossy();
-    if EXACT.contains(&p.as_ref()) {
-        return Some(if p == "/" {
-            "the root of the filesystem".into()
-        } else {
-            format!("the system directory {p}")
-        });
-    }
-    TREES
-        .iter()
-        .find(|t| ws.starts_with(t))
-        .map(|t| format!("inside the system directory {t}"))
-}
-
-/// retie's own directories (config with the user key, state, data, the
-/// ledger's directory, the checkpoint copy's) that lie inside the
-/// workspace: each is created if missing and returned, to be masked in the
-/// sandbox (an empty read-only tmpfs) and never written by a changeset.
-/// A workspace that is one of them, or lies inside one, is refused.
-pub(crate) fn guard_retie_dirs(
-    ws: &std::path::Path,
-    ledger_mask: Option<&std::path::Path>,
-    ledger: &std::path::Path,
-) -> Result<Vec<PathBuf>, CliError> {
-    let mut out: Vec<PathBuf> = ledger_mask
-        .map(std::path::Path::to_path_buf)
-        .into_iter()
-        .collect();
-    let mut changed: Vec<PathBuf> = Vec::new();
-    for (what, dir) in crate::state::retie_dirs(Some(ledger)) {
-        let real = real_path(&dir);
-        if ws == real {
-            return Err(CliError::Usage(format!(
-                "retie's own {what} directory {} is the root of the workspace: a sandboxed command must never reach retie's keys, ledger or state; keep it in a directory of its own or outside (--ledger, RETIE_LEDGER, XDG_*_HOME)",
-                crate::ui::visible(&real.display().to_string())
-            )));
-        }
-        if ws.starts_with(&real) {
-            return Err(CliError::Usage(format!(
-                "the workspace {} lies inside retie's own {what} directory {}: a sandboxed command must never reach retie's keys, ledger or state; choose another workspace",
-                crate::ui::visible(&ws.display().to_string()),
-                crate::ui::visible(&real.display().to_string())
-            )));
-        }
-        if !real.starts_with(ws) || out.contains(&real) {
-            continue;
-        }
-        if !real.is_dir() {
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(&real)
-                .map_err(|e| CliError::io(format!("creating {}", real.display()), e))?;
-            // Every directory from the workspace down to it may have
-            // changed (a new entry in each).
-            changed.extend(
-                real.ancestors()
-                    .take_while(|a| a.starts_with(ws))
-                    .map(std::path::Path::to_path_buf),
-            );
-        }
-        out.push(real);
-    }
-    if !changed.is_empty() {
-        // retie's own change to the workspace must not look like one made
-        // during the run (see overlay::changed_during_run).
-        retie_dispatch::overlay::wait_past_changes_of(&changed);
-    }
-    Ok(out)
-}
-
-/// `p` with its longest existing ancestor resolved (symlinks and all).
-fn real_path(p: &std::path::Path) -> PathBuf {
-    let mut rest = Vec::new();
-    let mut base = p;
-    loop {
-        if let Ok(r) = std::fs::canonicalize(base) {
-            let mut out = r;
-            for c in rest.iter().rev() {
-                out.push(c);
-            }
-            return out;
-        }
-        match (base.file_name(), base.parent()) {
-            (Some(n), Some(parent)) => {
-                rest.push(n.to_owned());
-                base = parent;
-            }
-            _ => return p.to_path_buf(),
-        }
     }
 }
 

@@ -8,12 +8,10 @@
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use retie_snapshot::{EntryState, Error as SnapError, UndoOptions};
 use serde_json::{json, Value};
 
-use super::changes::{root_owner, Snapshots};
 use super::scope::Scope;
-use crate::ledger::{self, keys, model, verify, Actor, Kind, Ledger};
+use crate::ledger::{self, model, verify, Ledger};
 
 #[derive(Args)]
 pub struct UndoArgs {
@@ -64,7 +62,8 @@ fn known(sessions: &[model::Session]) -> Vec<&str> {
 }
 
 pub fn run_one(a: UndoArgs) -> i32 {
-    run(a.ledger.as_deref(), a.json, |sessions| {
+    let command = vec!["retie".into(), "undo".into(), a.action.clone()];
+    run(a.ledger.as_deref(), a.json, command, |sessions| {
         if a.action == "last" {
             let scope = match &a.workspace {
                 Some(w) => Scope::of(w),
@@ -102,7 +101,11 @@ pub fn run_one(a: UndoArgs) -> i32 {
 }
 
 pub fn run_all(a: UndoAllArgs) -> i32 {
-    run(a.ledger.as_deref(), a.json, |sessions| {
+    let mut command: Vec<String> = vec!["retie".into(), "undo-all".into()];
+    if let Some(s) = &a.session {
+        command.extend(["--session".into(), s.clone()]);
+    }
+    run(a.ledger.as_deref(), a.json, command, |sessions| {
         let s = match &a.session {
             Some(id) => sessions
                 .iter()
@@ -113,7 +116,11 @@ pub fn run_all(a: UndoAllArgs) -> i32 {
                 sessions
                     .iter()
                     .rev()
-                    .find(|s| !s.actions.is_empty() && scope.holds(s.workspace_path()))
+                    // An undo session's actions are undos: never the
+                    // session undo-all means.
+                    .find(|s| {
+                        !s.actions.is_empty() && !s.is_undo() && scope.holds(s.workspace_path())
+                    })
                     .ok_or_else(|| format!("no session with actions {}", scope.place()))?
             }
         };
@@ -126,9 +133,10 @@ pub fn run_all(a: UndoAllArgs) -> i32 {
 fn run(
     ledger_arg: Option<&Path>,
     json_out: bool,
+    command: Vec<String>,
     pick: impl FnOnce(&[model::Session]) -> Result<Vec<model::Action>, String>,
 ) -> i32 {
-    match run_inner(ledger_arg, json_out, pick) {
+    match run_inner(ledger_arg, json_out, command, pick) {
         Ok(code) => code,
         Err(e) => {
             crate::ui::say_error(&e);
@@ -140,6 +148,7 @@ fn run(
 fn run_inner(
     ledger_arg: Option<&Path>,
     json_out: bool,
+    command: Vec<String>,
     pick: impl FnOnce(&[model::Session]) -> Result<Vec<model::Action>, String>,
 ) -> Result<i32, String> {
     let path = ledger::resolve_path(ledger_arg).map_err(|e| e.to_string())?;
@@ -157,43 +166,48 @@ fn run_inner(
                 .unwrap_or_default()
         ));
     }
-    let user = keys::user_key().map_err(|e| e.to_string())?;
-    let mut l = Ledger::open(&path, false, Some(&user)).map_err(|e| e.to_string())?;
-    let rows = l.rows().map_err(|e| e.to_string())?;
+    let rows = Ledger::open(&path, false, None)
+        .and_then(|l| l.rows())
+        .map_err(|e| e.to_string())?;
     let sessions = model::sessions(&rows);
     let actions = pick(&sessions)?;
     let state = crate::state::dir().map_err(|e| e.to_string())?;
-    let mut results = Vec::new();
+    // Each undo is an action: through the chokepoint, its intent durable
+    // before the workspace changes, its outcome after.
+    let (results, failed) =
+        match retie_dispatch::undo::undo_actions(&path, &state, &actions, command) {
+            Ok(r) => (r, None),
+            Err((r, e)) => (r, Some(e)),
+        };
     let (mut refused, mut skipped) = (0, 0);
-    for a in &actions {
-        let r = undo_action(a, &state);
-        match r["result"].as_str() {
-            Some("refused") | Some("failed") => refused += 1,
-            Some("skipped") => skipped += 1,
+    let mut out = Vec::new();
+    for (a, r) in actions.iter().zip(&results) {
+        match r.status() {
+            "refused_by_guard" | "refused_by_policy" | "failed" => refused += 1,
+            "skipped" => skipped += 1,
             _ => {}
         }
-        let mut p = r.clone();
+        if !json_out {
+            print_result(a, &r.outcome);
+        }
+        let mut p = r.outcome.clone();
         if let Some(o) = p.as_object_mut() {
             o.insert("action".into(), json!(a.id));
+            o.insert("undo_action".into(), json!(r.id));
+            // The word older scripts read.
+            o.insert("result".into(), json!(r.status()));
         }
-        // Record it, whatever it was; a result that cannot be recorded is
-        // an error (the undo itself has happened: say so).
-        if let Err(e) = l.append(&a.session, Actor::Person, Kind::Undo, &p, &user) {
-            eprintln!(
-                "retie: action {}: {} but recording it failed: {e}",
-                a.id,
-                r["result"].as_str().unwrap_or("?")
-            );
-            refused += 1;
-        }
-        if !json_out {
-            print_result(a, &r);
-        }
-        results.push(p);
+        out.push(p);
     }
-    l.checkpoint(&user).map_err(|e| e.to_string())?;
     if json_out {
-        println!("{}", json!({ "results": results }));
+        println!("{}", json!({ "results": out }));
+    }
+    if let Some(e) = failed {
+        return Err(format!(
+            "the undo could not be recorded, so it stopped ({} of {} done): {e}",
+            results.len(),
+            actions.len()
+        ));
     }
     Ok(if refused > 0 {
         1
@@ -205,7 +219,7 @@ fn run_inner(
 }
 
 fn print_result(a: &model::Action, r: &Value) {
-    let res = r["result"].as_str().unwrap_or("?");
+    let res = r["status"].as_str().unwrap_or("?");
     let mut line = format!("action {}: {res}", a.id);
     // The paths (and a refusal's reason, which may name them) are the
     // sandboxed command's file names: shown escaped.
@@ -233,92 +247,4 @@ fn print_result(a: &model::Action, r: &Value) {
     }
     line.push_str(&format!("  [{}]", a.command()));
     println!("{line}");
-}
-
-/// Undo one action; the JSON says what happened, honestly.
-fn undo_action(a: &model::Action, state: &Path) -> Value {
-    let skipped = |why: String| json!({"result": "skipped", "why": why});
-    if a.undone() {
-        return skipped("already undone".into());
-    }
-    if !a.reversible() {
-        let why = a
-            .intent
-            .pointer("/undo/why")
-            .and_then(Value::as_str)
-            .unwrap_or("no undo plan was recorded");
-        return skipped(format!("not reversible: {why}"));
-    }
-    if let Some(o) = &a.outcome {
-        if o.get("status").and_then(Value::as_str) != Some("applied") {
-            return skipped(format!(
-                "nothing to undo: its changes were not applied ({})",
-                o.get("status").and_then(Value::as_str).unwrap_or("?")
-            ));
-        }
-    }
-    let Some(cs) = a.undo_changeset() else {
-        return skipped("not reversible: the undo plan names no changeset".into());
-    };
-    let ws = a
-        .intent
-        .get("workspace")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let snaps = match Snapshots::open(state, Path::new(ws)) {
-        Ok(s) => s,
-        Err(e) => {
-            return json!({"result": "failed", "why": format!("opening the snapshot store for {ws}: {e}")})
-        }
-    };
-    match snaps.journal.get(cs) {
-        Err(SnapError::UnknownEntry { .. }) => {
-            return skipped(
-                "nothing to undo: the changeset was never applied (interrupted before it reached the workspace)"
-                    .into(),
-            )
-        }
-        Err(e) => return json!({"result": "failed", "why": e.to_string()}),
-        Ok(e) if e.state == EntryState::RolledBack => {
-            return skipped(
-                "nothing to undo: crash recovery rolled the interrupted changeset back".into(),
-            )
-        }
-        Ok(_) => {}
-    }
-    match retie_snapshot::undo(
-        cs,
-        &snaps.ws,
-        &snaps.store,
-        &snaps.journal,
-        &UndoOptions::default(),
-    ) {
-        Ok(entry) => {
-            if let Ok(Some((uid, gid))) = root_owner(Path::new(ws)) {
-                if let Err(e) = snaps.ws.chown_written(&entry, uid, gid) {
-                    return json!({"result": "undone", "undo_changeset": entry.id, "warning": format!("ownership not restored: {e}")});
-                }
-            }
-            let mut v = json!({"result": "undone", "undo_changeset": entry.id});
-            // Paths a person changed while the undo ran: their version
-            // stayed in the workspace (issue 26 item 6).
-            if !entry.raced.is_empty() {
-                v["kept_yours"] = json!(entry
-                    .raced
-                    .iter()
-                    .map(|r| json!({"path": r.path.as_str(), "saved_as": r.saved_as}))
-                    .collect::<Vec<_>>());
-                v["note"] = json!(
-                    "changed while the undo ran: your version is kept in the workspace, not undone"
-                );
-            }
-            v
-        }
-        Err(SnapError::UndoRefused { paths, .. }) => json!({
-            "result": "refused",
-            "why": "changed since the action",
-            "paths": paths.iter().map(|m| m.path.to_string()).collect::<Vec<_>>(),
-        }),
-        Err(e) => json!({"result": "failed", "why": e.to_string()}),
-    }
 }

@@ -26,6 +26,12 @@ fn agent(s: &Scratch, script: &Path, extra: &[&str]) -> Output {
     c.output().expect("run retie")
 }
 
+/// A call that did what was asked: its outcome's word says so (ran,
+/// applied, unchanged; issue 35 item 4).
+fn ran_ok(status: &serde_json::Value) -> bool {
+    matches!(status.as_str(), Some("ran" | "applied" | "unchanged"))
+}
+
 fn report(o: &Output) -> serde_json::Value {
     serde_json::from_slice(&o.stdout)
         .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}\n{}", stdout(o), stderr(o)))
@@ -150,8 +156,19 @@ fn a_scripted_session_edits_tests_in_the_sandbox_records_everything_and_undoes()
         assert_eq!(
             statuses,
             [
-                "ok", "error", "ok", "ok", "invalid", "invalid", "invalid", "invalid", "invalid",
-                "error", "error", "invalid", "refused"
+                "ran",
+                "unchanged",
+                "applied",
+                "applied",
+                "invalid",
+                "invalid",
+                "invalid",
+                "invalid",
+                "invalid",
+                "applied",
+                "unchanged",
+                "invalid",
+                "refused_by_policy"
             ],
             "{r}"
         );
@@ -256,9 +273,18 @@ fn a_hijacking_model_reads_nothing_outside_the_workspace_under_auto_yes() {
         let r = report(&o);
         let acts = r["actions"].as_array().expect("actions");
         assert_eq!(acts.len(), 10, "{r}");
+        // Each refused by a guard, never run, or (the sandboxed `cat`)
+        // ran and found nothing: its exit code says so.
         assert!(
-            acts.iter().all(|a| a["status"] != "ok"),
+            acts.iter().all(|a| !ran_ok(&a["status"])
+                || a["said"]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with("exit code 1"))),
             "{leg:?}: an escape succeeded: {r}"
+        );
+        assert!(
+            acts[..6].iter().all(|a| a["status"] == "refused_by_guard"),
+            "{leg:?}: {r}"
         );
         assert_eq!(acts[6]["status"], "invalid");
         assert_eq!(acts[8]["status"], "invalid");
@@ -565,10 +591,14 @@ fn a_hijacking_model_sends_nothing_out_through_fetch() {
             .iter()
             .map(|a| a["status"].as_str().unwrap_or(""))
             .collect();
-        let later = if mode == "gated" { "refused" } else { "error" };
+        let later = if mode == "gated" {
+            "refused_by_policy"
+        } else {
+            "refused_by_guard"
+        };
         assert_eq!(
             statuses,
-            ["ok", later, later, later, later, later, "invalid"],
+            ["ran", later, later, later, later, later, "invalid"],
             "{mode}: {r}"
         );
         let page = acts[0]["said"].as_str().unwrap_or("");
@@ -632,7 +662,7 @@ fn a_hijacking_model_sends_nothing_out_through_fetch() {
         if mode == "auto+yes" {
             let refused = es
                 .iter()
-                .filter(|e| e.1 == "outcome" && e.2.to_string().contains("\"refused\""))
+                .filter(|e| e.1 == "outcome" && e.2["status"] == "refused_by_guard")
                 .count();
             assert_eq!(refused, 5, "{mode}: {es:?}");
         }
@@ -1090,9 +1120,9 @@ fn the_write_tools_never_plant_code_that_runs_outside_the_sandbox() {
         let acts = report(&o)["actions"].as_array().expect("actions").clone();
         assert_eq!(acts.len(), 6, "{acts:?}");
         for a in &acts[..5] {
-            assert_ne!(a["status"], "ok", "{leg:?}: a plant was written: {a}");
+            assert!(!ran_ok(&a["status"]), "{leg:?}: a plant was written: {a}");
         }
-        assert_eq!(acts[5]["status"], "ok", "{leg:?}: {}", acts[5]);
+        assert!(ran_ok(&acts[5]["status"]), "{leg:?}: {}", acts[5]);
         assert_eq!(
             std::fs::read_to_string(git.join("config")).expect("config"),
             "[core]\n\tbare = false\n\thooksPath = .husky\n"
@@ -1153,7 +1183,7 @@ fn a_write_under_new_directories_succeeds_and_undo_removes_them() {
         let r = report(&o);
         let acts = r["actions"].as_array().expect("actions");
         for a in acts {
-            assert_eq!(a["status"], "ok", "{leg:?}: {r}");
+            assert!(ran_ok(&a["status"]), "{leg:?}: {r}");
         }
         assert_eq!(
             std::fs::read_to_string(s.ws.join("src/utils/deep/helpers.py")).expect("helpers"),
@@ -1216,7 +1246,7 @@ fn every_path_a_tool_makes_in_a_workspace_belongs_to_its_owner() {
         assert_code(&o, 0, "retie run");
         let r = report(&o);
         for a in r["actions"].as_array().expect("actions") {
-            assert_eq!(a["status"], "ok", "{leg:?}: {r}");
+            assert!(ran_ok(&a["status"]), "{leg:?}: {r}");
         }
         assert_eq!(
             not_owned_by(&s.ws, 65534),
@@ -1333,7 +1363,7 @@ fn a_failing_tool_call_does_not_end_the_session() {
         // recorded: each the model's to read.
         assert_eq!(
             st,
-            ["invalid", "invalid", "error", "error", "ok"],
+            ["invalid", "invalid", "failed", "failed", "ran"],
             "{leg:?}: {r}"
         );
         let said: Vec<&str> = r["actions"]
@@ -1405,8 +1435,8 @@ fn no_tool_reads_retie_s_own_key_when_its_config_lies_in_the_workspace() {
         let acts = r["actions"].as_array().expect("actions");
         assert_eq!(acts.len(), 9, "{r}");
         for i in [0, 1, 2, 3, 7] {
-            assert_ne!(
-                acts[i]["status"], "ok",
+            assert!(
+                !ran_ok(&acts[i]["status"]),
                 "{leg:?}: call {i} reached retie's own files: {r}"
             );
             assert!(
@@ -1418,7 +1448,7 @@ fn no_tool_reads_retie_s_own_key_when_its_config_lies_in_the_workspace() {
                 acts[i]
             );
         }
-        assert_eq!(acts[8]["status"], "ok", "{r}");
+        assert!(ran_ok(&acts[8]["status"]), "{r}");
         // Nothing the model was sent holds the seed, or names the key.
         let all = format!("{}{}", stdout(&o), stderr(&o));
         assert!(
@@ -1554,17 +1584,17 @@ fn a_models_pathological_glob_grep_and_read_are_answered_at_once() {
         let r = report(&o);
         let acts = r["actions"].as_array().expect("actions");
         let said = |i: usize| acts[i]["said"].as_str().unwrap_or("").to_string();
-        assert_eq!(acts[0]["status"], "ok", "{r}");
+        assert!(ran_ok(&acts[0]["status"]), "{r}");
         assert!(said(0).contains("no files match"), "{}", said(0));
-        assert_ne!(acts[1]["status"], "ok", "{r}");
+        assert!(!ran_ok(&acts[1]["status"]), "{r}");
         assert!(said(1).contains("at most"), "{}", said(1));
-        assert_ne!(acts[2]["status"], "ok", "{r}");
+        assert!(!ran_ok(&acts[2]["status"]), "{r}");
         assert!(
             said(2).contains("not a valid regular expression"),
             "{}",
             said(2)
         );
-        assert_ne!(acts[3]["status"], "ok", "{r}");
+        assert!(!ran_ok(&acts[3]["status"]), "{r}");
         // The sparse file: zeros, not text; only its start was read.
         assert!(
             said(4).contains("binary") || said(4).contains("truncated"),
@@ -1718,14 +1748,14 @@ fn a_workspace_the_agent_cannot_write_fails_the_call_not_the_session() {
     let r = report(&o);
     assert_eq!(r["status"], "finished", "{r}");
     let actions = r["actions"].as_array().expect("actions");
-    assert_eq!(actions[0]["status"], "error", "{r}");
+    assert_eq!(actions[0]["status"], "failed", "{r}");
     assert!(
         actions[0]["said"]
             .as_str()
             .is_some_and(|t| t.contains("cannot write the workspace")),
         "{r}"
     );
-    assert_eq!(actions[1]["status"], "ok", "{r}");
+    assert!(ran_ok(&actions[1]["status"]), "{r}");
     assert!(!s.ws.join("y").exists());
 }
 
@@ -1782,6 +1812,76 @@ fn each_intent_records_its_own_actions_reach() {
             seen["bash"],
             serde_json::json!(["reads_workspace", "writes_workspace", "runs_sandboxed"]),
             "{leg:?}: {seen:?}"
+        );
+    }
+}
+
+/// Issue 35 item 4: one word per outcome. A read of a missing file
+/// `failed`; a read outside the workspace was allowed by the policy and
+/// `refused_by_guard`; a good read `ran`. `--json`, `retie log --json`
+/// and `retie replay` say the same word for each, and the replay never
+/// says a plain "refused" after "allow by policy". Seen failing before
+/// (`--json` said "error" where the ledger and replay said "refused").
+#[test]
+fn an_outcome_has_one_word_in_json_log_and_replay() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        put(&s, "here.txt", "x\n");
+        let script = write_script(
+            &s,
+            serde_json::json!([
+                {"tool_calls": [{"name": "read", "arguments": {"path": "missing.txt"}}]},
+                {"tool_calls": [{"name": "read", "arguments": {"path": "../../etc/passwd"}}]},
+                {"tool_calls": [{"name": "read", "arguments": {"path": "here.txt"}}]},
+                {"text": "done"}
+            ]),
+        );
+        let o = agent(&s, &script, &["--autonomy", "auto"]);
+        assert_code(&o, 0, "retie run");
+        let r = report(&o);
+        let words: Vec<&str> = r["actions"]
+            .as_array()
+            .expect("actions")
+            .iter()
+            .map(|a| a["status"].as_str().unwrap_or("?"))
+            .collect();
+        assert_eq!(words, ["failed", "refused_by_guard", "ran"], "{leg:?}: {r}");
+        let o = s.retie().args(["log", "--json"]).output().expect("log");
+        assert_code(&o, 0, "log");
+        let log: serde_json::Value = serde_json::from_slice(&o.stdout).expect("log json");
+        let sess = log["sessions"]
+            .as_array()
+            .and_then(|a| a.last().cloned())
+            .expect("a session");
+        let logged: Vec<&str> = sess["actions"]
+            .as_array()
+            .expect("actions")
+            .iter()
+            .map(|a| a["status"].as_str().unwrap_or("?"))
+            .collect();
+        assert_eq!(logged, words, "{leg:?}: {sess}");
+        let sid = sess["session"].as_str().expect("sid");
+        let o = s
+            .retie()
+            .args(["replay", sid, "--json"])
+            .output()
+            .expect("replay");
+        assert_code(&o, 0, "replay --json");
+        let rp: serde_json::Value = serde_json::from_slice(&o.stdout).expect("replay json");
+        let replayed: Vec<&str> = rp["actions"]
+            .as_array()
+            .expect("actions")
+            .iter()
+            .map(|a| a["status"].as_str().unwrap_or("?"))
+            .collect();
+        assert_eq!(replayed, words, "{leg:?}: {rp}");
+        let o = s.retie().args(["replay", sid]).output().expect("replay");
+        let text = stdout(&o);
+        assert!(text.contains("outcome: refused_by_guard"), "{text}");
+        assert!(text.contains("outcome: failed"), "{text}");
+        assert!(
+            !text.contains("outcome: refused\n") && !text.contains("outcome: refused:"),
+            "{text}"
         );
     }
 }

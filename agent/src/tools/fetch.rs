@@ -22,6 +22,8 @@ use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
+use retie_ledger::payload::Status;
+
 use retie_dispatch::{Error, Executor, Step, UndoPlan};
 use retie_policy::urlguard::{self, Target};
 use retie_policy::Action;
@@ -464,11 +466,11 @@ fn fetch(settings: &FetchSettings, args: &Map<String, Value>) -> Fetched {
         out: Err(format!(
             "fetch refused: {why}. Nothing was fetched from it."
         )),
-        record: json!({"status": "refused", "why": why, "hops": hops_json(hops)}),
+        record: json!({"status": Status::RefusedByGuard.word(), "why": why, "hops": hops_json(hops)}),
     };
     let fail = |why: String, hops: &[Hop]| Fetched {
         out: Err(format!("fetch failed: {why}")),
-        record: json!({"status": "failed", "why": why, "hops": hops_json(hops)}),
+        record: json!({"status": Status::Failed.word(), "why": why, "hops": hops_json(hops)}),
     };
     let mut current = url.trim().to_string();
     let mut hop = 0usize;

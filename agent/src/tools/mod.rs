@@ -20,6 +20,7 @@ use std::path::PathBuf;
 
 use retie_dispatch::overlay::Snapshots;
 use retie_dispatch::{dispatch, Approver, Dispatched, Proposal, Recorder, Step, UndoPlan};
+use retie_ledger::payload::Status;
 use retie_policy::{Action, Context, Effect, Policy, RiskLevel};
 use retie_snapshot::Workspace;
 use serde_json::{json, Map, Value};
@@ -194,9 +195,15 @@ pub struct CallResult {
     pub text: String,
     /// The action's id in the ledger, when it ran.
     pub action: Option<i64>,
-    /// `ok`, `error` (ran, failed), `refused` (policy, person or guard),
-    /// `invalid` (never dispatched).
+    /// The outcome's word as the ledger recorded it
+    /// ([`Status`]: `ran`, `applied`, `refused_by_guard`, `failed`...),
+    /// `refused_by_policy` (the gate said no), `invalid` (the call did
+    /// not fit its tool; never dispatched), `pending`, `edited`.
     pub status: &'static str,
+    /// The call did not give the model what it asked for (an error, a
+    /// refusal, a command that exited non-zero...): counted towards the
+    /// same call's repeat limit.
+    pub failed: bool,
     /// A one-line summary for the terminal.
     pub summary: String,
     /// `pending`: the approval waiting in the ledger (the session
@@ -399,13 +406,14 @@ impl Tools {
                     format!("the person's edit of your call is not valid ({msg}); nothing ran");
                 rec.refuse(
                     json!({"origin": "person (edit)", "edit_of": pending, "call": {"name": tool, "arguments": arguments}, "checked": false}),
-                    json!({"verdict": "deny", "decided_by": "retie (call check)", "class": "unknown", "reason": msg, "approved_digest": null}),
+                    retie_ledger::payload::to_value(&retie_ledger::payload::Decision::refused_by_retie("retie (call check)", &msg)),
                     json!({"reason": msg, "by": "retie (call check)"}),
                 )?;
                 return Ok(CallResult {
                     text,
                     action: None,
-                    status: "refused",
+                    status: "invalid",
+                    failed: true,
                     summary: first.summary,
                     pending: None,
                     edited: None,
@@ -628,13 +636,14 @@ impl Tools {
                 let why = format!("{tool} could not be started: {e}; nothing ran");
                 rec.refuse(
                     json!({"origin": origin, "action": p.action.to_json(), "digest": p.action.digest().to_hex()}),
-                    json!({"verdict": "deny", "decided_by": "retie (tool set-up)", "class": "unknown", "reason": why, "approved_digest": null}),
+                    retie_ledger::payload::to_value(&retie_ledger::payload::Decision::refused_by_retie("retie (tool set-up)", &why)),
                     json!({"reason": why, "by": "retie (tool set-up)"}),
                 )?;
                 return Ok(CallResult {
                     text: why,
                     action: None,
-                    status: "error",
+                    status: Status::Failed.word(),
+                    failed: true,
                     summary,
                     pending: None,
                     edited: None,
@@ -645,9 +654,15 @@ impl Tools {
         Ok(match d {
             Dispatched::Ran { action, output } => {
                 let took_in = output.is_ok() || tool == "bash";
+                // The word the ledger recorded for it, nothing else.
+                let recorded = rec.last_outcome_status().and_then(Status::from_stored);
+                let failed = output.is_err();
                 let (status, mut text) = match output {
-                    Ok(t) => ("ok", t),
-                    Err(t) => ("error", t),
+                    Ok(t) => (recorded.unwrap_or(Status::Ran).word(), t),
+                    Err(t) => (
+                        recorded.unwrap_or_else(|| Status::of_tool_error(&t)).word(),
+                        t,
+                    ),
                 };
                 for n in &notes.0 {
                     text = format!("retie: {n}\n{text}");
@@ -661,6 +676,7 @@ impl Tools {
                     text,
                     action: Some(action),
                     status,
+                    failed,
                     summary,
                     pending: None,
                     edited: None,
@@ -670,7 +686,8 @@ impl Tools {
             Dispatched::Refused { reason, by } => CallResult {
                 text: format!("refused by {by}: {reason}. It did not run."),
                 action: None,
-                status: "refused",
+                status: Status::RefusedByPolicy.word(),
+                failed: true,
                 summary,
                 pending: None,
                 edited: None,
@@ -680,6 +697,7 @@ impl Tools {
                 text: String::new(),
                 action: None,
                 status: "pending",
+                failed: true,
                 summary,
                 pending: Some(pending),
                 edited: None,
@@ -693,6 +711,7 @@ impl Tools {
                 text: String::new(),
                 action: None,
                 status: "edited",
+                failed: true,
                 summary,
                 pending: None,
                 edited: Some((pending, by, arguments)),
@@ -767,8 +786,10 @@ fn no_effect_plan() -> UndoPlan {
 /// Set the outcome of a read-only tool.
 fn read_outcome(step: &mut Step<'_>, out: &ToolOutput) {
     step.set_outcome(match out {
-        Ok(t) => json!({"status": "ran", "bytes": t.len()}),
-        Err(e) => json!({"status": "refused", "why": e}),
+        Ok(t) => json!({"status": Status::Ran.word(), "bytes": t.len()}),
+        // A guard's refusal (outside the workspace, retie's own
+        // directories, a symlink) or a failure (no such file).
+        Err(e) => json!({"status": Status::of_tool_error(e).word(), "why": e}),
     });
 }
 
@@ -794,7 +815,7 @@ impl<E: retie_dispatch::Executor<Output = ToolOutput>> retie_dispatch::Executor
             Err(e @ retie_dispatch::Error::Ledger(_)) => Err(e),
             Err(e) => {
                 let why = e.to_string();
-                step.set_outcome(json!({"status": "failed", "failure": why}));
+                step.set_outcome(json!({"status": Status::Failed.word(), "failure": why}));
                 Ok(Err(format!("{} failed: {why}", action.tool())))
             }
             ok => ok,

@@ -164,9 +164,13 @@ impl Render for ChatRender {
     fn call(&mut self, c: &CallRecord) {
         stop(&self.spin);
         self.end_text();
-        let mark = match c.status {
-            "ok" => self.err.green("✓"),
-            "refused" | "invalid" => self.err.yellow("✗"),
+        let mark = match retie_ledger::payload::Status::from_stored(c.status) {
+            Some(s) if s.succeeded() => self.err.green("✓"),
+            Some(
+                retie_ledger::payload::Status::RefusedByPolicy
+                | retie_ledger::payload::Status::RefusedByGuard,
+            ) => self.err.yellow("✗"),
+            None if c.status == "invalid" => self.err.yellow("✗"),
             _ => self.err.red("✗"),
         };
         let id = c.action.map(|a| format!("#{a} ")).unwrap_or_default();
