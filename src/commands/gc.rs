@@ -55,6 +55,9 @@ pub(crate) struct Config {
     /// `retie run`'s settings.
     #[serde(default)]
     pub(crate) agent: super::run::AgentConfig,
+    /// The model ladder's settings.
+    #[serde(default)]
+    pub(crate) ladder: super::models::LadderConfig,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -7,6 +7,7 @@ pub mod gc;
 pub mod helper;
 pub mod lab;
 pub mod log;
+pub mod models;
 pub mod pending;
 pub mod policy;
 pub mod probe;

@@ -17,6 +17,7 @@ mod lab;
 mod ledger;
 mod library;
 mod lifecycle;
+mod models;
 mod overlay;
 mod policy;
 mod providers;
