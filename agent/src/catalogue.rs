@@ -191,19 +191,17 @@ pub fn parse_size(s: &str) -> Option<f64> {
 /// boundaries, that is a number and `b`/`m`/`t`. A name that states none
 /// has no size (and no tier).
 pub fn size_in_name(id: &str) -> Option<f64> {
-    id.split([':', '-', '_', '/'])
-        .filter_map(|part| {
-            let p = part.to_ascii_lowercase();
-            if let Some((experts, each)) = p.split_once('x') {
-                let e: f64 = experts.parse().ok()?;
-                return parse_size(each).map(|s| s * e);
-            }
-            if !p.starts_with(|c: char| c.is_ascii_digit()) {
-                return None;
-            }
-            parse_size(&p)
-        })
-        .last()
+    id.rsplit([':', '-', '_', '/']).find_map(|part| {
+        let p = part.to_ascii_lowercase();
+        if let Some((experts, each)) = p.split_once('x') {
+            let e: f64 = experts.parse().ok()?;
+            return parse_size(each).map(|s| s * e);
+        }
+        if !p.starts_with(|c: char| c.is_ascii_digit()) {
+            return None;
+        }
+        parse_size(&p)
+    })
 }
 
 /// What one probe (or a model's last answer) says about this account and

@@ -25,6 +25,8 @@ enum Answer {
     Status(u16, Vec<(&'static str, String)>, Value),
     /// No answer for this long (a cold model), then a text answer.
     Sleep(Duration),
+    /// This event stream.
+    Stream(String),
 }
 
 /// `(path, model)` of each request seen.
@@ -92,6 +94,7 @@ fn host(models: &[(&str, Option<u64>)], answer: fn(&str, usize) -> Answer) -> (S
                             (200, vec![], done(), "text/event-stream")
                         }
                         Answer::Status(s, h, b) => (s, h, b.to_string(), "application/json"),
+                        Answer::Stream(t) => (200, vec![], t, "text/event-stream"),
                     }
                 };
                 let mut head = format!(
@@ -522,5 +525,41 @@ fn a_weekly_cap_stops_at_once_a_refusal_is_remembered_and_max_tier_holds() {
         // (a wait longer than retie waits, off the ladder: suspended)
         assert_code(&o, 5, "--model big, limited");
         assert_eq!(chats(&seen).keys().collect::<Vec<_>>(), vec!["big"]);
+    }
+}
+
+/// A model that breaks the tool protocol turn after turn (calls to a
+/// tool that does not exist) is left for the next tier after three such
+/// turns in a row (the default), and the switch says why.
+#[test]
+fn a_model_that_breaks_the_tool_protocol_is_climbed_past() {
+    fn answer(model: &str, n: usize) -> Answer {
+        match model {
+            "small" if n > 1 => Answer::Stream(
+                [
+                    json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":format!("c{n}"),"type":"function","function":{"name":"no_such_tool","arguments":"{}"}}]}}]}),
+                    json!({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":10,"completion_tokens":2}}),
+                ]
+                .iter()
+                .map(|c| format!("data: {c}\n\n"))
+                .chain(std::iter::once("data: [DONE]\n\n".to_string()))
+                .collect(),
+            ),
+            _ => Answer::Done,
+        }
+    }
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let (url, seen) = host(LADDER, answer);
+        probe_all(&s, &url, &seen);
+        let o = run(&s, &url, &[]);
+        assert_code(&o, 0, "retie run on the ladder");
+        let c = chats(&seen);
+        assert_eq!(c.get("small"), Some(&3), "{c:?}");
+        assert_eq!(c.get("mid"), Some(&1), "{c:?}");
+        let notes = ladder_notes(&s);
+        let sw: Vec<&Value> = notes.iter().filter(|n| n["ladder"] == "switch").collect();
+        assert_eq!(sw.len(), 1, "{notes:?}");
+        assert_eq!(sw[0]["reason"], "broke_tool_protocol");
     }
 }
