@@ -446,7 +446,7 @@ pub fn ladder_for(
         .block_on(catalogue::list(kind, base_url, api_key))
         .map_err(|e| {
             CliError::Usage(format!(
-                "no model named, and the model list of {} could not be read for the ladder: {e} (name one with --model)",
+                "the model list of {} could not be read: {e}",
                 visible(base_url)
             ))
         })?;
