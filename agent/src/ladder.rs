@@ -213,13 +213,15 @@ impl Ladder {
     pub fn on_failure(&mut self, f: &Failure) -> Step {
         let from = self.current().clone();
         if let Failure::AccountCap { resets_in, .. } = f {
-            let when = resets_in.map_or(
-                "the provider does not say when it resets".to_string(),
-                |d| format!("it resets in {}", crate::provider::http::human(d)),
-            );
+            let said = f.describe();
+            let when = match resets_in {
+                Some(d) => format!(" (it resets in {})", crate::provider::http::human(*d)),
+                // The provider's message may say it (the 429's headers).
+                None if said.contains("resets in") => String::new(),
+                None => " (the provider does not say when it resets)".to_string(),
+            };
             return Step::Stop(format!(
-                "stopped: {} ({when}); every model of the account is out, so no other was tried",
-                f.describe()
+                "stopped: {said}{when}; every model of the account is out, so no other was tried"
             ));
         }
         if let Failure::Refused(m) = f {

@@ -476,6 +476,7 @@ fn a_weekly_cap_stops_at_once_a_refusal_is_remembered_and_max_tier_holds() {
         let m = r["message"].as_str().unwrap_or("");
         assert!(m.contains("resets in 3 d"), "{r}");
         assert!(m.contains("no other was tried"), "{r}");
+        assert!(!m.contains("does not say"), "{r}");
 
         // A refusal: the next model answers; the cache drops small.
         let s = Scratch::new(leg);
