@@ -408,6 +408,24 @@ mod tests {
     }
 
     #[test]
+    fn ollama_tags_and_show_give_size_and_context() {
+        let tags = json!({"models":[
+            {"name":"llama3.1:8b","details":{"parameter_size":"8.0B","family":"llama"}},
+            {"name":"gpt-oss:20b-cloud","details":{"parameter_size":"20.9B"}},
+            {"name":"custom","details":{}}]});
+        let l = parse_ollama_tags(&tags).unwrap_or_default();
+        assert_eq!(l.len(), 3);
+        assert_eq!(l[0].params_b, Some(8.0));
+        assert_eq!(l[0].size_from.as_deref(), Some("provider"));
+        assert_eq!(l[1].params_b, Some(20.9));
+        assert_eq!(l[2].params_b, None);
+        let show = json!({"model_info":{"general.architecture":"llama","llama.context_length":131072}});
+        assert_eq!(ollama_context(&show), Some(131_072));
+        assert!(parse_ollama_tags(&json!({"error":"x"})).is_err());
+        assert!(parse_models_list(&json!({"object":"list"})).is_err());
+    }
+
+    #[test]
     fn a_probe_judges_403_refused_401_stops_and_the_rest_inconclusive() {
         let j = |e: ProviderError| judge(&Err(ProbeFailure::Provider(e)), 0);
         let st = |v: ProbeVerdict| match v {
