@@ -419,7 +419,8 @@ mod tests {
         assert_eq!(l[0].size_from.as_deref(), Some("provider"));
         assert_eq!(l[1].params_b, Some(20.9));
         assert_eq!(l[2].params_b, None);
-        let show = json!({"model_info":{"general.architecture":"llama","llama.context_length":131072}});
+        let show =
+            json!({"model_info":{"general.architecture":"llama","llama.context_length":131072}});
         assert_eq!(ollama_context(&show), Some(131_072));
         assert!(parse_ollama_tags(&json!({"error":"x"})).is_err());
         assert!(parse_models_list(&json!({"object":"list"})).is_err());
