@@ -954,7 +954,10 @@ impl<P: Provider> Session<P> {
                         .as_ref()
                         .and_then(|t| t.retry_after)
                         .map(|d| d.as_millis() as u64),
-                    retried: in_budget,
+                    // Under the ladder a malformed answer is asked again
+                    // (a broken turn) until the ladder climbs.
+                    retried: in_budget
+                        || (self.cfg.ladder.is_some() && matches!(e, ProviderError::Malformed(_))),
                     wait_ms: wait.filter(|_| in_budget).map(|d| d.as_millis() as u64),
                     dropped_text_chars: streamed,
                 };
