@@ -110,6 +110,17 @@ enum Command {
     /// Offline, no key, under a minute: a scripted model fixes a bug in a
     /// sample project, then replay, verify and undo-all.
     Demo(commands::demo::DemoArgs),
+    /// What the provider serves: each model's size, tier, context length
+    /// and this account's standing (from `retie probe`).
+    Models(commands::models::ModelsArgs),
+    /// A one-token request to each model (all listed if none named):
+    /// callable, refused (403) or inconclusive, cached in the state
+    /// directory. A wrong key (401) stops at once.
+    #[command(name = "probe")]
+    ModelProbe(commands::models::ProbeArgs),
+    /// Tokens and requests per model and tier, per day and per session,
+    /// from the ledger (consumption, never a balance).
+    Usage(commands::models::UsageArgs),
     /// Internal: ledger test and benchmark tools.
     #[command(name = "__ledger", hide = true, subcommand)]
     LedgerDev(ledger::dev::DevCmd),
@@ -180,6 +191,9 @@ fn main() -> ExitCode {
         Command::Approve(args) => or_125(commands::pending::approve(args)),
         Command::Deny(args) => or_125(commands::pending::deny(args)),
         Command::Revoke(args) => or_125(commands::pending::revoke(args)),
+        Command::Models(args) => or_125(commands::models::models(args)),
+        Command::ModelProbe(args) => or_125(commands::models::probe(args)),
+        Command::Usage(args) => or_125(commands::models::usage(args)),
     };
     exit_code(code)
 }

@@ -13,6 +13,8 @@
 //! The data flows one way: model → provider → dispatch → policy → ledger
 //! → runtime → ledger → provider.
 
+pub mod catalogue;
+pub mod ladder;
 pub mod model;
 pub mod provider;
 pub mod retry;

@@ -174,6 +174,32 @@ impl ProviderError {
         }
     }
 
+    /// The HTTP status the failure was, when it was one (a permanent
+    /// failure's message starts `HTTP NNN`, [`crate::provider::http::error_message`]).
+    pub fn http_status(&self) -> Option<u16> {
+        match self {
+            ProviderError::Transient(t) => t.status,
+            ProviderError::Permanent(m) | ProviderError::Malformed(m) => m
+                .strip_prefix("HTTP ")
+                .and_then(|r| r.get(..3))
+                .and_then(|d| d.parse().ok()),
+        }
+    }
+
+    /// An entitlement refusal: this model is not callable on this
+    /// account (403, or Anthropic's `permission_error` event), as opposed
+    /// to a wrong key (401) or the account's cap.
+    pub fn is_refusal(&self) -> bool {
+        matches!(self, ProviderError::Permanent(m) if !crate::provider::http::is_quota(m)
+            && (self.http_status() == Some(403) || m.starts_with("permission_error")))
+    }
+
+    /// The account's cap (weekly, monthly, quota, billing): every model
+    /// of the account is out until it resets; trying another cannot help.
+    pub fn is_account_cap(&self) -> bool {
+        matches!(self, ProviderError::Permanent(m) if crate::provider::http::is_quota(m))
+    }
+
     /// The provider's message, without the classification's words.
     pub fn message(&self) -> &str {
         match self {

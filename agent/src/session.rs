@@ -65,6 +65,9 @@ pub struct SessionConfig {
     pub api_key_env: Option<String>,
     /// How a turn whose provider failed transiently is asked again.
     pub retry: RetryPolicy,
+    /// No model named: the ladder the session climbs on failure
+    /// (`model` is its current rung's).
+    pub ladder: Option<crate::ladder::Ladder>,
 }
 
 impl SessionConfig {
@@ -83,6 +86,7 @@ impl SessionConfig {
             base_url: None,
             api_key_env: None,
             retry: RetryPolicy::default(),
+            ladder: None,
         }
     }
 }
@@ -172,6 +176,8 @@ pub trait Render: Send {
     /// The provider failed transiently (`why`); the turn is asked again
     /// after `wait`, and what this attempt streamed is dropped.
     fn retrying(&mut self, _why: &str, _wait: Duration) {}
+    /// The ladder switched models (`line` says from, to and why).
+    fn switched(&mut self, _line: &str) {}
 }
 
 /// The session-open entry: provider, model, the system prompt's digest.
@@ -320,6 +326,10 @@ pub struct Session<P: Provider> {
     tier_change: Option<(Tier, Tier)>,
     /// How the last send ended, for the close (or suspension) entry.
     end: Option<SessionEnd>,
+    /// Turns in a row that broke the tool protocol (for the ladder).
+    broken_turns: u32,
+    /// The ladder's start is recorded.
+    ladder_recorded: bool,
 }
 
 impl<P: Provider> Session<P> {
@@ -347,6 +357,8 @@ impl<P: Provider> Session<P> {
             cfg,
             tier_change: None,
             end: None,
+            broken_turns: 0,
+            ladder_recorded: false,
         }
     }
 
@@ -527,7 +539,94 @@ impl<P: Provider> Session<P> {
             cfg,
             tier_change,
             end: None,
+            broken_turns: 0,
+            ladder_recorded: false,
         })
+    }
+
+    /// The ladder, when the session climbs one (the models it refused
+    /// are there, for the probe cache).
+    pub fn ladder(&self) -> Option<&crate::ladder::Ladder> {
+        self.cfg.ladder.as_ref()
+    }
+
+    /// How the ladder reads a provider failure (`None`: not the
+    /// ladder's, or no ladder): a refusal, the account's cap, a rate
+    /// limit asking a longer wait than retie waits (a session limit
+    /// within the window, else the cap), a malformed answer (a turn
+    /// that broke the protocol).
+    fn ladder_failure(&mut self, e: &ProviderError) -> Option<crate::ladder::Failure> {
+        use crate::ladder::Failure;
+        let ladder = self.cfg.ladder.as_ref()?;
+        if e.is_refusal() {
+            return Some(Failure::Refused(e.message().to_string()));
+        }
+        if e.is_account_cap() {
+            return Some(Failure::AccountCap {
+                message: e.message().to_string(),
+                resets_in: None,
+            });
+        }
+        match e {
+            ProviderError::Transient(t) if t.cause == crate::model::Cause::RateLimited => {
+                let w = t.retry_after?;
+                (w > self.cfg.retry.max_delay).then(|| ladder.rate_limit(&t.message, w))
+            }
+            ProviderError::Malformed(_) => {
+                self.broken_turns += 1;
+                (self.broken_turns >= ladder.malformed_turns).then_some(Failure::BrokeProtocol {
+                    turns: self.broken_turns,
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// Climb (or stop) on `f`: the switch is recorded (a model setting
+    /// by the ladder, so a resume asks the same model) before the next
+    /// request. `Ok(None)`: switched; `Ok(Some(m))`: stop with `m`.
+    fn climb(
+        &mut self,
+        f: &crate::ladder::Failure,
+        ui: &mut dyn Render,
+    ) -> Result<Option<String>, String> {
+        let Some(ladder) = self.cfg.ladder.as_mut() else {
+            return Ok(Some(f.describe()));
+        };
+        match ladder.on_failure(f) {
+            crate::ladder::Step::Stop(m) => {
+                if let Some(rec) = self.rec.as_mut() {
+                    rec.record_note(
+                        false,
+                        json!({"ladder": "stop", "model": self.cfg.model, "reason": f.name(), "why": m}),
+                    )
+                    .map_err(|e| format!("the ledger failed: {e}"))?;
+                }
+                Ok(Some(m))
+            }
+            crate::ladder::Step::Switch { from, to, reason } => {
+                if let Some(rec) = self.rec.as_mut() {
+                    rec.record_note(
+                        false,
+                        json!({"ladder": "switch", "setting": "model", "value": to.model, "by": "ladder",
+                               "from": from.model, "from_tier": from.tier, "to": to.model, "to_tier": to.tier,
+                               "reason": f.name(), "why": reason}),
+                    )
+                    .map_err(|e| format!("the ledger failed: {e}"))?;
+                }
+                self.broken_turns = 0;
+                self.cfg.model = to.model.clone();
+                ui.switched(&format!(
+                    "{} (tier {}) → {} (tier {}): {}",
+                    visible(&from.model),
+                    from.tier,
+                    visible(&to.model),
+                    to.tier,
+                    visible(&reason)
+                ));
+                Ok(None)
+            }
+        }
     }
 
     /// The autonomy this resume changed, (recorded before, now), if it
@@ -737,6 +836,20 @@ impl<P: Provider> Session<P> {
         if let Some(t) = user_text {
             self.push(Message::user(t), json!({}));
         }
+        if let (Some(l), false) = (&self.cfg.ladder, self.ladder_recorded) {
+            let start = json!({"ladder": "start", "model": l.current().model, "tier": l.current().tier, "rungs": l.rungs()});
+            if let Some(rec) = self.rec.as_mut() {
+                if let Err(e) = rec.record_note(false, start) {
+                    return self.report(
+                        Status::Failed,
+                        format!("the ledger failed: {e}"),
+                        String::new(),
+                        actions,
+                    );
+                }
+            }
+            self.ladder_recorded = true;
+        }
         // First the calls a resume found unanswered.
         if !self.unanswered.is_empty() {
             let calls = std::mem::take(&mut self.unanswered);
@@ -775,7 +888,7 @@ impl<P: Provider> Session<P> {
                 );
                 return self.report(Status::TimeBudget, m, String::new(), actions);
             };
-            let req = TurnRequest {
+            let mut req = TurnRequest {
                 model: self.cfg.model.clone(),
                 messages: self.messages.clone(),
                 tools: self.tools.specs(),
@@ -864,7 +977,10 @@ impl<P: Provider> Session<P> {
                         .as_ref()
                         .and_then(|t| t.retry_after)
                         .map(|d| d.as_millis() as u64),
-                    retried: in_budget,
+                    // Under the ladder a malformed answer is asked again
+                    // (a broken turn) until the ladder climbs.
+                    retried: in_budget
+                        || (self.cfg.ladder.is_some() && matches!(e, ProviderError::Malformed(_))),
                     wait_ms: wait.filter(|_| in_budget).map(|d| d.as_millis() as u64),
                     dropped_text_chars: streamed,
                 };
@@ -877,6 +993,25 @@ impl<P: Provider> Session<P> {
                             actions,
                         );
                     }
+                }
+                if let Some(f) = self.ladder_failure(&e) {
+                    match self.climb(&f, ui) {
+                        Ok(None) => {
+                            req.model = self.cfg.model.clone();
+                            attempt = 0;
+                            continue;
+                        }
+                        Ok(Some(m)) => {
+                            return self.report(Status::ProviderFailed, m, String::new(), actions)
+                        }
+                        Err(m) => return self.report(Status::Failed, m, String::new(), actions),
+                    }
+                }
+                if self.cfg.ladder.is_some() && matches!(e, ProviderError::Malformed(_)) {
+                    // Under the ladder a malformed answer is a broken
+                    // turn: asked again until the ladder climbs.
+                    attempt = 0;
+                    continue;
                 }
                 let Some(t) = transient else {
                     return self.report(
@@ -934,8 +1069,17 @@ impl<P: Provider> Session<P> {
             self.usage.output_tokens += turn.usage.output_tokens;
             self.push(
                 Message::assistant(&turn.text, turn.tool_calls.clone()),
-                json!({ "usage": turn.usage, "truncated": turn.truncated, "stop_reason": turn.stop_reason, "attempt": attempt }),
+                json!({ "usage": turn.usage, "truncated": turn.truncated, "stop_reason": turn.stop_reason, "attempt": attempt,
+                        "model": self.cfg.model, "tier": self.cfg.ladder.as_ref().map(|l| l.current().tier) }),
             );
+            // A turn breaks the tool protocol when a call's arguments are
+            // not a JSON object (the turn was not cut off) or it names no
+            // tool of the session; N in a row climb the ladder.
+            let broke = turn.tool_calls.iter().any(|c| {
+                (c.arguments.is_err() && !turn.truncated)
+                    || !req.tools.iter().any(|t| t.name == c.name)
+            });
+            self.broken_turns = if broke { self.broken_turns + 1 } else { 0 };
             if turn.tool_calls.is_empty() {
                 if turn.truncated {
                     self.push(
@@ -951,6 +1095,19 @@ impl<P: Provider> Session<P> {
             if let Err(r) = self.calls(&turn.tool_calls, turn.truncated, approver, ui, &mut actions)
             {
                 return r.into_report(self, actions);
+            }
+            let limit = self.cfg.ladder.as_ref().map(|l| l.malformed_turns);
+            if limit.is_some_and(|n| self.broken_turns >= n) {
+                let f = crate::ladder::Failure::BrokeProtocol {
+                    turns: self.broken_turns,
+                };
+                match self.climb(&f, ui) {
+                    Ok(None) => {}
+                    Ok(Some(m)) => {
+                        return self.report(Status::ProviderFailed, m, String::new(), actions)
+                    }
+                    Err(m) => return self.report(Status::Failed, m, String::new(), actions),
+                }
             }
             if self.tools.concluded() {
                 // A retest's valid conclusion ends it (issue 28).

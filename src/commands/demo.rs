@@ -105,6 +105,7 @@ fn demo(args: DemoArgs) -> Result<i32, CliError> {
             resume: None,
             provider: Some(run::ProviderArg::Script),
             model: Some("demo-script".into()),
+            max_tier: None,
             base_url: None,
             api_key_env: None,
             script: None,

@@ -58,6 +58,9 @@ pub(crate) struct Config {
     /// `--net allow:` and `--net registries` (ADR 0310).
     #[serde(default)]
     pub(crate) network: super::net::NetworkConfig,
+    /// The model ladder's settings.
+    #[serde(default)]
+    pub(crate) ladder: super::models::LadderConfig,
 }
 
 #[derive(Debug, Default, Deserialize)]

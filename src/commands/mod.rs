@@ -8,6 +8,7 @@ pub mod helper;
 pub mod lab;
 pub mod log;
 pub mod net;
+pub mod models;
 pub mod pending;
 pub mod policy;
 pub mod probe;

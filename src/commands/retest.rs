@@ -58,8 +58,13 @@ pub struct RetestArgs {
     pub resume: Option<String>,
     #[arg(long, value_enum)]
     pub provider: Option<ProviderArg>,
+    /// The model; none named: the ladder (lowest callable tier, climbs
+    /// on failure).
     #[arg(long)]
     pub model: Option<String>,
+    /// The ladder climbs no higher than tier N.
+    #[arg(long, value_name = "N")]
+    pub max_tier: Option<u32>,
     #[arg(long, value_name = "URL")]
     pub base_url: Option<String>,
     /// The environment variable holding the API key.
@@ -121,6 +126,7 @@ fn run_args(a: &RetestArgs, dir: Option<PathBuf>) -> RunArgs {
         resume: a.resume.clone(),
         provider: a.provider,
         model: a.model.clone(),
+        max_tier: a.max_tier,
         base_url: a.base_url.clone(),
         api_key_env: a.api_key_env.clone(),
         script: a.script.clone(),
@@ -726,6 +732,8 @@ fn drive<P: Provider>(
         .build()
         .map_err(|e| CliError::io("starting the async runtime", e))?;
     let max_steps = cfg.max_turns;
+    let cache_key =
+        retie_agent::catalogue::Cache::key(p.name(), cfg.base_url.as_deref().unwrap_or(""));
     rt.block_on(async {
         let mut s = match &rows {
             None => Session::open(p, tools, rec, cfg),
@@ -767,6 +775,9 @@ fn drive<P: Provider>(
                 .map_err(|e| CliError::Usage(format!("recording the verdict: {e}")))?;
         }
         let session = s.id().to_string();
+        if let Some(l) = s.ladder() {
+            super::models::remember_refusals(&cache_key, &session, l.refused());
+        }
         let closed = s.close();
         let code = agent_run::finish(&report, false);
         if let Err(e) = closed {

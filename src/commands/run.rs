@@ -60,8 +60,15 @@ pub struct RunArgs {
     /// Which wire format to speak.
     #[arg(long, value_enum)]
     pub provider: Option<ProviderArg>,
+    /// The model; none named (here, RETIE_MODEL or `[agent] model`): the
+    /// ladder picks the lowest tier among callable models (`retie probe`)
+    /// and climbs only on failure.
     #[arg(long)]
     pub model: Option<String>,
+    /// The ladder climbs no higher than tier N (a spend cap; no effect
+    /// with --model).
+    #[arg(long, value_name = "N")]
+    pub max_tier: Option<u32>,
     #[arg(long, value_name = "URL")]
     pub base_url: Option<String>,
     /// The environment variable holding the API key.
@@ -154,6 +161,15 @@ pub struct AgentConfig {
     /// Dollars per million tokens, per model: `[agent.prices."MODEL"]`.
     #[serde(default)]
     prices: std::collections::BTreeMap<String, Price>,
+}
+
+impl AgentConfig {
+    pub fn provider(&self) -> Option<ProviderArg> {
+        self.provider
+    }
+    pub fn api_key_env(&self) -> Option<String> {
+        self.api_key_env.clone()
+    }
 }
 
 /// A model's price, for `/cost`.
@@ -288,11 +304,6 @@ pub(super) fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
                 String::new()
             }
         });
-    if model.is_empty() {
-        return Err(CliError::Usage(
-            "no model: pass --model, set RETIE_MODEL or [agent] model".into(),
-        ));
-    }
     // The endpoint: named by a flag (or, on resume, the session's
     // record), the environment or config; else the provider's default,
     // which print_start names before the first request.
@@ -320,6 +331,24 @@ pub(super) fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
             key_env.as_deref().unwrap_or("ANTHROPIC_API_KEY")
         )));
     }
+    // No model named: the ladder (issue 29, ADR 0532) picks the lowest
+    // tier among the callable models and climbs on failure.
+    let (model, ladder) = if model.is_empty() {
+        let l = super::models::ladder_for(
+            provider_kind(provider),
+            base_url.as_deref().unwrap_or(""),
+            api_key.as_deref(),
+            args.max_tier,
+        )
+        .map_err(|e| {
+            CliError::Usage(format!(
+                "no model named (--model, RETIE_MODEL, [agent] model), so the ladder: {e}"
+            ))
+        })?;
+        (l.current().model.clone(), Some(l))
+    } else {
+        (model, None)
+    };
     let tier = match args
         .autonomy
         .or(file.autonomy)
@@ -330,6 +359,7 @@ pub(super) fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
         AutonomyArg::Auto => Tier::Auto,
     };
     let mut cfg = SessionConfig::new(&model);
+    cfg.ladder = ladder;
     cfg.tier = tier;
     if let Some(n) = args.max_turns.or(file.max_turns) {
         cfg.max_turns = n;
@@ -380,13 +410,23 @@ pub(super) fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
 }
 
 /// The endpoint a provider talks to when nobody names one.
-fn default_base_url(p: ProviderArg) -> Option<&'static str> {
+pub(super) fn default_base_url(p: ProviderArg) -> Option<&'static str> {
     use retie_agent::provider::{anthropic, ollama, openai};
     match p {
         ProviderArg::Openai => Some(openai::DEFAULT_BASE_URL),
         ProviderArg::Anthropic => Some(anthropic::DEFAULT_BASE_URL),
         ProviderArg::Ollama => Some(ollama::DEFAULT_BASE_URL),
         ProviderArg::Script => None,
+    }
+}
+
+/// The provider's wire-format name (`openai`...).
+pub(super) fn provider_kind(p: ProviderArg) -> &'static str {
+    match p {
+        ProviderArg::Openai => "openai",
+        ProviderArg::Anthropic => "anthropic",
+        ProviderArg::Ollama => "ollama",
+        ProviderArg::Script => "script",
     }
 }
 
@@ -451,12 +491,7 @@ pub(super) fn setup(
     }
     let mut tools = Tools::open(ws.clone(), state, protect, owner, policy.clone(), bash)?;
     tools.fetch = r.fetch.clone();
-    let provider_name = match r.provider {
-        ProviderArg::Openai => "openai",
-        ProviderArg::Anthropic => "anthropic",
-        ProviderArg::Ollama => "ollama",
-        ProviderArg::Script => "script",
-    };
+    let provider_name = provider_kind(r.provider);
     let spec = session::session_spec(
         &ws,
         provider_name,
@@ -635,6 +670,8 @@ async fn drive<P: Provider>(
     approver: &mut dyn Approver,
     ui: &mut super::chat::PlainRender,
 ) -> Result<Report, CliError> {
+    let cache_key =
+        retie_agent::catalogue::Cache::key(p.name(), job.cfg.base_url.as_deref().unwrap_or(""));
     let mut s = match &job.rows {
         None => Session::open(p, job.tools, job.rec, job.cfg),
         Some(rows) => {
@@ -669,6 +706,9 @@ async fn drive<P: Provider>(
         }
     };
     let mut report = s.send(job.prompt.as_deref(), approver, ui).await;
+    if let Some(l) = s.ladder() {
+        super::models::remember_refusals(&cache_key, s.id(), l.refused());
+    }
     if let Err(e) = s.close() {
         report.message = format!(
             "{}; the ledger could not close the session: {e}",

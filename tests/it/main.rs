@@ -19,6 +19,7 @@ mod ledger;
 mod library;
 mod lifecycle;
 mod net;
+mod models;
 mod overlay;
 mod policy;
 mod providers;

@@ -172,6 +172,8 @@ fn a_task_streams_its_answer_and_the_approvals_decide_what_runs() {
         t.expect("(undone)");
         t.expect("retie> ");
         t.line("/cost");
+        // The usage table of `retie usage`, over this session's records.
+        t.expect("REQUESTS");
         t.expect("tokens in");
         t.expect("retie> ");
         t.line("/autonomy auto");

@@ -11,6 +11,10 @@ use serde_json::Value;
 
 use crate::model::{Cause, ProviderError, Transient};
 
+/// The longest wait read from a header, seconds (8 days: a weekly cap's
+/// reset still reads as what it is).
+const MAX_WAIT_S: f64 = 8.0 * 86_400.0;
+
 /// The longest server-provided error text shown to a person.
 const MAX_MESSAGE: usize = 600;
 
@@ -57,6 +61,40 @@ impl Http {
         let text = resp.text().await.unwrap_or_default();
         Err(classify_status(status, &text, wait))
     }
+
+    /// GET `url` with `headers`, once, and read its JSON body (a
+    /// catalogue); a failure classified as for [`post_json`](Self::post_json).
+    pub async fn get_json(
+        &self,
+        url: &str,
+        headers: &[(&str, String)],
+    ) -> Result<Value, ProviderError> {
+        let mut rb = self.client.get(url);
+        for (k, v) in headers {
+            rb = rb.header(*k, v.as_str());
+        }
+        let resp = rb.send().await.map_err(|e| {
+            ProviderError::transient(
+                Cause::Connection,
+                plain(&format!("{url}: {}", error_chain(&e))),
+            )
+        })?;
+        let status = resp.status().as_u16();
+        if !resp.status().is_success() {
+            let wait = retry_after(resp.headers());
+            let text = resp.text().await.unwrap_or_default();
+            return Err(classify_status(status, &text, wait));
+        }
+        let text = resp.text().await.map_err(|e| {
+            ProviderError::transient(
+                Cause::Connection,
+                plain(&format!("{url}: the answer broke off: {}", error_chain(&e))),
+            )
+        })?;
+        serde_json::from_str(&text).map_err(|e| {
+            ProviderError::Malformed(plain(&format!("{url} did not answer JSON ({e}): {text}")))
+        })
+    }
 }
 
 /// The error and its sources, in one line.
@@ -82,7 +120,13 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 pub fn classify_status(status: u16, body: &str, wait: Option<Duration>) -> ProviderError {
     let message = error_message(status, body);
     let cause = match status {
-        429 if is_quota(body) => return ProviderError::Permanent(message),
+        429 if is_quota(body) => {
+            // A cap says when it resets when the provider says so.
+            return ProviderError::Permanent(match wait {
+                Some(w) => format!("{message} (the provider says it resets in {})", human(w)),
+                None => message,
+            });
+        }
         429 => Cause::RateLimited,
         408 | 409 | 500..=599 => Cause::ServerError,
         _ => return ProviderError::Permanent(message),
@@ -93,6 +137,17 @@ pub fn classify_status(status: u16, body: &str, wait: Option<Duration>) -> Provi
         message,
         retry_after: wait,
     })
+}
+
+/// A duration for a person: `3 d 4 h`, `2 h 5 min`, `40 s`.
+pub fn human(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..=119 => format!("{s} s"),
+        120..=7199 => format!("{} min", s / 60),
+        7200..=172_799 => format!("{} h {} min", s / 3600, s % 3600 / 60),
+        _ => format!("{} d {} h", s / 86_400, s % 86_400 / 3600),
+    }
 }
 
 /// An error object (or Ollama's error line) inside an answer that began
@@ -147,7 +202,7 @@ pub fn parse_json(data: &str, what: &str) -> Result<Value, ProviderError> {
 /// A 429 that means the account is out of money or over a long cap
 /// (weekly, monthly), not that it is too fast: asking again within the
 /// session cannot help.
-fn is_quota(body: &str) -> bool {
+pub fn is_quota(body: &str) -> bool {
     let lower = body.to_ascii_lowercase();
     lower.contains("insufficient_quota")
         || lower.contains("exceeded your current quota")
@@ -164,7 +219,7 @@ fn is_quota(body: &str) -> bool {
 pub fn retry_after(h: &reqwest::header::HeaderMap) -> Option<Duration> {
     let get = |name: &str| h.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
     let secs =
-        |s: f64| (s.is_finite() && s >= 0.0).then(|| Duration::from_secs_f64(s.min(86_400.0)));
+        |s: f64| (s.is_finite() && s >= 0.0).then(|| Duration::from_secs_f64(s.min(MAX_WAIT_S)));
     if let Some(ms) = get("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
         if let Some(d) = secs(ms / 1000.0) {
             return Some(d);
@@ -190,7 +245,7 @@ pub fn retry_after(h: &reqwest::header::HeaderMap) -> Option<Duration> {
 /// plain seconds.
 fn go_duration(s: &str) -> Option<Duration> {
     if let Ok(n) = s.parse::<f64>() {
-        return (n.is_finite() && n >= 0.0).then(|| Duration::from_secs_f64(n.min(86_400.0)));
+        return (n.is_finite() && n >= 0.0).then(|| Duration::from_secs_f64(n.min(MAX_WAIT_S)));
     }
     let mut total = 0f64;
     let mut num = String::new();
@@ -217,7 +272,7 @@ fn go_duration(s: &str) -> Option<Duration> {
         any = true;
     }
     (any && num.is_empty() && total.is_finite())
-        .then(|| Duration::from_secs_f64(total.min(86_400.0)))
+        .then(|| Duration::from_secs_f64(total.min(MAX_WAIT_S)))
 }
 
 /// The server's error, as plain text for a person: the `message` of an

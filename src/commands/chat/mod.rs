@@ -131,6 +131,10 @@ fn chat(mut args: RunArgs) -> Result<i32, CliError> {
         })
     };
     run::print_start(s.provider_name, &s.r, &s.ws);
+    let cache_key = retie_agent::catalogue::Cache::key(
+        s.provider_name,
+        s.r.cfg.base_url.as_deref().unwrap_or(""),
+    );
     let prices = s.r.prices.clone();
     let ledger_path = s.ledger_path.clone();
     let mut session: Session<AnyProvider> = match &s.rows {
@@ -229,6 +233,9 @@ fn chat(mut args: RunArgs) -> Result<i32, CliError> {
     ticker.abort();
     let id = session.id().to_string();
     let (turns, usage) = (session.turns(), session.usage());
+    if let Some(l) = session.ladder() {
+        super::models::remember_refusals(&cache_key, &id, l.refused());
+    }
     match session.close() {
         Ok(()) => eprintln!(
             "retie: session {} closed ({} tasks, {} turns, {} tokens in / {} out)",

@@ -200,6 +200,12 @@ impl Render for ChatRender {
         );
         start(&self.spin, "thinking");
     }
+
+    fn switched(&mut self, line: &str) {
+        stop(&self.spin);
+        self.end_text();
+        eprintln!("  {}", self.err.yellow(&format!("ladder: {line}")));
+    }
 }
 
 /// The render of `retie run -p`: streamed text on stdout (on stderr with
@@ -265,5 +271,9 @@ impl Render for PlainRender {
             wait.as_secs_f64(),
             visible(why)
         );
+    }
+
+    fn switched(&mut self, line: &str) {
+        eprintln!("\nretie: ladder: {line}");
     }
 }

@@ -127,6 +127,27 @@ pub fn run(line: &str, cx: Ctx<'_>) {
             Err(e) => println!("model unchanged: the ledger could not record it: {e}"),
         },
         ("/cost", []) => {
+            // The same computation as `retie usage`, over this session's
+            // records (flushed first, so the last turn is in them).
+            let rows = cx
+                .session
+                .flush()
+                .map_err(|e| e.to_string())
+                .and_then(|()| {
+                    retie_ledger::Ledger::open(cx.ledger_path, false, None)
+                        .and_then(|l| l.session_rows(cx.session.id()))
+                        .map_err(|e| e.to_string())
+                });
+            match rows {
+                Ok(rows) => {
+                    let u = super::super::models::usage_rows(&rows);
+                    print!(
+                        "{}",
+                        super::super::models::render(&u, super::super::models::GroupBy::Model)
+                    );
+                }
+                Err(e) => println!("the ledger could not be read: {e}"),
+            }
             let u = cx.session.usage();
             print!(
                 "{} tokens in, {} out, {} turns",
