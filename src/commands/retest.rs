@@ -310,6 +310,7 @@ fn retest_tools(
     ceiling: u64,
 ) -> Result<Tools, CliError> {
     let state = crate::state::dir()?;
+    crate::state::landlock_notice_once(&state);
     let policy =
         Policy::shipped().map_err(|e| CliError::Usage(format!("the shipped policy: {e}")))?;
     let bash = BashSettings::defaults()?;
