@@ -13,6 +13,7 @@ mod escapes;
 mod exec;
 mod helper;
 mod identity;
+mod install;
 mod kernels;
 mod lab;
 mod ledger;
