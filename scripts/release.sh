@@ -27,8 +27,10 @@ name="retie-${version}-x86_64-linux"
 dist=target/dist
 stage="$dist/$name"
 
-cargo build --release --locked --target "$target" -p retie --bin retie --bin retie-agent
-cargo build --release --locked --target "$target" -p retie-runtime --bin retie-sandbox-helper
+# One build of the default members (retie and the runtime): all three
+# binaries with one feature resolution (building the helper's package
+# alone would resolve its dependencies' features anew and rebuild them).
+cargo build --release --locked --target "$target"
 
 rm -rf "$stage" "$dist/$name.tar.gz"
 mkdir -p "$stage/bin" "$stage/share/man/man1" "$stage/share/bash-completion/completions" \
