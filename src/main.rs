@@ -26,7 +26,13 @@ use retie_runtime::EXIT_SANDBOX_FAILED;
 
 /// retie: run what an AI agent proposes with nothing but the workspace in reach.
 #[derive(Parser)]
-#[command(name = "retie", version, about, propagate_version = true)]
+#[command(
+    name = "retie",
+    bin_name = "retie",
+    version,
+    about,
+    propagate_version = true
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -124,6 +130,10 @@ enum Command {
     /// Internal: ledger test and benchmark tools.
     #[command(name = "__ledger", hide = true, subcommand)]
     LedgerDev(ledger::dev::DevCmd),
+    /// Internal: write the man pages or a shell's completions, generated
+    /// from this definition (scripts/release.sh).
+    #[command(name = "__generate", hide = true)]
+    Generate(commands::generate::GenerateArgs),
 }
 
 fn main() -> ExitCode {
@@ -194,6 +204,11 @@ fn main() -> ExitCode {
         Command::Models(args) => or_125(commands::models::models(args)),
         Command::ModelProbe(args) => or_125(commands::models::probe(args)),
         Command::Usage(args) => or_125(commands::models::usage(args)),
+        // In retie-agent too, so `retie` links neither generator.
+        Command::Generate(args) => or_125(commands::generate::run(
+            args,
+            <Cli as clap::CommandFactory>::command(),
+        )),
     };
     exit_code(code)
 }

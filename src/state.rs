@@ -62,3 +62,31 @@ pub fn retie_dirs(ledger: Option<&std::path::Path>) -> Vec<(&'static str, PathBu
     }
     out
 }
+
+/// The marker of the Landlock notice last shown (ADR 0430).
+const LANDLOCK_NOTICE: &str = "landlock-notice";
+
+/// Say once, on stderr, what is weaker with the Landlock ABI in use here
+/// (ADR 0430): the first time a command starts sandboxes from `state`
+/// with this ABI (kernel, cap), then not again until it changes.
+/// `retie selftest` says it every time. Nothing is said on a kernel with
+/// every wall, and an unreadable or unwritable marker only means the
+/// line is said again: the preflight refuses a bad cap with its own error.
+pub fn landlock_notice_once(state: &std::path::Path) {
+    let Ok(abi) = retie_runtime::preflight::landlock_in_use() else {
+        return;
+    };
+    let Some(line) = retie_runtime::preflight::landlock_notice(&abi) else {
+        return;
+    };
+    let key = format!(
+        "used {} kernel {} cap {:?}\n",
+        abi.used, abi.kernel, abi.cap
+    );
+    let marker = state.join(LANDLOCK_NOTICE);
+    if std::fs::read_to_string(&marker).is_ok_and(|k| k == key) {
+        return;
+    }
+    eprintln!("{line}");
+    let _ = std::fs::write(&marker, key);
+}

@@ -416,7 +416,7 @@ mod tests {
 
     #[test]
     fn zero_landlock_floor_refused() {
-        let text = HOST_PROFILE_TOML.replace("min_abi = 6", "min_abi = 0");
+        let text = HOST_PROFILE_TOML.replace("min_abi = 1", "min_abi = 0");
         assert!(Profile::parse(&text, "t").is_err());
     }
 }

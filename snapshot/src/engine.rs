@@ -265,7 +265,7 @@ fn apply_inner(
         })
         .collect();
     let upper = Root::open(&cs.upper)?;
-    run(
+    let entry = run(
         ws,
         store,
         journal,
@@ -277,7 +277,44 @@ fn apply_inner(
         &Source::Upper(&upper),
         Check::Base,
         alongside,
-    )
+    )?;
+    release_links(&upper, ws, &entry);
+    Ok(entry)
+}
+
+/// After an apply, the layer's name of every file hard-linked into the
+/// workspace is removed (ADR 0208): the workspace's file is then its own,
+/// and nothing retie later does to the layer touches a workspace inode.
+/// (The layer went to the trash, swept while the next command runs; each
+/// unlink there would change the inode's ctime, which the next run's
+/// conflict check reads as the person's edit.) Best effort: a name left
+/// behind costs only that.
+fn release_links(upper: &Root, ws: &Workspace, entry: &Entry) {
+    let mut dirs: Option<(Option<RelPath>, OwnedFd, OwnedFd)> = None;
+    for s in &entry.steps {
+        if !matches!(s.after, Some(Node::File { .. })) {
+            continue;
+        }
+        let parent = s.path.parent();
+        if dirs.as_ref().is_none_or(|(p, _, _)| *p != parent) {
+            dirs = match (upper.open_parent(&s.path), ws.root.open_parent(&s.path)) {
+                (Ok(u), Ok(w)) => Some((parent, u, w)),
+                _ => None,
+            };
+        }
+        let Some((_, ud, wd)) = &dirs else {
+            continue;
+        };
+        let name = s.path.file_name();
+        if let (Ok(Some(a)), Ok(Some(b))) = (
+            fsx::lstat_at(ud.as_fd(), name),
+            fsx::lstat_at(wd.as_fd(), name),
+        ) {
+            if a.st_dev == b.st_dev && a.st_ino == b.st_ino {
+                let _ = rustix::fs::unlinkat(ud, name, AtFlags::empty());
+            }
+        }
+    }
 }
 
 /// Undoes journal entry `id` (an apply, a file write or an undo: undoing an

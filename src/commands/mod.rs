@@ -4,6 +4,7 @@ pub mod changes;
 pub mod chat;
 pub mod demo;
 pub mod gc;
+pub mod generate;
 pub mod helper;
 pub mod lab;
 pub mod log;

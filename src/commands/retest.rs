@@ -327,6 +327,7 @@ fn retest_tools(
     ledger: &Path,
 ) -> Result<Tools, CliError> {
     let state = crate::state::dir()?;
+    crate::state::landlock_notice_once(&state);
     // The workspace guards of every entry point: the scratch lies in
     // retie's own state directory (its retest area) and nowhere else; a
     // scratch named by a resumed session's ledger is held to the same.

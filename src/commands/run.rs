@@ -469,6 +469,7 @@ pub(super) fn setup(
     let ledger_path = crate::ledger::resolve_path(args.ledger.as_deref())?;
     let protect = super::guard_workspace(&ws, &ledger_path, Default::default())?.protect;
     let state = crate::state::dir()?;
+    crate::state::landlock_notice_once(&state);
     let owner = retie_dispatch::overlay::root_owner(&ws)?;
     let policy =
         Policy::shipped().map_err(|e| CliError::Usage(format!("the shipped policy: {e}")))?;

@@ -378,6 +378,7 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
     // back before anything runs on it (a direct-mode command would
     // otherwise work on a half-applied tree).
     let state = crate::state::dir()?;
+    crate::state::landlock_notice_once(&state);
     let snaps = Snapshots::open(&state, &ws)?;
     changes::report_recovery(&snaps);
     let owner = root_owner(&ws)?;

@@ -44,12 +44,32 @@ pub fn run(args: SelftestArgs) -> i32 {
     let started = Instant::now();
     match selftest(&args) {
         Ok((rows, abi)) => {
+            let landlock = retie_runtime::preflight::landlock_in_use().ok();
             let pass = rows.iter().all(|r| r.pass);
             let ms = started.elapsed().as_secs_f64() * 1000.0;
             if args.json {
                 println!(
                     "{}",
-                    json!({ "pass": pass, "landlock_abi": abi, "duration_ms": ms.round(), "probes": rows })
+                    json!({
+                        "pass": pass,
+                        "landlock_abi": abi,
+                        "landlock": landlock.map(|l| json!({
+                            "kernel": l.kernel,
+                            "used": l.used,
+                            "cap": l.cap,
+                            "missing": retie_runtime::preflight::landlock_gaps(l.used)
+                                .iter()
+                                .map(|g| json!({
+                                    "abi": g.abi,
+                                    "linux": g.linux,
+                                    "missing": g.missing,
+                                    "instead": g.instead,
+                                }))
+                                .collect::<Vec<_>>(),
+                        })),
+                        "duration_ms": ms.round(),
+                        "probes": rows
+                    })
                 );
             } else {
                 let table: Vec<Vec<String>> = rows
@@ -110,18 +130,22 @@ fn selftest(args: &SelftestArgs) -> Result<(Vec<ProbeResult>, i32), CliError> {
         }),
         pass: userns.is_none(),
     });
-    let abi = retie_runtime::preflight::landlock_abi();
+    let landlock = retie_runtime::preflight::landlock_in_use();
     rows.push(ProbeResult {
         probe: "preflight: Landlock ABI".into(),
         expected: format!(">= {}", profile.landlock.min_abi),
-        observed: match &abi {
-            Ok(v) => v.to_string(),
+        observed: match &landlock {
+            Ok(l) => l.describe(),
             Err(f) => format!("{} (fix: {})", f.problem, f.fix),
         },
-        pass: matches!(abi, Ok(v) if v >= profile.landlock.min_abi),
+        pass: matches!(&landlock, Ok(l) if l.used >= profile.landlock.min_abi),
     });
+    let Ok(landlock) = landlock else {
+        return Ok((rows, 0));
+    };
+    rows.extend(landlock_gap_rows(&landlock));
     if rows.iter().any(|r| !r.pass) {
-        return Ok((rows, abi.unwrap_or(0)));
+        return Ok((rows, landlock.used));
     }
 
     // What must stay out of reach.
@@ -242,17 +266,92 @@ fn selftest(args: &SelftestArgs) -> Result<(Vec<ProbeResult>, i32), CliError> {
     }
     rows.extend(results);
     rows.push(memory_limit_row());
-    // The lab network, with a throwaway lab.
-    match lab_section(&exe, spec.profile(), &tcp) {
-        Ok(r) => rows.extend(r),
-        Err(e) => rows.push(ProbeResult {
-            probe: "lab network".into(),
-            expected: "a throwaway lab starts".into(),
-            observed: e.to_string(),
-            pass: false,
-        }),
+    // The lab network, with a throwaway lab; refused below ABI 4.
+    if landlock.used < retie_runtime::preflight::LAB_MIN_ABI {
+        rows.push(lab_refused_row(&exe, spec.profile(), ws.path()));
+    } else {
+        match lab_section(&exe, spec.profile(), &tcp) {
+            Ok(r) => rows.extend(r),
+            Err(e) => rows.push(ProbeResult {
+                probe: "lab network".into(),
+                expected: "a throwaway lab starts".into(),
+                observed: e.to_string(),
+                pass: false,
+            }),
+        }
     }
     Ok((rows, outcome.landlock_abi))
+}
+
+/// Name of the row that lists the Landlock walls this kernel lacks.
+pub const LANDLOCK_GAPS_ROW: &str = "Landlock walls missing at this ABI";
+/// Name of the row that proves the lab modes are refused below ABI 4.
+pub const LAB_REFUSED_ROW: &str = "lab modes refused below Landlock ABI 4";
+
+/// What the Landlock ABI in use lacks, one row each, with the wall that
+/// stands in (ADR 0430); the stand-ins themselves are probed by the
+/// battery (own network and pid namespaces, the socket families, the
+/// read-only mounts).
+fn landlock_gap_rows(l: &retie_runtime::preflight::LandlockAbi) -> Vec<ProbeResult> {
+    let gaps = retie_runtime::preflight::landlock_gaps(l.used);
+    let mut rows = vec![ProbeResult {
+        probe: LANDLOCK_GAPS_ROW.into(),
+        expected: "reported".into(),
+        observed: if gaps.is_empty() {
+            format!("none: {} has every wall retie uses", l.describe())
+        } else {
+            gaps.iter()
+                .map(|g| format!("ABI {}", g.abi))
+                .collect::<Vec<_>>()
+                .join(", ")
+        },
+        pass: true,
+    }];
+    for g in gaps {
+        rows.push(ProbeResult {
+            probe: format!(
+                "Landlock ABI {} (Linux {}) not in use: {}",
+                g.abi, g.linux, g.missing
+            ),
+            expected: "another wall stands in".into(),
+            observed: g.instead.into(),
+            pass: true,
+        });
+    }
+    rows
+}
+
+/// Below ABI 4 a lab-mode sandbox must be refused before it starts, with
+/// the fix: tried for real (the refusal comes before the lab is looked
+/// up, so no lab is needed).
+fn lab_refused_row(exe: &std::path::Path, profile: &Profile, ws: &std::path::Path) -> ProbeResult {
+    let lab = retie_runtime::LabNet {
+        name: "selftest".into(),
+        keeper_pid: 0,
+        ports: vec![LAB_PORT],
+    };
+    let argv = [PROBE_PATH.to_string(), "__lab-probe".into()];
+    let observed = match Sandbox::builder(&argv)
+        .workspace(ws)
+        .profile(profile.clone())
+        .ro_bind(exe, PROBE_PATH)
+        .network(retie_runtime::NetMode::Lab(lab))
+        .timeout(std::time::Duration::from_secs(20))
+        .build()
+    {
+        Err(e) => format!("not built: {e}"),
+        Ok(spec) => match retie_runtime::run(&spec, Stdio::Inherit) {
+            Ok(o) => format!("RAN (exit {})", o.exit_code),
+            Err(e) => e.to_string().replace("\n ", ""),
+        },
+    };
+    let pass = observed.contains("the lab modes need Landlock's TCP port rules");
+    ProbeResult {
+        probe: LAB_REFUSED_ROW.into(),
+        expected: "refused before the sandbox starts, naming the fix".into(),
+        observed,
+        pass,
+    }
 }
 
 /// Whether a memory limit could hold here: retie does not place

@@ -14,6 +14,8 @@ mod escapes;
 mod exec;
 mod helper;
 mod identity;
+mod install;
+mod kernels;
 mod lab;
 mod ledger;
 mod library;

@@ -474,7 +474,7 @@ fn the_proxy_killed_mid_download_fails_the_run_and_applies_nothing() {
             assert!(!s.ws.join(f).exists(), "{leg:?}: {f} was not applied");
         }
         let out = last_outcome(&s);
-        assert_eq!(out["status"], "not applied", "{leg:?}: {out}");
+        assert_eq!(out["status"], "not_applied", "{leg:?}: {out}");
         assert!(out["net"]["proxy_died"].is_string(), "{leg:?}: {out}");
     }
 }

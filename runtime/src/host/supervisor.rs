@@ -94,7 +94,7 @@ fn start_placed(spec: &SandboxSpec, stdio: Stdio, place: bool) -> Result<Started
     if threads > 1 {
         return Err(RuntimeError::NotSingleThreaded { threads });
     }
-    let kernel_abi = crate::preflight::check(&spec.profile)?;
+    let kernel_abi = crate::preflight::check(&spec.profile, &spec.net)?;
     reap_earlier_runs();
 
     // Everything the child needs exists before the clone.

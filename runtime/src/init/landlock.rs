@@ -24,8 +24,11 @@ pub struct Enforced {
     pub fully: bool,
 }
 
-/// Build and enforce the ruleset. `kernel_abi` was read by the supervisor
-/// and already checked against the profile's floor.
+/// Build and enforce the ruleset. `kernel_abi` is the ABI to use: the
+/// kernel's, lowered by the test cap (`preflight::landlock_in_use`), read by
+/// the supervisor and already checked against the profile's floor and the
+/// lab modes' (ABI 4). Below ABI 6 the walls the ruleset lacks have stand-ins
+/// (`preflight::LANDLOCK_GAPS`, ADR 0430).
 pub fn restrict(spec: &SandboxSpec, kernel_abi: i32) -> StepResult<Enforced> {
     let abi_num = kernel_abi.min(NEWEST_KNOWN_ABI);
     let abi = ABI::from(abi_num);
@@ -100,6 +103,9 @@ pub fn restrict(spec: &SandboxSpec, kernel_abi: i32) -> StepResult<Enforced> {
         }
         crate::spec::NetMode::Lab(lab) | crate::spec::NetMode::LabTarget(lab) => {
             if abi_num < 4 {
+                // The preflight refused this already (with the full
+                // message); a second check, so a lab sandbox never runs
+                // without its port rules.
                 return Err(SetupError {
                     step: STEP,
                     message: "the lab modes need Landlock TCP rules (ABI 4)".into(),
