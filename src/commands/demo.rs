@@ -103,11 +103,11 @@ fn demo(args: DemoArgs) -> Result<i32, CliError> {
             dir: Some(ws.clone()),
             prompt: Some("Fix the failing tests of this project.".into()),
             resume: None,
-            provider: Some(run::ProviderArg::Script),
-            model: Some("demo-script".into()),
-            base_url: None,
-            api_key_env: None,
-            script: None,
+            provider: run::ProviderArgs {
+                provider: Some(run::ProviderArg::Script),
+                model: Some("demo-script".into()),
+                ..Default::default()
+            },
             autonomy: None,
             yes: false,
             on_ask: None,

@@ -57,19 +57,9 @@ pub struct RunArgs {
     /// autonomy and workspace default to the session's.
     #[arg(long, value_name = "SESSION")]
     pub resume: Option<String>,
-    /// Which wire format to speak.
-    #[arg(long, value_enum)]
-    pub provider: Option<ProviderArg>,
-    #[arg(long)]
-    pub model: Option<String>,
-    #[arg(long, value_name = "URL")]
-    pub base_url: Option<String>,
-    /// The environment variable holding the API key.
-    #[arg(long, value_name = "NAME")]
-    pub api_key_env: Option<String>,
-    /// The script of turns for `--provider script`.
-    #[arg(long, value_name = "FILE")]
-    pub script: Option<PathBuf>,
+    /// The model provider: which wire format, model, endpoint and key.
+    #[command(flatten)]
+    pub provider: ProviderArgs,
     /// manual: every action asks; gated (default): irreversible, unknown
     /// and high-risk actions ask; auto: irreversible and unknown ask.
     #[arg(long, value_enum)]
@@ -106,6 +96,34 @@ pub struct RunArgs {
     /// On resume: the recorded settings a flag changed (name, new value).
     #[arg(skip)]
     pub resume_overrides: Vec<(&'static str, String)>,
+}
+
+/// The provider flags, one definition for every command that talks to a
+/// model (`retie run`, `retie retest`): each resolves them the same way
+/// (flag, then RETIE_* environment, then `[agent]` config; on resume the
+/// session's record), in [`resolve`].
+#[derive(Args, Debug, Clone, Default)]
+pub struct ProviderArgs {
+    /// Which wire format to speak: openai (also any OpenAI-format server),
+    /// anthropic, ollama, or script (a scripted model, offline).
+    /// Default: RETIE_PROVIDER, else `[agent] provider` in config.toml.
+    #[arg(long, value_enum)]
+    pub provider: Option<ProviderArg>,
+    /// The model name the provider knows (default: RETIE_MODEL, else
+    /// `[agent] model`).
+    #[arg(long, value_name = "NAME")]
+    pub model: Option<String>,
+    /// The provider's endpoint (default: RETIE_BASE_URL, else `[agent]
+    /// base_url`, else the provider's public one, named at start).
+    #[arg(long, value_name = "URL")]
+    pub base_url: Option<String>,
+    /// The environment variable holding the API key (the key itself is
+    /// never a flag, so it stays out of the process list and history).
+    #[arg(long, value_name = "NAME")]
+    pub api_key_env: Option<String>,
+    /// The script of turns for `--provider script`.
+    #[arg(long, value_name = "FILE")]
+    pub script: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
@@ -265,7 +283,7 @@ pub(super) struct Resolved {
 pub(super) fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
     let file = super::gc::config()?.0.agent;
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    let provider = match (args.provider, env("RETIE_PROVIDER"), file.provider) {
+    let provider = match (args.provider.provider, env("RETIE_PROVIDER"), file.provider) {
         (Some(p), _, _) => p,
         (None, Some(e), _) => ProviderArg::from_str(&e, true)
             .map_err(|_| CliError::Usage(format!("RETIE_PROVIDER={e}: expected openai, anthropic, ollama or script")))?,
@@ -277,6 +295,7 @@ pub(super) fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
         }
     };
     let model = args
+        .provider
         .model
         .clone()
         .or_else(|| env("RETIE_MODEL"))
@@ -297,6 +316,7 @@ pub(super) fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
     // record), the environment or config; else the provider's default,
     // which print_start names before the first request.
     let named = args
+        .provider
         .base_url
         .clone()
         .or_else(|| env("RETIE_BASE_URL"))
@@ -304,6 +324,7 @@ pub(super) fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
     let base_url_is_default = named.is_none() && provider != ProviderArg::Script;
     let base_url = named.or_else(|| default_base_url(provider).map(String::from));
     let key_env = args
+        .provider
         .api_key_env
         .clone()
         .or(file.api_key_env)
@@ -508,7 +529,7 @@ pub(super) fn provider(
         let text = match script {
             Some(t) => t,
             None => {
-                let f = args.script.as_ref().ok_or_else(|| {
+                let f = args.provider.script.as_ref().ok_or_else(|| {
                     CliError::Usage("--provider script needs --script FILE".into())
                 })?;
                 std::fs::read_to_string(f)
@@ -745,25 +766,31 @@ pub(super) fn defaults_from_session(args: &mut RunArgs, id: &str) -> Result<(), 
         "provider",
         "--provider",
         args.provider
+            .provider
             .and_then(|p| p.to_possible_value())
             .map(|v| v.get_name().to_string()),
     );
-    given("model", "--model", args.model.clone());
-    given("base_url", "--base-url", args.base_url.clone());
-    given("api_key_env", "--api-key-env", args.api_key_env.clone());
-    if args.provider.is_none() {
-        args.provider = text("provider").and_then(|p| ProviderArg::from_str(&p, true).ok());
+    given("model", "--model", args.provider.model.clone());
+    given("base_url", "--base-url", args.provider.base_url.clone());
+    given(
+        "api_key_env",
+        "--api-key-env",
+        args.provider.api_key_env.clone(),
+    );
+    if args.provider.provider.is_none() {
+        args.provider.provider =
+            text("provider").and_then(|p| ProviderArg::from_str(&p, true).ok());
     }
-    if args.model.is_none() {
-        args.model = text("model");
+    if args.provider.model.is_none() {
+        args.provider.model = text("model");
     }
     // The endpoint and the key variable the session started with, never
     // whatever the environment or config now name (nor a public default).
-    if args.base_url.is_none() {
-        args.base_url = text("base_url");
+    if args.provider.base_url.is_none() {
+        args.provider.base_url = text("base_url");
     }
-    if args.api_key_env.is_none() {
-        args.api_key_env = text("api_key_env");
+    if args.provider.api_key_env.is_none() {
+        args.provider.api_key_env = text("api_key_env");
     }
     if args.autonomy.is_none() {
         args.autonomy = text("autonomy").and_then(|p| AutonomyArg::from_str(&p, true).ok());
