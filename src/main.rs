@@ -105,7 +105,8 @@ enum Command {
     /// workspace, model, turns and tokens.
     Sessions(commands::sessions::SessionsArgs),
     /// Offline, no key, under a minute: a scripted model fixes a bug in a
-    /// sample project, then replay, verify and undo-all.
+    /// sample project, then replay, verify and undo-all. The show is on
+    /// stderr; stdout gets one line at the end, the result.
     Demo(commands::demo::DemoArgs),
     /// Internal: ledger test and benchmark tools.
     #[command(name = "__ledger", hide = true, subcommand)]
@@ -136,7 +137,8 @@ fn main() -> ExitCode {
     }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(e) => {
+        Err(mut e) => {
+            exec_separator_tip(&mut e);
             let _ = e.print();
             return ExitCode::from(if e.use_stderr() {
                 EXIT_SANDBOX_FAILED as u8
@@ -207,6 +209,46 @@ fn exec_agent() -> i32 {
     EXIT_SANDBOX_FAILED
 }
 
+/// `retie sandbox exec true`: the command must follow `--` (so that no
+/// word of it is ever read as retie's own option); clap's error says the
+/// word was unexpected, this says where it goes, with the line to type.
+fn exec_separator_tip(e: &mut clap::Error) {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if e.kind() != ErrorKind::UnknownArgument {
+        return;
+    }
+    let argv: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    if argv.get(1).map(String::as_str) != Some("sandbox")
+        || argv.get(2).map(String::as_str) != Some("exec")
+        || argv.iter().any(|a| a == "--")
+    {
+        return;
+    }
+    let Some(ContextValue::String(word)) = e.get(ContextKind::InvalidArg) else {
+        return;
+    };
+    if word.starts_with('-') {
+        return;
+    }
+    let Some(at) = argv.iter().skip(3).position(|a| a == word).map(|i| i + 3) else {
+        return;
+    };
+    let mut line: Vec<&str> = vec!["retie"];
+    line.extend(argv[1..at].iter().map(String::as_str));
+    line.push("--");
+    line.extend(argv[at..].iter().map(String::as_str));
+    let tip = format!(
+        "the command goes after `--`: {}",
+        crate::ui::shell_line(&line)
+    );
+    e.insert(
+        ContextKind::Suggested,
+        ContextValue::StyledStrs(vec![tip.into()]),
+    );
+}
+
 fn exit_code(code: i32) -> ExitCode {
     ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1))
 }
@@ -221,5 +263,51 @@ fn or_125(r: Result<i32, error::CliError>) -> i32 {
             crate::ui::say_error(&e);
             e.exit_code()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// Every flag and argument of every subcommand says what it is for
+    /// (hidden ones excepted): `retie X --help` never shows a bare flag.
+    #[test]
+    fn every_arg_has_help_text() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                if arg.is_hide_set() {
+                    continue;
+                }
+                let id = arg.get_id().as_str();
+                if id == "help" || id == "version" {
+                    continue;
+                }
+                let has = arg
+                    .get_help()
+                    .is_some_and(|h| !h.to_string().trim().is_empty())
+                    || arg
+                        .get_long_help()
+                        .is_some_and(|h| !h.to_string().trim().is_empty());
+                if !has {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                if sub.is_hide_set() {
+                    continue;
+                }
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let cmd = Cli::command();
+        let mut missing = Vec::new();
+        walk(&cmd, "retie", &mut missing);
+        assert!(
+            missing.is_empty(),
+            "arguments without help text:\n{}",
+            missing.join("\n")
+        );
     }
 }

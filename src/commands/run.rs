@@ -74,8 +74,13 @@ pub struct RunArgs {
     /// refuses it and tells the model.
     #[arg(long, value_enum, value_name = "WHAT")]
     pub on_ask: Option<OnAskArg>,
+    /// Model turns at most (default: `[agent] max_turns`, else the
+    /// built-in 30); then the session stops, exit 3.
     #[arg(long, value_name = "N")]
     pub max_turns: Option<u32>,
+    /// Tokens at most, input and output together over the session
+    /// (default: `[agent] max_tokens`, else 400000); then the
+    /// session stops, exit 3.
     #[arg(long, value_name = "N")]
     pub max_tokens: Option<u64>,
     /// Wall-time budget, seconds.

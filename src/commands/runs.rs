@@ -41,6 +41,7 @@ pub enum RunsCmd {
     /// Apply a kept run's changes (recorded in the ledger, undoable), unless
     /// the workspace changed where the command wrote since it started.
     Apply {
+        /// The run id (from `retie changes list`).
         run: String,
         /// Also apply changes a sandbox may not make unasked.
         #[arg(long)]
@@ -56,7 +57,10 @@ pub enum RunsCmd {
         ours: bool,
     },
     /// Throw a kept run away.
-    Discard { run: String },
+    Discard {
+        /// The run id (from `retie changes list`).
+        run: String,
+    },
 }
 
 pub fn run(cmd: RunsCmd) -> Result<i32, CliError> {

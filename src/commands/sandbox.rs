@@ -226,9 +226,20 @@ fn exec(args: ExecArgs) -> i32 {
         return retie_runtime::EXIT_SANDBOX_FAILED;
     }
     match exec_inner(args) {
-        Ok((outcome, changes)) => {
+        Ok(Ran {
+            outcome,
+            changes,
+            action,
+            session,
+        }) => {
             let mut code = outcome.exit_code;
             let mut v = outcome_json(&outcome);
+            // The ledger's names for this run: `retie undo ACTION`,
+            // `retie replay SESSION`.
+            if let Some(o) = v.as_object_mut() {
+                o.insert("action".into(), json!(action));
+                o.insert("session".into(), json!(session));
+            }
             if let Some(h) = changes {
                 if let Some(msg) = &h.failure {
                     eprintln!(
@@ -266,7 +277,16 @@ fn exec(args: ExecArgs) -> i32 {
     }
 }
 
-fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
+/// What one `sandbox exec` ran, and its names in the ledger.
+struct Ran {
+    outcome: Outcome,
+    changes: Option<Handled>,
+    /// The action's entry id: what `retie undo` takes.
+    action: i64,
+    session: String,
+}
+
+fn exec_inner(args: ExecArgs) -> Result<Ran, CliError> {
     let profile = Profile::load(&args.profile)?;
     let toolchains = super::toolchain::selection(&args.toolchain, &profile)?;
     let mut b = Sandbox::builder(&args.command).profile(profile.clone());
@@ -286,6 +306,12 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
             },
         })
     })?;
+    if !ws.is_dir() {
+        return Err(CliError::Runtime(RuntimeError::Workspace {
+            path: ws,
+            reason: "is not a directory (a workspace is a project directory)".into(),
+        }));
+    }
     let system = system_workspace(&ws);
     if let Some(why) = &system {
         if !args.allow_system_workspace {
@@ -459,11 +485,17 @@ fn exec_inner(args: ExecArgs) -> Result<(Outcome, Option<Handled>), CliError> {
         &mut CommandLine,
         &mut job,
     );
+    let session = rec.session_id().to_string();
     if let Err(e) = rec.finish_at_exit() {
         eprintln!("retie: warning: the ledger session could not be closed: {e}");
     }
     match d? {
-        Dispatched::Ran { output, .. } => Ok((output.outcome, output.changes)),
+        Dispatched::Ran { action, output } => Ok(Ran {
+            outcome: output.outcome,
+            changes: output.changes,
+            action,
+            session,
+        }),
         Dispatched::Refused { reason, by } => Err(CliError::Refused { reason, by }),
         // The command line approves or the policy denies: it never
         // suspends or edits.

@@ -9,6 +9,7 @@ mod harness;
 mod pty;
 
 mod agent;
+mod cli;
 mod escapes;
 mod exec;
 mod helper;
