@@ -126,15 +126,8 @@ fn main() -> ExitCode {
     unsafe { retie_ledger::sqlite_memory::install() };
     // Usage errors exit 125 like every other failure of retie itself, so
     // they cannot be mistaken for the sandboxed command's own exit code.
-    // `retie sandbox exec`, the command people run most, is parsed alone:
-    // building every subcommand's parser cost a third of a millisecond per
-    // run. Anything it does not take as is (help, version, an error) goes
-    // to the full parser, which says it the usual way.
-    if let Some(args) = commands::sandbox::fast_exec_args() {
-        return exit_code(commands::sandbox::run(commands::sandbox::SandboxCmd::Exec(
-            args,
-        )));
-    }
+    // One parser for every command line, `sandbox exec` included (ADR
+    // 0520: the hand-written fast path is gone).
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(mut e) => {
