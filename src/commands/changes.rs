@@ -40,31 +40,14 @@ impl JobUi for Terminal {
     fn say(&mut self, line: &str) {
         crate::ui::say_error(&line);
     }
-    fn review(
-        &mut self,
-        cs: &Changeset,
-        ws: &Path,
-        upper: &Path,
-        allow_blocked: bool,
-    ) -> Option<bool> {
-        print_review(cs, ws, upper, allow_blocked);
+    fn review(&mut self, r: &overlay::Review<'_>) -> Option<bool> {
+        print_review(r.cs, r.ws, r.upper, r.allow_blocked);
         ask("Apply these changes to the workspace? [y/N] ")
     }
 }
 
+/// The terminal with nothing to record (`retie changes` outside an action).
 impl overlay::ChangesHooks for Terminal {
-    fn say(&mut self, line: &str) {
-        JobUi::say(self, line);
-    }
-    fn review(
-        &mut self,
-        cs: &Changeset,
-        ws: &Path,
-        upper: &Path,
-        allow_blocked: bool,
-    ) -> Option<bool> {
-        JobUi::review(self, cs, ws, upper, allow_blocked)
-    }
     fn before_apply<'s>(&'s mut self, _cs: &Changeset) -> overlay::Recording<'s> {
         Box::new(|| Ok(()))
     }

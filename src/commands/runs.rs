@@ -11,7 +11,7 @@ use serde_json::json;
 
 use retie_dispatch::overlay;
 use retie_dispatch::record::SessionSpec;
-use retie_dispatch::sandbox::plan_for;
+use retie_dispatch::sandbox::{Hooks, JobUi};
 use retie_dispatch::{
     dispatch, CommandLine, Dispatched, Error as DispatchError, Executor, Proposal, Recorder, Step,
     UndoPlan,
@@ -203,7 +203,8 @@ impl Executor for KeptApply<'_> {
             .ok_or_else(|| DispatchError::Invalid("applied once".into()))?;
         // Applied, the run goes; on a conflict `handle` keeps it again.
         run.release();
-        let mut hooks = ApplyHooks {
+        let mut hooks = Hooks {
+            ui: &mut Unasked,
             step,
             allow_blocked: self.allow_blocked,
         };
@@ -230,22 +231,17 @@ impl Executor for KeptApply<'_> {
     }
 }
 
-struct ApplyHooks<'a, 'r> {
-    step: &'a mut Step<'r>,
-    allow_blocked: bool,
-}
+/// `retie changes apply`: lines on the terminal, nobody to review (the
+/// person asked for the apply), the recording as for a sandboxed
+/// command's changes (`retie_dispatch::sandbox::Hooks`).
+struct Unasked;
 
-impl overlay::ChangesHooks for ApplyHooks<'_, '_> {
+impl JobUi for Unasked {
     fn say(&mut self, line: &str) {
         crate::ui::say_error(&line);
     }
-    fn review(&mut self, _: &Changeset, _: &Path, _: &Path, _: bool) -> Option<bool> {
+    fn review(&mut self, _: &overlay::Review<'_>) -> Option<bool> {
         None
-    }
-    fn before_apply<'s>(&'s mut self, cs: &Changeset) -> overlay::Recording<'s> {
-        let changes = json!({ "undo": plan_for(cs, self.allow_blocked) });
-        let step = &mut *self.step;
-        Box::new(move || step.before_effect(changes))
     }
 }
 

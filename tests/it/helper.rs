@@ -304,7 +304,7 @@ impl JobUi for QuietUi {
     fn say(&mut self, line: &str) {
         self.0.push(line.to_string());
     }
-    fn review(&mut self, _: &Changeset, _: &Path, _: &Path, _: bool) -> Option<bool> {
+    fn review(&mut self, _: &retie_dispatch::overlay::Review<'_>) -> Option<bool> {
         None
     }
 }
