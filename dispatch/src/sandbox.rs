@@ -14,7 +14,7 @@ use crate::overlay::{
     self, ChangesHooks, ChangesMode, Handled, OverlayRun, Recording, RunMeta, Snapshots,
 };
 use crate::{Error, Executor, Step, UndoPlan};
-use retie_ledger::display::visible;
+use retie_display::visible;
 
 /// How the workspace is presented.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,6 +1,6 @@
 //! Terminal output helpers.
 
-pub use retie_ledger::display::{shell_line, visible, visible_line};
+pub use retie_display::{shell_line, visible, visible_line};
 
 /// An error message as it reaches the terminal: every character
 /// [`visible`] would escape is escaped, so that a name inside it (a file
