@@ -140,6 +140,7 @@ fn demo(args: DemoArgs) -> Result<i32, CliError> {
             max_turns: Some(12),
             max_tokens: None,
             timeout: Some(60),
+            bash_timeout: None,
             fetch_allow: Vec::new(),
             ledger: None,
             json: false,

@@ -115,6 +115,7 @@ fn run_args(a: &RetestArgs, dir: Option<PathBuf>) -> RunArgs {
         max_turns: Some(a.max_steps.max(1)),
         max_tokens: None,
         timeout: None,
+        bash_timeout: None,
         fetch_allow: Vec::new(),
         ledger: a.ledger.clone(),
         json: a.json,

@@ -86,6 +86,11 @@ pub struct RunArgs {
     /// Wall-time budget, seconds.
     #[arg(long, value_name = "SECS")]
     pub timeout: Option<u64>,
+    /// The longest one bash command may run, seconds (default: `[agent]
+    /// bash_timeout`, else 120). The model's own `timeout` is honoured up
+    /// to it; its default (60 s) is cut to it.
+    #[arg(long, value_name = "SECS")]
+    pub bash_timeout: Option<u64>,
     /// Allow the fetch tool to reach HOST (port 80) or HOST:PORT; repeatable.
     /// Nothing else is fetched. A name must resolve to public addresses
     /// only; a loopback or private address is honoured only when given as
@@ -166,6 +171,8 @@ pub struct AgentConfig {
     max_turns: Option<u32>,
     max_tokens: Option<u64>,
     timeout: Option<u64>,
+    /// The longest one bash command may run, seconds (`--bash-timeout`).
+    bash_timeout: Option<u64>,
     /// Attempts at one turn when the provider fails transiently (error
     /// event, 5xx, 429, dropped connection, cut stream), the first
     /// included; then the session suspends (default 4;
@@ -266,6 +273,9 @@ pub fn exit_code(s: Status) -> i32 {
 
 /// The settings after config file, environment and flags.
 pub(super) struct Resolved {
+    /// The bash tool's ceiling, seconds (`--bash-timeout`, `[agent]
+    /// bash_timeout`); None: the tool's default.
+    pub bash_timeout: Option<u64>,
     pub provider: ProviderArg,
     pub model: String,
     pub tier: Tier,
@@ -391,7 +401,15 @@ pub(super) fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
     cfg.fetch_allow = fetch.allow.iter().map(|a| a.describe()).collect();
     cfg.base_url = base_url.clone();
     cfg.api_key_env = key_env.clone();
+    let bash_timeout = args.bash_timeout.or(file.bash_timeout);
+    if bash_timeout == Some(0) {
+        return Err(CliError::Usage(
+            "--bash-timeout / [agent] bash_timeout: 0 s lets no command run; give at least 1"
+                .into(),
+        ));
+    }
     Ok(Resolved {
+        bash_timeout,
         base_url_is_default,
         key_env,
         prices: file.prices,
@@ -478,6 +496,10 @@ pub(super) fn setup(
         };
     }
     bash.cancel_on_interrupt = cancel;
+    if let Some(secs) = r.bash_timeout {
+        bash.ceiling = Duration::from_secs(secs);
+        bash.default_timeout = bash.default_timeout.min(bash.ceiling);
+    }
     if let Some(flag) = cancel {
         r.cfg.interrupt = Some(flag);
     }

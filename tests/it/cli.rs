@@ -152,3 +152,47 @@ fn the_demo_into_a_closed_pipe_leaves_nothing_behind() {
         assert_eq!(stdout(&o), "retie demo: ok\n", "{leg:?}");
     }
 }
+
+/// `--bash-timeout` (and `[agent] bash_timeout`) is the bash tool's
+/// ceiling: a model asking 30 s for `sleep 30` gets the person's 1 s.
+#[test]
+fn the_bash_timeout_is_the_persons_ceiling_flag_and_config() {
+    for leg in legs() {
+        for via_config in [false, true] {
+            let s = Scratch::new(leg);
+            let script = s.root.path().join("script.json");
+            let turns = serde_json::json!({"turns": [
+                {"tool_calls": [{"name": "bash", "arguments": {"command": "sleep 30", "timeout": 30}}]},
+                {"text": "done"}
+            ]});
+            std::fs::write(&script, turns.to_string()).expect("script");
+            s.give(&script);
+            let mut c = s.retie();
+            c.args(["run", "--provider", "script", "--script"])
+                .arg(&script)
+                .args(["--json", "--yes", "-p", "wait"])
+                .env_remove("RETIE_PROVIDER")
+                .stdin(std::process::Stdio::null());
+            if via_config {
+                let dir = s.home.join(".config/retie");
+                std::fs::create_dir_all(&dir).expect("config dir");
+                std::fs::write(dir.join("config.toml"), "[agent]\nbash_timeout = 1\n")
+                    .expect("config");
+                for p in [s.home.join(".config"), dir.clone(), dir.join("config.toml")] {
+                    s.give(&p);
+                }
+            } else {
+                c.args(["--bash-timeout", "1"]);
+            }
+            let o = c.output().expect("run");
+            assert_code(&o, 0, "retie run");
+            let r: serde_json::Value = serde_json::from_slice(&o.stdout)
+                .unwrap_or_else(|e| panic!("not JSON ({e}):\n{}", stderr(&o)));
+            let said = r["actions"][0]["said"].as_str().unwrap_or("").to_string();
+            assert!(
+                said.contains("timed out after 1 s"),
+                "{leg:?} config={via_config}: the model's 30 s won over the ceiling:\n{r}"
+            );
+        }
+    }
+}
