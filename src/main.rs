@@ -146,6 +146,11 @@ fn main() -> ExitCode {
             });
         }
     };
+    let mut cli = cli;
+    if let Err(e) = full_session_ids(&mut cli.command) {
+        crate::ui::say_error(&e);
+        return exit_code(e.exit_code());
+    }
     let code = match cli.command {
         Command::Policy(cmd) => commands::policy::run(cmd),
         Command::Sandbox(cmd) => commands::sandbox::run(cmd),
@@ -179,6 +184,41 @@ fn main() -> ExitCode {
         Command::Revoke(args) => or_125(commands::pending::revoke(args)),
     };
     exit_code(code)
+}
+
+/// Every session id a command line names, made full: any unique prefix
+/// of an id names its session, everywhere (`retie replay 3804`); an
+/// ambiguous or unknown one is a usage error listing the candidates.
+fn full_session_ids(cmd: &mut Command) -> Result<(), error::CliError> {
+    use ledger::full_session_id as full;
+    match cmd {
+        Command::Replay(a) => {
+            if let Some(s) = &a.session {
+                a.session = Some(full(a.ledger.as_deref(), s)?);
+            }
+        }
+        Command::Report(a) => a.session = full(a.ledger.as_deref(), &a.session)?,
+        Command::UndoAll(a) => {
+            if let Some(s) = &a.session {
+                a.session = Some(full(a.ledger.as_deref(), s)?);
+            }
+        }
+        Command::Run(a) => {
+            if let Some(s) = &a.resume {
+                a.resume = Some(full(a.ledger.as_deref(), s)?);
+            }
+        }
+        Command::Retest(a) => {
+            if let Some(s) = &a.resume {
+                a.resume = Some(full(a.ledger.as_deref(), s)?);
+            }
+        }
+        Command::Approve(a) => a.session = full(a.ledger.as_deref(), &a.session)?,
+        Command::Deny(a) => a.session = full(a.ledger.as_deref(), &a.session)?,
+        Command::Revoke(a) => a.session = full(a.ledger.as_deref(), &a.session)?,
+        _ => {}
+    }
+    Ok(())
 }
 
 /// Whether this binary is `retie-agent`, the one with the agent's

@@ -1072,6 +1072,24 @@ impl Ledger {
         read_rows(&self.conn).map_err(|e| self.sql(e))
     }
 
+    /// The session ids that start with `prefix` (at most `limit`, sorted):
+    /// how `retie replay 3804` finds its session. An empty prefix matches
+    /// nothing.
+    pub fn sessions_starting_with(&self, prefix: &str, limit: u32) -> Result<Vec<String>> {
+        if prefix.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut st = self
+            .conn
+            .prepare("SELECT DISTINCT session FROM entries WHERE substr(session, 1, length(?1)) = ?1 ORDER BY session LIMIT ?2")
+            .map_err(|e| self.sql(e))?;
+        let ids = st
+            .query_map(rusqlite::params![prefix, limit], |r| r.get::<_, String>(0))
+            .and_then(|it| it.collect::<rusqlite::Result<Vec<String>>>())
+            .map_err(|e| self.sql(e))?;
+        Ok(ids)
+    }
+
     /// Rows of one session (and the genesis), in seq order.
     pub fn session_rows(&self, session: &str) -> Result<Vec<Row>> {
         let mut st = self
