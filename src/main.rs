@@ -114,7 +114,8 @@ enum Command {
     /// workspace, model, turns and tokens.
     Sessions(commands::sessions::SessionsArgs),
     /// Offline, no key, under a minute: a scripted model fixes a bug in a
-    /// sample project, then replay, verify and undo-all.
+    /// sample project, then replay, verify and undo-all. The show is on
+    /// stderr; stdout gets one line at the end, the result.
     Demo(commands::demo::DemoArgs),
     /// What the provider serves: each model's size, tier, context length
     /// and this account's standing (from `retie probe`).
@@ -149,18 +150,18 @@ fn main() -> ExitCode {
     unsafe { retie_ledger::sqlite_memory::install() };
     // Usage errors exit 125 like every other failure of retie itself, so
     // they cannot be mistaken for the sandboxed command's own exit code.
-    // `retie sandbox exec`, the command people run most, is parsed alone:
-    // building every subcommand's parser cost a third of a millisecond per
-    // run. Anything it does not take as is (help, version, an error) goes
-    // to the full parser, which says it the usual way.
-    if let Some(args) = commands::sandbox::fast_exec_args() {
+    // `retie sandbox exec`, the command people run most, is read by
+    // exec's own clap parser (the same `ExecArgs` definition, built alone:
+    // building every subcommand's cost 0.15 ms a run; ADR 0520).
+    if let Some(args) = commands::sandbox::exec_args_alone(std::env::args_os().skip(1)) {
         return exit_code(commands::sandbox::run(commands::sandbox::SandboxCmd::Exec(
             args,
         )));
     }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(e) => {
+        Err(mut e) => {
+            exec_separator_tip(&mut e);
             let _ = e.print();
             return ExitCode::from(if e.use_stderr() {
                 EXIT_SANDBOX_FAILED as u8
@@ -169,8 +170,13 @@ fn main() -> ExitCode {
             });
         }
     };
+    let mut cli = cli;
+    if let Err(e) = full_session_ids(&mut cli.command) {
+        crate::ui::say_error(&e);
+        return exit_code(e.exit_code());
+    }
     let code = match cli.command {
-        Command::Policy(cmd) => return commands::policy::run(cmd),
+        Command::Policy(cmd) => commands::policy::run(cmd),
         Command::Sandbox(cmd) => commands::sandbox::run(cmd),
         Command::Selftest(args) => commands::selftest::run(args),
         Command::Lab(cmd) => commands::lab::run(cmd),
@@ -213,6 +219,41 @@ fn main() -> ExitCode {
     exit_code(code)
 }
 
+/// Every session id a command line names, made full: any unique prefix
+/// of an id names its session, everywhere (`retie replay 3804`); an
+/// ambiguous or unknown one is a usage error listing the candidates.
+fn full_session_ids(cmd: &mut Command) -> Result<(), error::CliError> {
+    use ledger::full_session_id as full;
+    match cmd {
+        Command::Replay(a) => {
+            if let Some(s) = &a.session {
+                a.session = Some(full(a.ledger.as_deref(), s)?);
+            }
+        }
+        Command::Report(a) => a.session = full(a.ledger.as_deref(), &a.session)?,
+        Command::UndoAll(a) => {
+            if let Some(s) = &a.session {
+                a.session = Some(full(a.ledger.as_deref(), s)?);
+            }
+        }
+        Command::Run(a) => {
+            if let Some(s) = &a.resume {
+                a.resume = Some(full(a.ledger.as_deref(), s)?);
+            }
+        }
+        Command::Retest(a) => {
+            if let Some(s) = &a.resume {
+                a.resume = Some(full(a.ledger.as_deref(), s)?);
+            }
+        }
+        Command::Approve(a) => a.session = full(a.ledger.as_deref(), &a.session)?,
+        Command::Deny(a) => a.session = full(a.ledger.as_deref(), &a.session)?,
+        Command::Revoke(a) => a.session = full(a.ledger.as_deref(), &a.session)?,
+        _ => {}
+    }
+    Ok(())
+}
+
 /// Whether this binary is `retie-agent`, the one with the agent's
 /// commands in it (`src/agent.rs` is a link to this file).
 const AGENT: bool = matches!(env!("CARGO_BIN_NAME").as_bytes(), b"retie-agent");
@@ -240,6 +281,46 @@ fn exec_agent() -> i32 {
     EXIT_SANDBOX_FAILED
 }
 
+/// `retie sandbox exec true`: the command must follow `--` (so that no
+/// word of it is ever read as retie's own option); clap's error says the
+/// word was unexpected, this says where it goes, with the line to type.
+fn exec_separator_tip(e: &mut clap::Error) {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if e.kind() != ErrorKind::UnknownArgument {
+        return;
+    }
+    let argv: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    if argv.get(1).map(String::as_str) != Some("sandbox")
+        || argv.get(2).map(String::as_str) != Some("exec")
+        || argv.iter().any(|a| a == "--")
+    {
+        return;
+    }
+    let Some(ContextValue::String(word)) = e.get(ContextKind::InvalidArg) else {
+        return;
+    };
+    if word.starts_with('-') {
+        return;
+    }
+    let Some(at) = argv.iter().skip(3).position(|a| a == word).map(|i| i + 3) else {
+        return;
+    };
+    let mut line: Vec<&str> = vec!["retie"];
+    line.extend(argv[1..at].iter().map(String::as_str));
+    line.push("--");
+    line.extend(argv[at..].iter().map(String::as_str));
+    let tip = format!(
+        "the command goes after `--`: {}",
+        crate::ui::shell_line(&line)
+    );
+    e.insert(
+        ContextKind::Suggested,
+        ContextValue::StyledStrs(vec![tip.into()]),
+    );
+}
+
 fn exit_code(code: i32) -> ExitCode {
     ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1))
 }
@@ -254,5 +335,150 @@ fn or_125(r: Result<i32, error::CliError>) -> i32 {
             crate::ui::say_error(&e);
             e.exit_code()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Cli, Command};
+    use crate::commands::sandbox::{exec_args_alone, ExecArgs, SandboxCmd};
+    use clap::{CommandFactory, Parser};
+    use std::ffi::OsString;
+
+    fn by_full(line: &[String]) -> Option<ExecArgs> {
+        let argv = ["retie", "sandbox", "exec"].iter().map(|s| s.to_string());
+        match Cli::try_parse_from(argv.chain(line.iter().cloned())) {
+            Ok(Cli {
+                command: Command::Sandbox(SandboxCmd::Exec(a)),
+            }) => Some(a),
+            _ => None,
+        }
+    }
+
+    fn by_alone(line: &[String]) -> Option<ExecArgs> {
+        let argv = ["sandbox", "exec"].iter().map(OsString::from);
+        exec_args_alone(argv.chain(line.iter().map(OsString::from)))
+    }
+
+    /// The differential test of ADR 0520: exec's own parser and the full
+    /// one read every flag of `sandbox exec` alike: each flag alone, with
+    /// each of its values (or sample values), `--flag=V` and `--flag V`,
+    /// all of them together, and lines that must fail.
+    #[test]
+    fn exec_alone_parses_as_the_full_parser() {
+        let exec = Cli::command()
+            .find_subcommand("sandbox")
+            .and_then(|s| s.find_subcommand("exec"))
+            .cloned()
+            .expect("sandbox exec");
+        let tail = [
+            "--".to_string(),
+            "sh".into(),
+            "-c".into(),
+            "echo --json".into(),
+        ];
+        let mut lines: Vec<Vec<String>> = vec![tail.to_vec()];
+        let mut all: Vec<String> = Vec::new();
+        let mut flags = 0;
+        for arg in exec.get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            if long == "help" || long == "version" {
+                continue;
+            }
+            flags += 1;
+            let takes = arg.get_num_args().is_some_and(|n| n.takes_values());
+            let values: Vec<String> = if !takes {
+                vec![]
+            } else if !arg.get_possible_values().is_empty() {
+                arg.get_possible_values()
+                    .iter()
+                    .map(|v| v.get_name().to_string())
+                    .chain(["no-such-value".to_string()])
+                    .collect()
+            } else {
+                ["1", "2.5", "/tmp/ws", "A=b", "host", "lab:x", "", "x y"]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect()
+            };
+            let mut forms: Vec<Vec<String>> = Vec::new();
+            if takes {
+                for v in &values {
+                    forms.push(vec![format!("--{long}"), v.clone()]);
+                    forms.push(vec![format!("--{long}={v}")]);
+                    if let Some(short) = arg.get_short() {
+                        forms.push(vec![format!("-{short}"), v.clone()]);
+                    }
+                }
+                forms.push(vec![format!("--{long}")]);
+            } else {
+                forms.push(vec![format!("--{long}")]);
+                forms.push(vec![format!("--{long}"), format!("--{long}")]);
+                forms.push(vec![format!("--{long}=1")]);
+            }
+            if let Some(first) = forms.first() {
+                all.extend(first.iter().cloned());
+            }
+            for f in forms {
+                let mut line = f.clone();
+                line.extend(tail.iter().cloned());
+                lines.push(line.clone());
+                // Without the `--`: both refuse.
+                lines.push(f);
+            }
+        }
+        assert!(flags >= 15, "only {flags} flags seen");
+        all.extend(tail.iter().cloned());
+        lines.push(all);
+        lines.push(vec!["true".into()]);
+        lines.push(vec!["--help".into()]);
+        lines.push(vec!["--bogus".into(), "--".into(), "true".into()]);
+        let mut parsed = 0;
+        for line in &lines {
+            let full = by_full(line);
+            assert_eq!(by_alone(line), full, "{line:?}");
+            parsed += usize::from(full.is_some());
+        }
+        assert!(parsed > flags, "too few lines parsed: {parsed}");
+    }
+
+    /// Every flag and argument of every subcommand says what it is for
+    /// (hidden ones excepted): `retie X --help` never shows a bare flag.
+    #[test]
+    fn every_arg_has_help_text() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                if arg.is_hide_set() {
+                    continue;
+                }
+                let id = arg.get_id().as_str();
+                if id == "help" || id == "version" {
+                    continue;
+                }
+                let has = arg
+                    .get_help()
+                    .is_some_and(|h| !h.to_string().trim().is_empty())
+                    || arg
+                        .get_long_help()
+                        .is_some_and(|h| !h.to_string().trim().is_empty());
+                if !has {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                if sub.is_hide_set() {
+                    continue;
+                }
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let cmd = Cli::command();
+        let mut missing = Vec::new();
+        walk(&cmd, "retie", &mut missing);
+        assert!(
+            missing.is_empty(),
+            "arguments without help text:\n{}",
+            missing.join("\n")
+        );
     }
 }

@@ -6,19 +6,9 @@ use std::path::PathBuf;
 
 use crate::error::CliError;
 
-/// `$VAR` if it is an absolute path, else `$HOME/fallback` (the XDG base
-/// directory rule); `None` when neither is usable.
-pub fn xdg_base(var: &str, fallback: &str) -> Option<PathBuf> {
-    std::env::var_os(var)
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .map(PathBuf::from)
-                .filter(|p| p.is_absolute())
-                .map(|h| h.join(fallback))
-        })
-}
+/// The XDG base directory rule: one copy, in the ledger crate (the
+/// lowest crate that needs it).
+pub use retie_ledger::xdg_base;
 
 /// The state directory, created if missing.
 pub fn dir() -> Result<PathBuf, CliError> {

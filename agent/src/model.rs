@@ -115,7 +115,7 @@ pub enum StreamEvent {
 }
 
 /// One finished turn.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Turn {
     /// The assistant's text (reasoning excluded).
     pub text: String,

@@ -8,7 +8,7 @@
 
 use std::path::Path;
 
-use retie_ledger::display::visible;
+use retie_display::visible;
 use retie_ledger::payload::{self, Decision};
 use retie_ledger::{keys, Actor, Guard, Kind, Ledger, NewEntry};
 use serde_json::{json, Map, Value};

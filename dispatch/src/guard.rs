@@ -9,7 +9,7 @@
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
-use retie_ledger::display::visible;
+use retie_display::visible;
 
 use crate::Error;
 

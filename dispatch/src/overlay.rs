@@ -20,18 +20,29 @@ use sha2::Digest;
 use crate::display::visible;
 use crate::Error;
 
-/// What the caller renders and answers while changes are handled.
-pub trait ChangesHooks {
+/// What the person sees and answers while changes are handled (the CLI
+/// prints and asks on the terminal; the agent keeps the lines for the
+/// model; tests answer directly).
+pub trait JobUi {
     /// A line for the person (already escaped where it quotes a path).
     fn say(&mut self, line: &str);
     /// Show the changes and ask; `None` when there is no one to ask.
-    fn review(
-        &mut self,
-        cs: &Changeset,
-        ws: &Path,
-        upper: &Path,
-        allow_blocked: bool,
-    ) -> Option<bool>;
+    fn review(&mut self, r: &Review<'_>) -> Option<bool>;
+}
+
+/// The changes a [`JobUi::review`] shows: the changeset, the workspace
+/// and the run's upper layer (where the new contents are).
+pub struct Review<'a> {
+    pub cs: &'a Changeset,
+    pub ws: &'a Path,
+    pub upper: &'a Path,
+    /// Whether the changes a sandbox may not make unasked are applied too.
+    pub allow_blocked: bool,
+}
+
+/// What the caller renders, answers and records while changes are
+/// handled: the person's side ([`JobUi`]) and the recording.
+pub trait ChangesHooks: JobUi {
     /// Before the changes reach the workspace: the recording of the exact
     /// changeset and its undo plan (the ledger's durable point 2). It runs
     /// on another thread while the pre-images and the journal entry are
@@ -1038,7 +1049,12 @@ pub fn handle(
             false
         }
         ChangesMode::Apply => true,
-        ChangesMode::Review => match hooks.review(&cs, &ws_path, &run.upper, allow_blocked) {
+        ChangesMode::Review => match hooks.review(&Review {
+            cs: &cs,
+            ws: &ws_path,
+            upper: &run.upper,
+            allow_blocked,
+        }) {
             Some(yes) => yes,
             None => {
                 run.keep();

@@ -15,7 +15,7 @@ use crate::overlay::{
     self, ChangesHooks, ChangesMode, Handled, OverlayRun, Recording, RunMeta, Snapshots,
 };
 use crate::{Error, Executor, Step, UndoPlan};
-use retie_ledger::display::visible;
+use retie_display::visible;
 
 /// How the workspace is presented.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,18 +70,7 @@ pub struct NetProxy {
     pub hosts: String,
 }
 
-/// What the person sees and answers while the job's changes are handled
-/// (the CLI prints and asks on the terminal; tests answer directly).
-pub trait JobUi {
-    fn say(&mut self, line: &str);
-    fn review(
-        &mut self,
-        cs: &Changeset,
-        ws: &Path,
-        upper: &Path,
-        allow_blocked: bool,
-    ) -> Option<bool>;
-}
+pub use crate::overlay::{JobUi, Review};
 
 /// One sandboxed command.
 pub struct SandboxJob<'u> {
@@ -574,25 +563,22 @@ pub fn plan_for(cs: &Changeset, allow_blocked: bool) -> Value {
 /// The job's hooks while its changes are handled: what the person sees
 /// and answers through its [`JobUi`], the recording through its step
 /// (also the file write's, `crate::write`).
-pub(crate) struct Hooks<'a, 'r> {
-    pub(crate) ui: &'a mut dyn JobUi,
-    pub(crate) step: &'a mut Step<'r>,
-    pub(crate) allow_blocked: bool,
+pub struct Hooks<'a, 'r> {
+    pub ui: &'a mut dyn JobUi,
+    pub step: &'a mut Step<'r>,
+    pub allow_blocked: bool,
 }
 
-impl ChangesHooks for Hooks<'_, '_> {
+impl JobUi for Hooks<'_, '_> {
     fn say(&mut self, line: &str) {
         self.ui.say(line);
     }
-    fn review(
-        &mut self,
-        cs: &Changeset,
-        ws: &Path,
-        upper: &Path,
-        allow_blocked: bool,
-    ) -> Option<bool> {
-        self.ui.review(cs, ws, upper, allow_blocked)
+    fn review(&mut self, r: &Review<'_>) -> Option<bool> {
+        self.ui.review(r)
     }
+}
+
+impl ChangesHooks for Hooks<'_, '_> {
     fn before_apply<'s>(&'s mut self, cs: &Changeset) -> Recording<'s> {
         let changes = json!({ "undo": plan_for(cs, self.allow_blocked) });
         let step = &mut *self.step;

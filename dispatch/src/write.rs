@@ -91,7 +91,7 @@ impl Executor for WriteJob<'_> {
             .write
             .take()
             .ok_or_else(|| Error::Invalid("a write runs once".into()))?;
-        let shown = retie_ledger::display::visible(w.path.as_str());
+        let shown = retie_display::visible(w.path.as_str());
         let ws = self.snaps.ws.path().to_path_buf();
         // Every change to the workspace from here on carries a change time
         // at or after this (the conflict check of `overlay::handle`); the
@@ -172,7 +172,7 @@ impl Executor for WriteJob<'_> {
                 format!(
                     "; created the directories {}",
                     made.iter()
-                        .map(|d| retie_ledger::display::visible(d.as_str()))
+                        .map(|d| retie_display::visible(d.as_str()))
                         .collect::<Vec<_>>()
                         .join(", ")
                 )
@@ -201,7 +201,7 @@ fn not_applied(j: &Value) -> String {
         .map(|b| {
             format!(
                 "{} ({})",
-                retie_ledger::display::visible(b["path"].as_str().unwrap_or("?")),
+                retie_display::visible(b["path"].as_str().unwrap_or("?")),
                 match &b["reason"] {
                     Value::String(s) => s.clone(),
                     other => other.to_string(),
@@ -264,7 +264,7 @@ fn stage(
         std::iter::successors(path.parent(), RelPath::parent).collect();
     ancestors.reverse();
     for here in ancestors {
-        let shown = || retie_ledger::display::visible(here.as_str());
+        let shown = || retie_display::visible(here.as_str());
         let mode = if !made.is_empty() {
             None
         } else {

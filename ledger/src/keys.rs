@@ -9,11 +9,11 @@ use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::{hex, mkdir_private, unhex, xdg_base, Error, Result, DOMAIN_DELEGATION};
+use super::{hex, mkdir_private, unhex, xdg_dir, Error, Result, DOMAIN_DELEGATION};
 
 /// `$XDG_CONFIG_HOME/retie/user.key` (else `~/.config/retie/user.key`).
 pub fn user_key_path() -> Result<PathBuf> {
-    Ok(xdg_base("XDG_CONFIG_HOME", ".config")?
+    Ok(xdg_dir("XDG_CONFIG_HOME", ".config")?
         .join("retie")
         .join("user.key"))
 }

@@ -12,7 +12,6 @@
 //! Checkpoints (count + head, user-signed) go to a file next to the
 //! database so that a truncated tail is detected.
 
-pub mod display;
 pub mod keys;
 pub mod model;
 pub mod payload;
@@ -335,12 +334,14 @@ pub fn resolve_path(arg: Option<&Path>) -> Result<PathBuf> {
     if let Some(p) = std::env::var_os("RETIE_LEDGER").filter(|p| !p.is_empty()) {
         return Ok(PathBuf::from(p));
     }
-    let base = xdg_base("XDG_STATE_HOME", ".local/state")?;
+    let base = xdg_dir("XDG_STATE_HOME", ".local/state")?;
     Ok(base.join("retie").join("ledger.db"))
 }
 
-/// `$VAR` if absolute, else `$HOME/fallback`.
-pub(crate) fn xdg_base(var: &'static str, fallback: &str) -> Result<PathBuf> {
+/// The XDG base directory rule, the one copy of it (the CLI's state,
+/// config and data directories use it too): `$VAR` if it is an absolute
+/// path, else `$HOME/fallback`; `None` when neither is usable.
+pub fn xdg_base(var: &str, fallback: &str) -> Option<PathBuf> {
     std::env::var_os(var)
         .map(PathBuf::from)
         .filter(|p| p.is_absolute())
@@ -350,7 +351,11 @@ pub(crate) fn xdg_base(var: &'static str, fallback: &str) -> Result<PathBuf> {
                 .filter(|p| p.is_absolute())
                 .map(|h| h.join(fallback))
         })
-        .ok_or(Error::NoHome(var))
+}
+
+/// [`xdg_base`], or the error that names the variable.
+pub(crate) fn xdg_dir(var: &'static str, fallback: &str) -> Result<PathBuf> {
+    xdg_base(var, fallback).ok_or(Error::NoHome(var))
 }
 
 pub(crate) fn mkdir_private(d: &Path) -> Result<()> {
@@ -1066,6 +1071,24 @@ impl Ledger {
     /// Every row in seq order.
     pub fn rows(&self) -> Result<Vec<Row>> {
         read_rows(&self.conn).map_err(|e| self.sql(e))
+    }
+
+    /// The session ids that start with `prefix` (at most `limit`, sorted):
+    /// how `retie replay 3804` finds its session. An empty prefix matches
+    /// nothing.
+    pub fn sessions_starting_with(&self, prefix: &str, limit: u32) -> Result<Vec<String>> {
+        if prefix.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut st = self
+            .conn
+            .prepare("SELECT DISTINCT session FROM entries WHERE substr(session, 1, length(?1)) = ?1 ORDER BY session LIMIT ?2")
+            .map_err(|e| self.sql(e))?;
+        let ids = st
+            .query_map(rusqlite::params![prefix, limit], |r| r.get::<_, String>(0))
+            .and_then(|it| it.collect::<rusqlite::Result<Vec<String>>>())
+            .map_err(|e| self.sql(e))?;
+        Ok(ids)
     }
 
     /// Rows of one session (and the genesis), in seq order.

@@ -1,7 +1,7 @@
 //! Sessions and actions as read back from the entries (for log, replay
 //! and undo).
 
-use crate::display::{shell_line, visible};
+use retie_display::{shell_line, visible};
 use serde::Serialize;
 use serde_json::Value;
 

@@ -61,7 +61,7 @@ impl ProviderAttempt {
         } else {
             "not retried".into()
         };
-        crate::display::visible(&format!(
+        retie_display::visible(&format!(
             "turn {} attempt {}: {}{}: {}; {}",
             self.turn, self.attempt, self.cause, status, self.message, then
         ))

@@ -743,7 +743,7 @@ fn seen_path(ledger: &Path) -> Option<std::path::PathBuf> {
     use sha2::Digest;
     let abs = std::fs::canonicalize(ledger).ok()?;
     let h = sha2::Sha256::digest(abs.as_os_str().as_encoded_bytes());
-    let base = super::xdg_base("XDG_STATE_HOME", ".local/state").ok()?;
+    let base = super::xdg_base("XDG_STATE_HOME", ".local/state")?;
     Some(
         base.join("retie")
             .join("verified")

@@ -244,6 +244,128 @@ pub fn check_passed_fd(fd: i32) -> std::result::Result<(), String> {
     Ok(())
 }
 
+/// The helper's command line, one definition for both binaries that take
+/// it: `retie __sandbox-helper ARGS` and `retie-sandbox-helper
+/// [__sandbox-helper] ARGS` (ADR 0520).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HelperArgs {
+    /// `--reply-fd N [--request-fd M]`: serve one request, read from M
+    /// (default 4) to EOF, the reply written on N.
+    Serve { reply_fd: i32, request_fd: i32 },
+    /// `--print-request --workspace DIR -- CMD...`: print the request a
+    /// caller would send for CMD in DIR (the built-in profile, the
+    /// workspace bound directly) and exit: for the benchmarks, which
+    /// drive the helper without a Rust caller.
+    PrintRequest {
+        workspace: std::path::PathBuf,
+        command: Vec<String>,
+    },
+}
+
+/// What the helper binaries print under an argument error.
+pub const HELPER_USAGE: &str = "usage: [__sandbox-helper] --reply-fd N [--request-fd M]\n       [__sandbox-helper] --print-request --workspace DIR -- CMD...";
+
+impl HelperArgs {
+    /// Read the helper's arguments (after the program name; a leading
+    /// `__sandbox-helper` is skipped). Flags take `--flag V` or
+    /// `--flag=V`.
+    pub fn parse(
+        args: impl IntoIterator<Item = String>,
+    ) -> std::result::Result<HelperArgs, String> {
+        let mut args = args.into_iter().peekable();
+        if args.peek().map(String::as_str) == Some("__sandbox-helper") {
+            args.next();
+        }
+        let (mut reply, mut request, mut print, mut workspace) = (None, None, false, None);
+        let mut command = None;
+        while let Some(arg) = args.next() {
+            if arg == "--" {
+                command = Some(args.by_ref().collect::<Vec<_>>());
+                break;
+            }
+            if arg == "--print-request" {
+                print = true;
+                continue;
+            }
+            let (flag, inline) = match arg.split_once('=') {
+                Some((f, v)) => (f.to_string(), Some(v.to_string())),
+                None => (arg, None),
+            };
+            if !matches!(flag.as_str(), "--reply-fd" | "--request-fd" | "--workspace") {
+                return Err(format!("unknown argument {flag}"));
+            }
+            let value = match inline.or_else(|| args.next()) {
+                Some(v) => v,
+                None => return Err(format!("{flag} needs a value")),
+            };
+            let fd = || -> std::result::Result<i32, String> {
+                value
+                    .parse()
+                    .map_err(|_| format!("{flag}: not a descriptor number"))
+            };
+            match flag.as_str() {
+                "--reply-fd" if reply.is_none() => reply = Some(fd()?),
+                "--request-fd" if request.is_none() => request = Some(fd()?),
+                "--workspace" if workspace.is_none() => workspace = Some(value.clone()),
+                _ => return Err(format!("{flag} given twice")),
+            }
+        }
+        match (print, reply, request, workspace, command) {
+            (false, Some(reply_fd), request, None, None) => Ok(HelperArgs::Serve {
+                reply_fd,
+                request_fd: request.unwrap_or(4),
+            }),
+            (false, None, ..) => Err("--reply-fd is required".into()),
+            (true, None, None, Some(ws), Some(command)) if !command.is_empty() => {
+                Ok(HelperArgs::PrintRequest {
+                    workspace: ws.into(),
+                    command,
+                })
+            }
+            (true, None, None, ..) => {
+                Err("--print-request needs --workspace DIR -- CMD...".into())
+            }
+            _ => Err("--print-request goes without --reply-fd/--request-fd, and --workspace and a command only with it".into()),
+        }
+    }
+
+    /// Do what the arguments say; the helper process's exit code.
+    pub fn run(self) -> i32 {
+        match self {
+            HelperArgs::Serve {
+                reply_fd,
+                request_fd,
+            } => serve(reply_fd, request_fd),
+            HelperArgs::PrintRequest { workspace, command } => {
+                let printed = crate::spec::Sandbox::builder(&command)
+                    .workspace(&workspace)
+                    .profile(match crate::Profile::host() {
+                        Ok(p) => p,
+                        Err(e) => {
+                            eprintln!("retie: {e}");
+                            return e.exit_code();
+                        }
+                    })
+                    .build()
+                    .and_then(|spec| {
+                        serde_json::to_string(&Request::from(&spec))
+                            .map_err(|e| RuntimeError::Helper(e.to_string()))
+                    });
+                match printed {
+                    Ok(text) => {
+                        println!("{text}");
+                        0
+                    }
+                    Err(e) => {
+                        eprintln!("retie: {e}");
+                        e.exit_code()
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// The helper's side: read the request, run it, reply. Returns the exit
 /// code the helper process should end with (what `retie sandbox exec`
 /// would: the command's, or the error's).
@@ -285,6 +407,59 @@ pub fn serve(reply_fd: i32, request_fd: i32) -> i32 {
     let reply_file = unsafe { std::fs::File::from_raw_fd(reply_fd) };
     let _ = crate::sys::write_all(std::os::fd::AsFd::as_fd(&reply_file), text.as_bytes());
     code
+}
+
+#[cfg(test)]
+mod args_tests {
+    use super::HelperArgs;
+
+    fn p(a: &[&str]) -> Result<HelperArgs, String> {
+        HelperArgs::parse(a.iter().map(|s| s.to_string()))
+    }
+
+    #[test]
+    fn both_helper_binaries_read_one_command_line() {
+        let serve = |reply_fd, request_fd| {
+            Ok(HelperArgs::Serve {
+                reply_fd,
+                request_fd,
+            })
+        };
+        assert_eq!(p(&["__sandbox-helper", "--reply-fd", "3"]), serve(3, 4));
+        assert_eq!(p(&["--reply-fd", "3"]), serve(3, 4));
+        assert_eq!(p(&["--reply-fd=5", "--request-fd", "6"]), serve(5, 6));
+        assert_eq!(
+            p(&[
+                "--print-request",
+                "--workspace",
+                "/w",
+                "--",
+                "true",
+                "--",
+                "-x"
+            ]),
+            Ok(HelperArgs::PrintRequest {
+                workspace: "/w".into(),
+                command: vec!["true".into(), "--".into(), "-x".into()],
+            })
+        );
+        for bad in [
+            &[][..],
+            &["--reply-fd"],
+            &["--reply-fd", "x"],
+            &["--request-fd", "4"],
+            &["--reply-fd", "3", "--reply-fd", "4"],
+            &["--reply-fd", "3", "--print-request"],
+            &["--reply-fd", "3", "--bogus"],
+            &["--reply-fd", "3", "extra"],
+            &["--reply-fd", "3", "--", "true"],
+            &["--print-request", "--workspace", "/w"],
+            &["--print-request", "--", "true"],
+            &["--print-request", "--workspace", "/w", "--"],
+        ] {
+            assert!(p(bad).is_err(), "{bad:?}");
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! The crate's one error type. Every variant that concerns a file names it.
 
-use std::fmt::{self, Write as _};
+use std::fmt;
 use std::io;
 use std::path::PathBuf;
 
@@ -229,32 +229,14 @@ impl fmt::Display for PathList<'_> {
 }
 
 /// A name from the workspace (which a sandboxed command chose) as it may
-/// reach a terminal in an error message: every control character (C0 with
-/// `\n` and `\r`, DEL, C1), bidirectional override and invisible format
-/// character shown as an escape, the backslash doubled, so that a file
-/// name cannot move the cursor, set a window title or fake a line of
-/// retie's output. The same rule as `retie_ledger::display::visible`,
-/// which this crate does not depend on.
+/// reach a terminal in an error message: `retie_display::visible`, so that
+/// a file name cannot move the cursor, set a window title or fake a line
+/// of retie's output.
 pub struct Shown<'a>(pub &'a str);
 
 impl fmt::Display for Shown<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for c in self.0.chars() {
-            let hidden = c.is_control()
-                || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
-                    | '\u{200b}'..='\u{200f}' | '\u{2028}' | '\u{2029}' | '\u{feff}');
-            match c {
-                '\\' => f.write_str("\\\\")?,
-                '\n' => f.write_str("\\n")?,
-                '\r' => f.write_str("\\r")?,
-                '\t' => f.write_str("\\t")?,
-                '\x1b' => f.write_str("\\e")?,
-                c if hidden && (c as u32) < 0x100 => write!(f, "\\x{:02x}", c as u32)?,
-                c if hidden => write!(f, "\\u{{{:x}}}", c as u32)?,
-                c => f.write_char(c)?,
-            }
-        }
-        Ok(())
+        f.write_str(&retie_display::visible(self.0))
     }
 }
 

@@ -40,20 +40,14 @@ impl JobUi for Terminal {
     fn say(&mut self, line: &str) {
         crate::ui::say_error(&line);
     }
-    fn review(
-        &mut self,
-        cs: &Changeset,
-        ws: &Path,
-        upper: &Path,
-        allow_blocked: bool,
-    ) -> Option<bool> {
-        let full = print_review(cs, ws, upper, allow_blocked, false);
+    fn review(&mut self, r: &overlay::Review<'_>) -> Option<bool> {
+        let full = print_review(r.cs, r.ws, r.upper, r.allow_blocked, false);
         if full {
             return ask("Apply these changes to the workspace? [y/N] ").map(|a| a == Answer::Yes);
         }
         match ask("Apply these changes to the workspace? [y/N/a: show all] ")? {
             Answer::All => {
-                print_review(cs, ws, upper, allow_blocked, true);
+                print_review(r.cs, r.ws, r.upper, r.allow_blocked, true);
                 ask("Apply these changes to the workspace? [y/N] ").map(|a| a == Answer::Yes)
             }
             a => Some(a == Answer::Yes),
@@ -61,19 +55,8 @@ impl JobUi for Terminal {
     }
 }
 
+/// The terminal with nothing to record (`retie changes` outside an action).
 impl overlay::ChangesHooks for Terminal {
-    fn say(&mut self, line: &str) {
-        JobUi::say(self, line);
-    }
-    fn review(
-        &mut self,
-        cs: &Changeset,
-        ws: &Path,
-        upper: &Path,
-        allow_blocked: bool,
-    ) -> Option<bool> {
-        JobUi::review(self, cs, ws, upper, allow_blocked)
-    }
     fn before_apply<'s>(&'s mut self, _cs: &Changeset) -> overlay::Recording<'s> {
         Box::new(|| Ok(()))
     }

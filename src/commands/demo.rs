@@ -43,14 +43,40 @@ fn say(s: &str) {
     }
 }
 
+/// The show goes to stderr, the children's (`replay`, `verify`,
+/// `undo-all`) included; stdout gets one line, the result, after the
+/// temporary directory is gone. So `retie demo | head -1` runs the whole
+/// demo and leaves nothing behind: nothing it writes meets a closed pipe
+/// before its clean-up.
 pub fn run(args: DemoArgs) -> i32 {
-    match demo(args) {
-        Ok(code) => code,
+    use std::io::Write;
+    use std::os::fd::AsFd;
+    let out = std::io::stdout()
+        .as_fd()
+        .try_clone_to_owned()
+        .map(std::fs::File::from);
+    let moved = rustix::stdio::dup2_stdout(std::io::stderr().as_fd());
+    if let Err(e) = &moved {
+        eprintln!("retie demo: the show stays on stdout ({e})");
+    }
+    let (code, line) = match demo(args) {
+        Ok(0) => (0, "retie demo: ok".to_string()),
+        Ok(code) => (code, format!("retie demo: failed (exit {code})")),
         Err(e) => {
             eprintln!("retie demo: {e}");
-            run::EXIT_USAGE
+            (run::EXIT_USAGE, format!("retie demo: error: {e}"))
         }
+    };
+    let _ = std::io::stdout().flush();
+    if let (Ok(mut out), Ok(())) = (out, moved) {
+        // A reader that is gone (`| head -1` after its line) is no
+        // failure of the demo: everything is cleaned up by now.
+        // SAFETY: setting a signal disposition to "ignore" is always
+        // sound; nothing in this process relies on SIGPIPE's default.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+        let _ = writeln!(out, "{line}");
     }
+    code
 }
 
 fn demo(args: DemoArgs) -> Result<i32, CliError> {
@@ -103,18 +129,19 @@ fn demo(args: DemoArgs) -> Result<i32, CliError> {
             dir: Some(ws.clone()),
             prompt: Some("Fix the failing tests of this project.".into()),
             resume: None,
-            provider: Some(run::ProviderArg::Script),
-            model: Some("demo-script".into()),
+            provider: run::ProviderArgs {
+                provider: Some(run::ProviderArg::Script),
+                model: Some("demo-script".into()),
+                ..Default::default()
+            },
             max_tier: None,
-            base_url: None,
-            api_key_env: None,
-            script: None,
             autonomy: None,
             yes: false,
             on_ask: None,
             max_turns: Some(12),
             max_tokens: None,
             timeout: Some(60),
+            bash_timeout: None,
             fetch_allow: Vec::new(),
             ledger: None,
             json: false,

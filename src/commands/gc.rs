@@ -241,18 +241,18 @@ pub fn gc(args: GcArgs) -> Result<i32, CliError> {
         );
     } else {
         println!(
-            "retie gc: {verb} {} pre-image blob(s) ({} bytes), {} run(s) ({} bytes) and finished runs' directories ({} bytes); expired {} undo entr{} older than the cut-off; kept {} blob(s) ({} bytes) and {} small pre-image(s) carried in the journal ({} bytes) for {} entr{} that can still be undone",
+            "retie gc: {verb} {} pre-image blob(s) ({}), {} run(s) ({}) and finished runs' directories ({}); expired {} undo entr{} older than the cut-off; kept {} blob(s) ({}) and {} small pre-image(s) carried in the journal ({}) for {} entr{} that can still be undone",
             report.blobs_removed,
-            report.bytes_removed,
+            crate::ui::human_size(report.bytes_removed),
             removed_runs.len(),
-            run_bytes,
-            trash_bytes,
+            crate::ui::human_size(run_bytes),
+            crate::ui::human_size(trash_bytes),
             report.expired.len(),
             if report.expired.len() == 1 { "y" } else { "ies" },
             report.blobs_kept,
-            report.bytes_kept,
+            crate::ui::human_size(report.bytes_kept),
             report.carried_kept,
-            report.carried_bytes_kept,
+            crate::ui::human_size(report.carried_bytes_kept),
             report.live_entries,
             if report.live_entries == 1 { "y" } else { "ies" },
         );
@@ -299,6 +299,7 @@ pub fn status(args: StatusArgs) -> Result<i32, CliError> {
         return Ok(0);
     }
     let show = |p: &serde_json::Value| crate::ui::visible(p.as_str().unwrap_or("?"));
+    let size = |b: &serde_json::Value| crate::ui::human_size(b.as_u64().unwrap_or(0));
     println!("config     {}", show(&v["config"]["path"]));
     println!(
         "user key   {} ({})",
@@ -310,37 +311,37 @@ pub fn status(args: StatusArgs) -> Result<i32, CliError> {
         }
     );
     println!(
-        "state      {}  {} bytes",
+        "state      {}  {}",
         show(&v["state_dir"]["path"]),
-        v["state_dir"]["bytes"]
+        size(&v["state_dir"]["bytes"])
     );
     println!(
-        "ledger     {}  {} bytes",
+        "ledger     {}  {}",
         show(&v["ledger"]["path"]),
-        v["ledger"]["bytes"]
+        size(&v["ledger"]["bytes"])
     );
     println!(
-        "snapshots  {}  {} bytes, journal entries {}",
+        "snapshots  {}  {}, journal entries {}",
         show(&v["snapshots"]["path"]),
-        v["snapshots"]["bytes"],
+        size(&v["snapshots"]["bytes"]),
         v["snapshots"]["journal_entries"]
     );
     println!(
-        "runs       {}  {} run(s), {} kept, {} bytes",
+        "runs       {}  {} run(s), {} kept, {}",
         show(&v["runs"]["path"]),
         v["runs"]["count"],
         kept,
-        v["runs"]["bytes"]
+        size(&v["runs"]["bytes"])
     );
     println!(
-        "trash      {}  {} bytes (finished runs' directories, removed by the next run or gc)",
+        "trash      {}  {} (finished runs' directories, removed by the next run or gc)",
         show(&v["trash"]["path"]),
-        v["trash"]["bytes"]
+        size(&v["trash"]["bytes"])
     );
     println!(
-        "spare      {}  {} bytes (directories of runs that changed nothing, reused by the next run; gc removes them)",
+        "spare      {}  {} (directories of runs that changed nothing, reused by the next run; gc removes them)",
         show(&v["spare"]["path"]),
-        v["spare"]["bytes"]
+        size(&v["spare"]["bytes"])
     );
     println!(
         "retention  keep {} days{} (retie gc; [state] keep_days / max_mb in the config)",

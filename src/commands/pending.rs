@@ -22,8 +22,10 @@ use crate::ui::visible;
 
 #[derive(Args)]
 pub struct PendingArgs {
+    /// The ledger (default: RETIE_LEDGER, else STATE/ledger.db).
     #[arg(long, value_name = "PATH")]
     pub ledger: Option<PathBuf>,
+    /// The pending approvals as JSON, on stdout.
     #[arg(long)]
     pub json: bool,
 }
@@ -48,31 +50,38 @@ pub struct ApproveArgs {
     /// entry; `retie revoke` takes it back).
     #[arg(long, conflicts_with = "edit")]
     pub always: bool,
+    /// The ledger (default: RETIE_LEDGER, else STATE/ledger.db).
     #[arg(long, value_name = "PATH")]
     pub ledger: Option<PathBuf>,
 }
 
 #[derive(Args)]
 pub struct RevokeArgs {
+    /// The session whose grant to take back (not running).
     #[arg(value_name = "SESSION")]
     pub session: String,
     /// The grant's entry number (`retie sessions --json` lists them under
     /// `grants`).
     #[arg(value_name = "GRANT")]
     pub grant: i64,
+    /// The ledger (default: RETIE_LEDGER, else STATE/ledger.db).
     #[arg(long, value_name = "PATH")]
     pub ledger: Option<PathBuf>,
 }
 
 #[derive(Args)]
 pub struct DenyArgs {
+    /// The suspended session (`retie pending` lists them).
     #[arg(value_name = "SESSION")]
     pub session: String,
     /// Why: the model reads it when the session resumes.
     #[arg(long, value_name = "TEXT")]
     pub reason: String,
+    /// Deny only if the pending action's digest is this one (what you
+    /// read in `retie pending`).
     #[arg(long, value_name = "HEX")]
     pub digest: Option<String>,
+    /// The ledger (default: RETIE_LEDGER, else STATE/ledger.db).
     #[arg(long, value_name = "PATH")]
     pub ledger: Option<PathBuf>,
 }

@@ -13,7 +13,6 @@
 use std::io::Read;
 use std::net::{IpAddr, ToSocketAddrs};
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use retie_policy::urlguard::{self, Target};
 use retie_policy::{
@@ -92,12 +91,15 @@ fn parse_risk(s: &str) -> Result<RiskLevel, String> {
 }
 
 /// Run a `retie policy` subcommand.
-pub fn run(cmd: PolicyCmd) -> ExitCode {
+/// Exit 0, or 1 for a verdict that is "no" (a denial, a flagged write, a
+/// refused URL); a failure of retie itself (a malformed action, an
+/// unreadable policy) is 125 like every other (ADR 0005, 0501).
+pub fn run(cmd: PolicyCmd) -> i32 {
     match run_inner(cmd) {
         Ok(code) => code,
         Err(msg) => {
             eprintln!("retie policy: {msg}");
-            ExitCode::from(2)
+            crate::error::EXIT_FAILED
         }
     }
 }
@@ -146,7 +148,7 @@ fn json_terminal_safe(json: &str) -> String {
     out
 }
 
-fn run_inner(cmd: PolicyCmd) -> Result<ExitCode, String> {
+fn run_inner(cmd: PolicyCmd) -> Result<i32, String> {
     match cmd {
         PolicyCmd::Show { policy, json } => {
             let (p, source) = load_policy(policy.as_ref())?;
@@ -203,7 +205,7 @@ fn run_inner(cmd: PolicyCmd) -> Result<ExitCode, String> {
                     p.shell_rules().deny_prefixes().join(", ")
                 );
             }
-            Ok(ExitCode::SUCCESS)
+            Ok(0)
         }
         PolicyCmd::Explain {
             file,
@@ -288,9 +290,9 @@ fn run_inner(cmd: PolicyCmd) -> Result<ExitCode, String> {
                 }
             }
             Ok(if ev.decision.verdict == Verdict::Deny {
-                ExitCode::from(1)
+                1
             } else {
-                ExitCode::SUCCESS
+                0
             })
         }
         PolicyCmd::Inspect {
@@ -316,11 +318,7 @@ fn run_inner(cmd: PolicyCmd) -> Result<ExitCode, String> {
                     println!("  {f}");
                 }
             }
-            Ok(if ins.level == RiskLevel::High {
-                ExitCode::from(1)
-            } else {
-                ExitCode::SUCCESS
-            })
+            Ok(if ins.level == RiskLevel::High { 1 } else { 0 })
         }
         PolicyCmd::Url { url, resolve, json } => {
             let mut resolved_by = "given";
@@ -361,11 +359,7 @@ fn run_inner(cmd: PolicyCmd) -> Result<ExitCode, String> {
                     Err(r) => println!("refused  {url}: {r}"),
                 }
             }
-            Ok(if result.is_ok() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            })
+            Ok(if result.is_ok() { 0 } else { 1 })
         }
     }
 }

@@ -21,11 +21,13 @@ pub struct ReplayArgs {
     /// current directory's.
     #[arg(long)]
     pub all: bool,
+    /// The ledger (default: RETIE_LEDGER, else STATE/ledger.db).
     #[arg(long, value_name = "PATH")]
     pub ledger: Option<PathBuf>,
     /// Markdown, fit to paste into a pull request.
     #[arg(long, conflicts_with = "json")]
     pub markdown: bool,
+    /// The session as JSON, on stdout.
     #[arg(long)]
     pub json: bool,
 }

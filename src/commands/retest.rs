@@ -33,7 +33,7 @@ use retie_policy::Policy;
 use retie_runtime::NetMode;
 use serde_json::{json, Value};
 
-use super::run::{self as agent_run, AutonomyArg, ProviderArg, RunArgs};
+use super::run::{self as agent_run, AutonomyArg, ProviderArg, ProviderArgs, RunArgs};
 use crate::error::CliError;
 
 /// The tools a retest command may count on, with the Debian package that
@@ -56,23 +56,13 @@ pub struct RetestArgs {
     /// Continue retest session SESSION from the ledger (verified first).
     #[arg(long, value_name = "SESSION", conflicts_with_all = ["findings", "lab", "id"])]
     pub resume: Option<String>,
-    #[arg(long, value_enum)]
-    pub provider: Option<ProviderArg>,
-    /// The model; none named: the ladder (lowest callable tier, climbs
-    /// on failure).
-    #[arg(long)]
-    pub model: Option<String>,
-    /// The ladder climbs no higher than tier N.
+    /// The model provider: which wire format, model, endpoint and key.
+    #[command(flatten)]
+    pub provider: ProviderArgs,
+    /// The ladder climbs no higher than tier N (a spend cap; no effect
+    /// with --model).
     #[arg(long, value_name = "N")]
     pub max_tier: Option<u32>,
-    #[arg(long, value_name = "URL")]
-    pub base_url: Option<String>,
-    /// The environment variable holding the API key.
-    #[arg(long, value_name = "NAME")]
-    pub api_key_env: Option<String>,
-    /// The script of turns for `--provider script`.
-    #[arg(long, value_name = "FILE")]
-    pub script: Option<PathBuf>,
     /// manual: every command asks; gated (default) and auto: every
     /// run_command asks too (a lab target cannot be rolled back), unless
     /// an "always" grant covers it.
@@ -124,18 +114,15 @@ fn run_args(a: &RetestArgs, dir: Option<PathBuf>) -> RunArgs {
         dir,
         prompt: None,
         resume: a.resume.clone(),
-        provider: a.provider,
-        model: a.model.clone(),
+        provider: a.provider.clone(),
         max_tier: a.max_tier,
-        base_url: a.base_url.clone(),
-        api_key_env: a.api_key_env.clone(),
-        script: a.script.clone(),
         autonomy: a.autonomy,
         yes: a.yes,
         on_ask: None,
         max_turns: Some(a.max_steps.max(1)),
         max_tokens: None,
         timeout: None,
+        bash_timeout: None,
         fetch_allow: Vec::new(),
         ledger: a.ledger.clone(),
         json: a.json,
@@ -919,8 +906,7 @@ fn resume(mut a: RetestArgs, id: &str) -> Result<i32, CliError> {
     )?;
     let mut ra = run_args(&a, None);
     agent_run::defaults_from_session(&mut ra, id)?;
-    a.provider = ra.provider;
-    a.model = ra.model.clone();
+    a.provider = ra.provider.clone();
     a.autonomy = ra.autonomy;
     let scratch = PathBuf::from(&opened.scratch);
     std::fs::create_dir_all(&scratch)

@@ -57,26 +57,13 @@ pub struct RunArgs {
     /// autonomy and workspace default to the session's.
     #[arg(long, value_name = "SESSION")]
     pub resume: Option<String>,
-    /// Which wire format to speak.
-    #[arg(long, value_enum)]
-    pub provider: Option<ProviderArg>,
-    /// The model; none named (here, RETIE_MODEL or `[agent] model`): the
-    /// ladder picks the lowest tier among callable models (`retie probe`)
-    /// and climbs only on failure.
-    #[arg(long)]
-    pub model: Option<String>,
+    /// The model provider: which wire format, model, endpoint and key.
+    #[command(flatten)]
+    pub provider: ProviderArgs,
     /// The ladder climbs no higher than tier N (a spend cap; no effect
     /// with --model).
     #[arg(long, value_name = "N")]
     pub max_tier: Option<u32>,
-    #[arg(long, value_name = "URL")]
-    pub base_url: Option<String>,
-    /// The environment variable holding the API key.
-    #[arg(long, value_name = "NAME")]
-    pub api_key_env: Option<String>,
-    /// The script of turns for `--provider script`.
-    #[arg(long, value_name = "FILE")]
-    pub script: Option<PathBuf>,
     /// manual: every action asks; gated (default): irreversible, unknown
     /// and high-risk actions ask; auto: irreversible and unknown ask.
     #[arg(long, value_enum)]
@@ -91,13 +78,23 @@ pub struct RunArgs {
     /// refuses it and tells the model.
     #[arg(long, value_enum, value_name = "WHAT")]
     pub on_ask: Option<OnAskArg>,
+    /// Model turns at most (default: `[agent] max_turns`, else the
+    /// built-in 30); then the session stops, exit 3.
     #[arg(long, value_name = "N")]
     pub max_turns: Option<u32>,
+    /// Tokens at most, input and output together over the session
+    /// (default: `[agent] max_tokens`, else 400000); then the
+    /// session stops, exit 3.
     #[arg(long, value_name = "N")]
     pub max_tokens: Option<u64>,
     /// Wall-time budget, seconds.
     #[arg(long, value_name = "SECS")]
     pub timeout: Option<u64>,
+    /// The longest one bash command may run, seconds (default: `[agent]
+    /// bash_timeout`, else 120). The model's own `timeout` is honoured up
+    /// to it; its default (60 s) is cut to it.
+    #[arg(long, value_name = "SECS")]
+    pub bash_timeout: Option<u64>,
     /// Allow the fetch tool to reach HOST (port 80) or HOST:PORT; repeatable.
     /// Nothing else is fetched. A name must resolve to public addresses
     /// only; a loopback or private address is honoured only when given as
@@ -113,6 +110,36 @@ pub struct RunArgs {
     /// On resume: the recorded settings a flag changed (name, new value).
     #[arg(skip)]
     pub resume_overrides: Vec<(&'static str, String)>,
+}
+
+/// The provider flags, one definition for every command that talks to a
+/// model (`retie run`, `retie retest`): each resolves them the same way
+/// (flag, then RETIE_* environment, then `[agent]` config; on resume the
+/// session's record), in [`resolve`].
+#[derive(Args, Debug, Clone, Default)]
+pub struct ProviderArgs {
+    /// Which wire format to speak: openai (also any OpenAI-format server),
+    /// anthropic, ollama, or script (a scripted model, offline).
+    /// Default: RETIE_PROVIDER, else `[agent] provider` in config.toml.
+    #[arg(long, value_enum)]
+    pub provider: Option<ProviderArg>,
+    /// The model name the provider knows (default: RETIE_MODEL, else
+    /// `[agent] model`; none named anywhere: the ladder picks the lowest
+    /// tier among callable models, see `retie probe`, and climbs only on
+    /// failure).
+    #[arg(long, value_name = "NAME")]
+    pub model: Option<String>,
+    /// The provider's endpoint (default: RETIE_BASE_URL, else `[agent]
+    /// base_url`, else the provider's public one, named at start).
+    #[arg(long, value_name = "URL")]
+    pub base_url: Option<String>,
+    /// The environment variable holding the API key (the key itself is
+    /// never a flag, so it stays out of the process list and history).
+    #[arg(long, value_name = "NAME")]
+    pub api_key_env: Option<String>,
+    /// The script of turns for `--provider script`.
+    #[arg(long, value_name = "FILE")]
+    pub script: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
@@ -150,6 +177,8 @@ pub struct AgentConfig {
     max_turns: Option<u32>,
     max_tokens: Option<u64>,
     timeout: Option<u64>,
+    /// The longest one bash command may run, seconds (`--bash-timeout`).
+    bash_timeout: Option<u64>,
     /// Attempts at one turn when the provider fails transiently (error
     /// event, 5xx, 429, dropped connection, cut stream), the first
     /// included; then the session suspends (default 4;
@@ -259,6 +288,9 @@ pub fn exit_code(s: Status) -> i32 {
 
 /// The settings after config file, environment and flags.
 pub(super) struct Resolved {
+    /// The bash tool's ceiling, seconds (`--bash-timeout`, `[agent]
+    /// bash_timeout`); None: the tool's default.
+    pub bash_timeout: Option<u64>,
     pub provider: ProviderArg,
     pub model: String,
     pub tier: Tier,
@@ -281,7 +313,7 @@ pub(super) struct Resolved {
 pub(super) fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
     let file = super::gc::config()?.0.agent;
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    let provider = match (args.provider, env("RETIE_PROVIDER"), file.provider) {
+    let provider = match (args.provider.provider, env("RETIE_PROVIDER"), file.provider) {
         (Some(p), _, _) => p,
         (None, Some(e), _) => ProviderArg::from_str(&e, true)
             .map_err(|_| CliError::Usage(format!("RETIE_PROVIDER={e}: expected openai, anthropic, ollama or script")))?,
@@ -293,6 +325,7 @@ pub(super) fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
         }
     };
     let model = args
+        .provider
         .model
         .clone()
         .or_else(|| env("RETIE_MODEL"))
@@ -308,6 +341,7 @@ pub(super) fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
     // record), the environment or config; else the provider's default,
     // which print_start names before the first request.
     let named = args
+        .provider
         .base_url
         .clone()
         .or_else(|| env("RETIE_BASE_URL"))
@@ -315,6 +349,7 @@ pub(super) fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
     let base_url_is_default = named.is_none() && provider != ProviderArg::Script;
     let base_url = named.or_else(|| default_base_url(provider).map(String::from));
     let key_env = args
+        .provider
         .api_key_env
         .clone()
         .or(file.api_key_env)
@@ -395,7 +430,15 @@ pub(super) fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
     cfg.fetch_allow = fetch.allow.iter().map(|a| a.describe()).collect();
     cfg.base_url = base_url.clone();
     cfg.api_key_env = key_env.clone();
+    let bash_timeout = args.bash_timeout.or(file.bash_timeout);
+    if bash_timeout == Some(0) {
+        return Err(CliError::Usage(
+            "--bash-timeout / [agent] bash_timeout: 0 s lets no command run; give at least 1"
+                .into(),
+        ));
+    }
     Ok(Resolved {
+        bash_timeout,
         base_url_is_default,
         key_env,
         prices: file.prices,
@@ -487,6 +530,10 @@ pub(super) fn setup(
         };
     }
     bash.cancel_on_interrupt = cancel;
+    if let Some(secs) = r.bash_timeout {
+        bash.ceiling = Duration::from_secs(secs);
+        bash.default_timeout = bash.default_timeout.min(bash.ceiling);
+    }
     if let Some(flag) = cancel {
         r.cfg.interrupt = Some(flag);
     }
@@ -538,7 +585,7 @@ pub(super) fn provider(
         let text = match script {
             Some(t) => t,
             None => {
-                let f = args.script.as_ref().ok_or_else(|| {
+                let f = args.provider.script.as_ref().ok_or_else(|| {
                     CliError::Usage("--provider script needs --script FILE".into())
                 })?;
                 std::fs::read_to_string(f)
@@ -780,25 +827,31 @@ pub(super) fn defaults_from_session(args: &mut RunArgs, id: &str) -> Result<(), 
         "provider",
         "--provider",
         args.provider
+            .provider
             .and_then(|p| p.to_possible_value())
             .map(|v| v.get_name().to_string()),
     );
-    given("model", "--model", args.model.clone());
-    given("base_url", "--base-url", args.base_url.clone());
-    given("api_key_env", "--api-key-env", args.api_key_env.clone());
-    if args.provider.is_none() {
-        args.provider = text("provider").and_then(|p| ProviderArg::from_str(&p, true).ok());
+    given("model", "--model", args.provider.model.clone());
+    given("base_url", "--base-url", args.provider.base_url.clone());
+    given(
+        "api_key_env",
+        "--api-key-env",
+        args.provider.api_key_env.clone(),
+    );
+    if args.provider.provider.is_none() {
+        args.provider.provider =
+            text("provider").and_then(|p| ProviderArg::from_str(&p, true).ok());
     }
-    if args.model.is_none() {
-        args.model = text("model");
+    if args.provider.model.is_none() {
+        args.provider.model = text("model");
     }
     // The endpoint and the key variable the session started with, never
     // whatever the environment or config now name (nor a public default).
-    if args.base_url.is_none() {
-        args.base_url = text("base_url");
+    if args.provider.base_url.is_none() {
+        args.provider.base_url = text("base_url");
     }
-    if args.api_key_env.is_none() {
-        args.api_key_env = text("api_key_env");
+    if args.provider.api_key_env.is_none() {
+        args.provider.api_key_env = text("api_key_env");
     }
     if args.autonomy.is_none() {
         args.autonomy = text("autonomy").and_then(|p| AutonomyArg::from_str(&p, true).ok());

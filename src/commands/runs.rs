@@ -12,7 +12,7 @@ use serde_json::json;
 
 use retie_dispatch::overlay;
 use retie_dispatch::record::SessionSpec;
-use retie_dispatch::sandbox::plan_for;
+use retie_dispatch::sandbox::{Hooks, JobUi};
 use retie_dispatch::{
     dispatch, CommandLine, Dispatched, Error as DispatchError, Executor, Proposal, Recorder, Step,
     UndoPlan,
@@ -46,6 +46,7 @@ pub enum RunsCmd {
     /// Apply a kept run's changes (recorded in the ledger, undoable), unless
     /// the workspace changed where the command wrote since it started.
     Apply {
+        /// The run id (from `retie changes list`).
         run: String,
         /// Also apply changes a sandbox may not make unasked.
         #[arg(long)]
@@ -61,7 +62,10 @@ pub enum RunsCmd {
         ours: bool,
     },
     /// Throw a kept run away.
-    Discard { run: String },
+    Discard {
+        /// The run id (from `retie changes list`).
+        run: String,
+    },
 }
 
 pub fn run(cmd: RunsCmd) -> Result<i32, CliError> {
@@ -204,7 +208,8 @@ impl Executor for KeptApply<'_> {
             .ok_or_else(|| DispatchError::Invalid("applied once".into()))?;
         // Applied, the run goes; on a conflict `handle` keeps it again.
         run.release();
-        let mut hooks = ApplyHooks {
+        let mut hooks = Hooks {
+            ui: &mut Unasked,
             step,
             allow_blocked: self.allow_blocked,
         };
@@ -238,22 +243,17 @@ impl Executor for KeptApply<'_> {
     }
 }
 
-struct ApplyHooks<'a, 'r> {
-    step: &'a mut Step<'r>,
-    allow_blocked: bool,
-}
+/// `retie changes apply`: lines on the terminal, nobody to review (the
+/// person asked for the apply), the recording as for a sandboxed
+/// command's changes (`retie_dispatch::sandbox::Hooks`).
+struct Unasked;
 
-impl overlay::ChangesHooks for ApplyHooks<'_, '_> {
+impl JobUi for Unasked {
     fn say(&mut self, line: &str) {
         crate::ui::say_error(&line);
     }
-    fn review(&mut self, _: &Changeset, _: &Path, _: &Path, _: bool) -> Option<bool> {
+    fn review(&mut self, _: &overlay::Review<'_>) -> Option<bool> {
         None
-    }
-    fn before_apply<'s>(&'s mut self, cs: &Changeset) -> overlay::Recording<'s> {
-        let changes = json!({ "undo": plan_for(cs, self.allow_blocked) });
-        let step = &mut *self.step;
-        Box::new(move || step.before_effect(changes))
     }
 }
 

@@ -4,7 +4,8 @@
 //! home, TCP listeners on loopback and on the host's own interface
 //! address, an abstract unix socket, its own pid), then runs the probe
 //! battery (`retie __probe`) inside a real sandbox and prints what each
-//! probe expected and observed. Exit 0 only if every probe passes.
+//! probe expected and observed. Exit 0 only if every probe passes, 1 if
+//! one fails; 125 (or 126/127, ADR 0005) if retie could not run them.
 
 use std::io::Read;
 use std::net::{IpAddr, Ipv4Addr, TcpListener};
@@ -111,7 +112,7 @@ pub fn run(args: SelftestArgs) -> i32 {
                 println!("{}", json!({ "pass": false, "error": e.to_string() }));
             }
             eprintln!("retie selftest: {e}");
-            1
+            e.exit_code()
         }
     }
 }

@@ -22,8 +22,10 @@ pub struct SessionsArgs {
     /// Every workspace's sessions, not only the current directory's.
     #[arg(long)]
     pub all: bool,
+    /// The ledger (default: RETIE_LEDGER, else STATE/ledger.db).
     #[arg(long, value_name = "PATH")]
     pub ledger: Option<PathBuf>,
+    /// The sessions as JSON, on stdout.
     #[arg(long)]
     pub json: bool,
 }

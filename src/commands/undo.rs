@@ -26,8 +26,10 @@ pub struct UndoArgs {
     /// the current directory's.
     #[arg(skip)]
     pub workspace: Option<PathBuf>,
+    /// The ledger (default: RETIE_LEDGER, else STATE/ledger.db).
     #[arg(long, value_name = "PATH")]
     pub ledger: Option<PathBuf>,
+    /// The outcome as one JSON object, on stdout.
     #[arg(long)]
     pub json: bool,
 }
@@ -41,8 +43,10 @@ pub struct UndoAllArgs {
     /// Without --session: the last session of any workspace.
     #[arg(long, conflicts_with = "session")]
     pub all: bool,
+    /// The ledger (default: RETIE_LEDGER, else STATE/ledger.db).
     #[arg(long, value_name = "PATH")]
     pub ledger: Option<PathBuf>,
+    /// The outcome as one JSON object, on stdout.
     #[arg(long)]
     pub json: bool,
 }

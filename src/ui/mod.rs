@@ -1,6 +1,6 @@
 //! Terminal output helpers.
 
-pub use retie_ledger::display::{shell_line, visible, visible_line};
+pub use retie_display::{shell_line, visible, visible_line};
 
 /// An error message as it reaches the terminal: every character
 /// [`visible`] would escape is escaped, so that a name inside it (a file
@@ -163,10 +163,54 @@ impl Gutter {
         out
     }
 
+    /// The line break that ends a line left open ("" at a line's start);
+    /// the next piece starts a new line.
+    pub fn end_line(&mut self) -> &'static str {
+        let open = !self.at_line_start;
+        self.at_line_start = true;
+        if open {
+            "\n"
+        } else {
+            ""
+        }
+    }
+
     /// The next piece starts a new line (a line break was printed
     /// outside the gutter).
     pub fn new_line(&mut self) {
         self.at_line_start = true;
+    }
+}
+
+/// A size for a person to read: `498 B`, `73.4 KiB`, `1.2 GiB` (binary
+/// units, one decimal). JSON output keeps exact bytes.
+pub fn human_size(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut v = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.1} {}", UNITS[unit])
+}
+
+#[cfg(test)]
+mod size_tests {
+    use super::human_size;
+
+    #[test]
+    fn sizes_read_as_a_person_would_write_them() {
+        assert_eq!(human_size(0), "0 B");
+        assert_eq!(human_size(1023), "1023 B");
+        assert_eq!(human_size(1024), "1.0 KiB");
+        assert_eq!(human_size(75_209), "73.4 KiB");
+        assert_eq!(human_size(5 * 1024 * 1024 + 1), "5.0 MiB");
+        assert_eq!(human_size(3 << 30), "3.0 GiB");
+        assert_eq!(human_size(u64::MAX), "16384.0 PiB");
     }
 }
 

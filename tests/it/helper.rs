@@ -6,7 +6,7 @@
 
 use std::io::BufRead;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -18,7 +18,6 @@ use retie_dispatch::sandbox::{JobMode, JobUi, Runner, SandboxJob};
 use retie_dispatch::{dispatch, CommandLine, Dispatched, Proposal, Recorder};
 use retie_policy::{Action, Context, Policy};
 use retie_runtime::{helper, RuntimeError, Sandbox};
-use retie_snapshot::Changeset;
 use serde_json::json;
 
 use crate::harness::*;
@@ -304,7 +303,7 @@ impl JobUi for QuietUi {
     fn say(&mut self, line: &str) {
         self.0.push(line.to_string());
     }
-    fn review(&mut self, _: &Changeset, _: &Path, _: &Path, _: bool) -> Option<bool> {
+    fn review(&mut self, _: &retie_dispatch::overlay::Review<'_>) -> Option<bool> {
         None
     }
 }

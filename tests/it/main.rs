@@ -10,6 +10,7 @@ mod pty;
 
 mod agent;
 mod bigchange;
+mod cli;
 mod escapes;
 mod exec;
 mod helper;

@@ -66,13 +66,13 @@ fn explain_exit_codes_follow_the_decision() {
 #[test]
 fn explain_refuses_malformed_actions_clearly() {
     let o = policy(&["explain"], Some("{not json"));
-    assert_code(&o, 2, "malformed");
+    assert_code(&o, 125, "malformed");
     assert!(stderr(&o).contains("action"), "{}", stderr(&o));
     let o = policy(
         &["explain"],
         Some(r#"{"tool":"read","args":{},"effects":["teleport"]}"#),
     );
-    assert_code(&o, 2, "unknown effect");
+    assert_code(&o, 125, "unknown effect");
     assert!(stderr(&o).contains("teleport"), "{}", stderr(&o));
 }
 

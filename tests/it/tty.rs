@@ -494,3 +494,36 @@ fn slash_autonomy_takes_effect_and_shows_the_current_values() {
         assert_eq!(read(&s, "two.txt"), "two\n");
     }
 }
+
+#[test]
+fn slash_quit_and_slash_exit_end_the_session() {
+    for leg in legs() {
+        for word in ["/quit", "/exit"] {
+            let s = Scratch::new(leg);
+            let sc = script(&s, serde_json::json!([{"text": "Hello."}]));
+            let mut t = session(&s, &sc, &[]);
+            t.expect("retie> ");
+            t.line("hi");
+            t.expect("Hello.");
+            t.expect("retie> ");
+            t.line(word);
+            t.expect("closed");
+            let st = t.wait();
+            assert!(
+                st.success(),
+                "{leg:?} {word}: ends cleanly: {st}\n{}",
+                t.output()
+            );
+            assert!(
+                !t.output().contains("unknown command"),
+                "{leg:?} {word}:\n{}",
+                t.output()
+            );
+            verify(&s);
+            assert!(
+                entries(&s).iter().any(|(k, _)| k == "session_closed"),
+                "{leg:?} {word}: the session is closed in the ledger"
+            );
+        }
+    }
+}

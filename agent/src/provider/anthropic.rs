@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
 
-use super::http::{classify_error_event, cut_off, parse_json, Http, Sse};
+use super::http::{classify_error_event, cut_off, parse_json, Endpoint, KeyHeader, Sse};
 use super::{emit_calls, make_call_id, parse_arguments, refuse_truncated, Provider};
 use crate::model::{
     Message, ProviderError, Role, StreamEvent, ToolCall, ToolSpec, Turn, TurnRequest, Usage,
@@ -23,20 +23,13 @@ pub const DEFAULT_MAX_TOKENS: u64 = 8192;
 
 #[derive(Debug, Clone)]
 pub struct AnthropicProvider {
-    http: Http,
-    base_url: String,
-    api_key: Option<String>,
+    endpoint: Endpoint,
 }
 
 impl AnthropicProvider {
     pub fn new(base_url: Option<&str>, api_key: Option<String>) -> Result<Self, ProviderError> {
         Ok(AnthropicProvider {
-            http: Http::new()?,
-            base_url: base_url
-                .unwrap_or(DEFAULT_BASE_URL)
-                .trim_end_matches('/')
-                .to_string(),
-            api_key: api_key.filter(|k| !k.is_empty()),
+            endpoint: Endpoint::new(base_url, DEFAULT_BASE_URL, api_key, KeyHeader::XApiKey)?,
         })
     }
 }
@@ -148,25 +141,13 @@ impl Provider for AnthropicProvider {
         req: &TurnRequest,
         on_event: &mut (dyn FnMut(StreamEvent) + Send),
     ) -> Result<Turn, ProviderError> {
-        let url = format!("{}/messages", self.base_url);
-        let mut headers = vec![("anthropic-version", API_VERSION.to_string())];
-        if let Some(k) = &self.api_key {
-            headers.push(("x-api-key", k.clone()));
-        }
+        let version = [("anthropic-version", API_VERSION.to_string())];
         let resp = self
-            .http
-            .post_json(&url, &headers, &request_body(req))
+            .endpoint
+            .post("/messages", &version, &request_body(req))
             .await?;
         let mut sse = Sse::new(resp);
-        let mut turn = Turn {
-            text: String::new(),
-            reasoning: String::new(),
-            tool_calls: Vec::new(),
-            usage: Usage::default(),
-            stop_reason: None,
-            truncated: false,
-            raw: Vec::new(),
-        };
+        let mut turn = Turn::default();
         // Blocks by index, in index order.
         let mut blocks_by_index: BTreeMap<u64, Block> = BTreeMap::new();
         let mut done = false;

@@ -97,6 +97,66 @@ impl Http {
     }
 }
 
+/// How a provider sends its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyHeader {
+    /// `authorization: Bearer KEY` (OpenAI's format, Ollama).
+    Bearer,
+    /// `x-api-key: KEY` (Anthropic).
+    XApiKey,
+}
+
+/// A provider's endpoint: the shared client, the base URL (no trailing
+/// slash) and the key, if any. Every HTTP provider's request preamble,
+/// once.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    http: Http,
+    base_url: String,
+    api_key: Option<String>,
+    key_header: KeyHeader,
+}
+
+impl Endpoint {
+    /// `base_url` (else `default`) without its trailing slash; an empty
+    /// key is no key.
+    pub fn new(
+        base_url: Option<&str>,
+        default: &str,
+        api_key: Option<String>,
+        key_header: KeyHeader,
+    ) -> Result<Endpoint, ProviderError> {
+        Ok(Endpoint {
+            http: Http::new()?,
+            base_url: base_url
+                .unwrap_or(default)
+                .trim_end_matches('/')
+                .to_string(),
+            api_key: api_key.filter(|k| !k.is_empty()),
+            key_header,
+        })
+    }
+
+    /// POST `body` to `BASE_URL{path}` with the key's header and `extra`
+    /// headers ([`Http::post_json`]).
+    pub async fn post(
+        &self,
+        path: &str,
+        extra: &[(&str, String)],
+        body: &Value,
+    ) -> Result<reqwest::Response, ProviderError> {
+        let url = format!("{}{path}", self.base_url);
+        let mut headers: Vec<(&str, String)> = extra.to_vec();
+        if let Some(k) = &self.api_key {
+            headers.push(match self.key_header {
+                KeyHeader::Bearer => ("authorization", format!("Bearer {k}")),
+                KeyHeader::XApiKey => ("x-api-key", k.clone()),
+            });
+        }
+        self.http.post_json(&url, &headers, body).await
+    }
+}
+
 /// The error and its sources, in one line.
 fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();

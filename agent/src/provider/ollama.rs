@@ -7,10 +7,12 @@
 
 use serde_json::{json, Value};
 
-use super::http::{classify_error_event, cut_off, json_error_text, parse_json, Http, Lines};
+use super::http::{
+    classify_error_event, cut_off, json_error_text, parse_json, Endpoint, KeyHeader, Lines,
+};
 use super::{emit_calls, make_call_id, parse_arguments, refuse_truncated, Provider};
 use crate::model::{
-    Message, ProviderError, Role, StreamEvent, ToolCall, ToolSpec, Turn, TurnRequest, Usage,
+    Message, ProviderError, Role, StreamEvent, ToolCall, ToolSpec, Turn, TurnRequest,
 };
 
 pub const DEFAULT_BASE_URL: &str = "http://localhost:11434";
@@ -18,21 +20,14 @@ pub const DEFAULT_NUM_CTX: u64 = 16384;
 
 #[derive(Debug, Clone)]
 pub struct OllamaProvider {
-    http: Http,
-    base_url: String,
-    api_key: Option<String>,
+    endpoint: Endpoint,
     num_ctx: u64,
 }
 
 impl OllamaProvider {
     pub fn new(base_url: Option<&str>, api_key: Option<String>) -> Result<Self, ProviderError> {
         Ok(OllamaProvider {
-            http: Http::new()?,
-            base_url: base_url
-                .unwrap_or(DEFAULT_BASE_URL)
-                .trim_end_matches('/')
-                .to_string(),
-            api_key: api_key.filter(|k| !k.is_empty()),
+            endpoint: Endpoint::new(base_url, DEFAULT_BASE_URL, api_key, KeyHeader::Bearer)?,
             num_ctx: DEFAULT_NUM_CTX,
         })
     }
@@ -110,25 +105,12 @@ impl Provider for OllamaProvider {
         req: &TurnRequest,
         on_event: &mut (dyn FnMut(StreamEvent) + Send),
     ) -> Result<Turn, ProviderError> {
-        let url = format!("{}/api/chat", self.base_url);
-        let mut headers = Vec::new();
-        if let Some(k) = &self.api_key {
-            headers.push(("authorization", format!("Bearer {k}")));
-        }
         let resp = self
-            .http
-            .post_json(&url, &headers, &self.request_body(req))
+            .endpoint
+            .post("/api/chat", &[], &self.request_body(req))
             .await?;
         let mut lines = Lines::new(resp);
-        let mut turn = Turn {
-            text: String::new(),
-            reasoning: String::new(),
-            tool_calls: Vec::new(),
-            usage: Usage::default(),
-            stop_reason: None,
-            truncated: false,
-            raw: Vec::new(),
-        };
+        let mut turn = Turn::default();
         let mut done = false;
         while let Some(line) = lines.next_line().await? {
             let line = line.trim();

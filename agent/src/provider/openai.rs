@@ -10,7 +10,9 @@
 
 use serde_json::{json, Map, Value};
 
-use super::http::{classify_error_event, cut_off, json_error_text, parse_json, plain, Http, Sse};
+use super::http::{
+    classify_error_event, cut_off, json_error_text, parse_json, plain, Endpoint, KeyHeader, Sse,
+};
 use super::{emit_calls, make_call_id, parse_arguments, refuse_truncated, Provider};
 use crate::model::{
     Message, ProviderError, Role, StreamEvent, ToolCall, ToolSpec, Turn, TurnRequest, Usage,
@@ -20,21 +22,14 @@ pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 
 #[derive(Debug, Clone)]
 pub struct OpenAiProvider {
-    http: Http,
-    base_url: String,
-    api_key: Option<String>,
+    endpoint: Endpoint,
     stream: bool,
 }
 
 impl OpenAiProvider {
     pub fn new(base_url: Option<&str>, api_key: Option<String>) -> Result<Self, ProviderError> {
         Ok(OpenAiProvider {
-            http: Http::new()?,
-            base_url: base_url
-                .unwrap_or(DEFAULT_BASE_URL)
-                .trim_end_matches('/')
-                .to_string(),
-            api_key: api_key.filter(|k| !k.is_empty()),
+            endpoint: Endpoint::new(base_url, DEFAULT_BASE_URL, api_key, KeyHeader::Bearer)?,
             stream: true,
         })
     }
@@ -59,11 +54,6 @@ impl Provider for OpenAiProvider {
         req: &TurnRequest,
         on_event: &mut (dyn FnMut(StreamEvent) + Send),
     ) -> Result<Turn, ProviderError> {
-        let url = format!("{}/chat/completions", self.base_url);
-        let mut headers = Vec::new();
-        if let Some(k) = &self.api_key {
-            headers.push(("authorization", format!("Bearer {k}")));
-        }
         let mut body = request_body(req);
         if !self.stream {
             body["stream"] = json!(false);
@@ -71,7 +61,7 @@ impl Provider for OpenAiProvider {
                 o.remove("stream_options");
             }
         }
-        let resp = self.http.post_json(&url, &headers, &body).await?;
+        let resp = self.endpoint.post("/chat/completions", &[], &body).await?;
         let is_json = resp
             .headers()
             .get(reqwest::header::CONTENT_TYPE)

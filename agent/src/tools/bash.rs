@@ -7,7 +7,7 @@
 
 use std::io::{Read, Seek};
 use std::os::fd::OwnedFd;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -16,7 +16,6 @@ use retie_dispatch::sandbox::{JobMode, JobUi, Runner, SandboxJob};
 use retie_dispatch::{Error, Executor, Step, UndoPlan};
 use retie_policy::Action;
 use retie_runtime::{Interrupt, Profile, Sandbox, Stdio};
-use retie_snapshot::Changeset;
 use serde_json::{Map, Value};
 
 use super::{ToolOutput, Tools};
@@ -81,7 +80,7 @@ impl JobUi for Notes {
     fn say(&mut self, line: &str) {
         self.0.push(line.to_string());
     }
-    fn review(&mut self, _: &Changeset, _: &Path, _: &Path, _: bool) -> Option<bool> {
+    fn review(&mut self, _: &retie_dispatch::overlay::Review<'_>) -> Option<bool> {
         None
     }
 }

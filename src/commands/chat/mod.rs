@@ -193,6 +193,9 @@ fn chat(mut args: RunArgs) -> Result<i32, CliError> {
         if task.is_empty() {
             continue;
         }
+        if slash::ends_session(task) {
+            break;
+        }
         if task.starts_with('/') {
             let price = prices
                 .get(&session.config().model)

@@ -246,7 +246,13 @@ impl Render for PlainRender {
         }
     }
     fn call(&mut self, c: &CallRecord) {
-        // What follows starts a line of its own (printed below).
+        // What follows starts a line of its own (printed below). Text on
+        // a stdout that is not the terminal (a pipe, a file) gets its own
+        // line break, or one turn's text runs into the next's.
+        if !self.json && !std::io::stdout().is_terminal() {
+            print!("{}", self.text.end_line());
+            let _ = std::io::stdout().flush();
+        }
         self.text.new_line();
         self.reasoning.new_line();
         let id = c.action.map(|a| format!("#{a} ")).unwrap_or_default();

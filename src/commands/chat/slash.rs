@@ -24,6 +24,7 @@ pub const HELP: &str = "\
 /model [NAME]      show, or set the model asked from the next task on
 /cost              tokens in and out so far (and the cost, with prices in config)
 /help              this list
+/quit, /exit       end the session (as Ctrl-D does)
 Ctrl-C cancels the running turn; Ctrl-C twice or Ctrl-D ends the session.
 A line ending in \\ (or Alt-Enter) continues on the next.";
 
@@ -33,6 +34,11 @@ pub struct Ctx<'a> {
     pub session: &'a mut Session<AnyProvider>,
     pub price: Option<(f64, f64)>,
     pub style: Style,
+}
+
+/// Whether this line ends the session (`/quit`, `/exit`), as Ctrl-D does.
+pub fn ends_session(line: &str) -> bool {
+    matches!(line.split_whitespace().next(), Some("/quit" | "/exit"))
 }
 
 /// Run one slash command line (`/name args`).

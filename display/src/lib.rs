@@ -1,3 +1,7 @@
+//! retie's text for a terminal, one copy for every crate that shows
+//! something (the ledger's read model, dispatch, the snapshot's error
+//! messages, the CLI): a leaf crate, so none of them depends upward for it.
+//!
 //! Text that came from a sandboxed command, a changeset, a model or the
 //! ledger is shown to a person on a terminal. None of it may reach the
 //! terminal as a control sequence: a `\e[1A\e[2K` after a diff line, or a
