@@ -1250,8 +1250,8 @@ fn link_from_upper(
         let fd = fsx::open_file_at(dir, tmp).map_err(|e| Error::at("open temp for", path, e))?;
         let st = rustix::fs::fstat(&fd).map_err(|e| Error::at("stat temp for", path, e))?;
         let mut f = File::from(fd);
-        let (h, _) = fsx::hash_stream(&mut f, None)
-            .map_err(|e| Error::io("read", path.as_str(), e))?;
+        let (h, _) =
+            fsx::hash_stream(&mut f, None).map_err(|e| Error::io("read", path.as_str(), e))?;
         if fsx::ftype(&st) != FileType::RegularFile || h != hash {
             return Err(Error::SourceChanged {
                 path: path.to_string(),

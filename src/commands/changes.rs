@@ -201,7 +201,14 @@ pub(crate) fn summary(all: &[&Change]) -> String {
         })
         .collect();
     crate::ui::table(
-        &["top", "created", "modified", "deleted", "other", "new bytes"],
+        &[
+            "top",
+            "created",
+            "modified",
+            "deleted",
+            "other",
+            "new bytes",
+        ],
         &body,
     )
 }
