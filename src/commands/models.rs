@@ -56,6 +56,8 @@ pub struct EndpointArgs {
     /// `[agent] provider`).
     #[arg(long, value_enum)]
     pub provider: Option<ProviderArg>,
+    /// The provider's endpoint (default: RETIE_BASE_URL, else `[agent]
+    /// base_url`, else the provider's public one).
     #[arg(long, value_name = "URL")]
     pub base_url: Option<String>,
     /// The environment variable holding the API key.
@@ -321,6 +323,7 @@ pub struct ProbeArgs {
     /// else STATE/ledger.db).
     #[arg(long, value_name = "PATH")]
     pub ledger: Option<PathBuf>,
+    /// One JSON object: each model's result.
     #[arg(long)]
     pub json: bool,
 }
@@ -484,8 +487,10 @@ pub struct UsageArgs {
     /// Only the last DAYS days.
     #[arg(long, value_name = "DAYS")]
     pub since: Option<u64>,
+    /// The ledger to read (default: RETIE_LEDGER, else STATE/ledger.db).
     #[arg(long, value_name = "PATH")]
     pub ledger: Option<PathBuf>,
+    /// One JSON object: the rows and their totals.
     #[arg(long)]
     pub json: bool,
     /// How the per-model figures are grouped.
