@@ -1085,7 +1085,11 @@ pub fn handle(
         &snaps.ws,
         &snaps.store,
         &snaps.journal,
-        &ApplyOptions { allow_blocked },
+        &ApplyOptions {
+            allow_blocked,
+            // The run is over once applied: its layer goes (ADR 0208).
+            consume_layer: true,
+        },
         || match record() {
             Ok(()) => true,
             Err(e) => {

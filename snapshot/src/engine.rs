@@ -179,6 +179,12 @@ pub struct ApplyOptions {
     /// Also apply the changeset's blocked changes (`.git/hooks`, protected
     /// paths, ...). Refused entries are never applied.
     pub allow_blocked: bool,
+    /// The layer is done with once applied: the layer's names of the
+    /// files hard-linked into the workspace are removed after the apply
+    /// (ADR 0208), so the changeset cannot be applied from it again.
+    /// Off, the layer is left whole (a changeset applied to several
+    /// copies of a workspace, as the tests do).
+    pub consume_layer: bool,
 }
 
 /// Options for [`undo`].
@@ -278,7 +284,9 @@ fn apply_inner(
         Check::Base,
         alongside,
     )?;
-    release_links(&upper, ws, &entry);
+    if opts.consume_layer {
+        release_links(&upper, ws, &entry);
+    }
     Ok(entry)
 }
 
@@ -1199,30 +1207,15 @@ fn write_file(
         }
     }
     let mut reader = open_source(store, src, path, &hash)?;
-    let fd: OwnedFd =
-        fsx::create_at(dir, tmp).map_err(|e| Error::at("create temp for", path, e))?;
-    let mut f = File::from(fd);
-    let done = (|| {
-        let (h, _) = fsx::hash_stream(&mut reader, Some(&mut f))
-            .map_err(|e| Error::io("copy", path.as_str(), e))?;
-        if h != hash {
-            return Err(Error::SourceChanged {
-                path: path.to_string(),
-                expected: hash.to_hex(),
-            });
-        }
-        rustix::fs::fchmod(&f, Mode::from_raw_mode(mode))
-            .map_err(|e| Error::at("chmod", path, e))?;
-        if batch {
-            return Ok(());
-        }
-        f.sync_all()
-            .map_err(|e| Error::io("fsync", path.as_str(), e))
-    })();
-    if done.is_err() {
-        let _ = rustix::fs::unlinkat(dir, tmp, AtFlags::empty());
-    }
-    done
+    let copied = fsx::create_at(dir, tmp)
+        .map_err(|e| Error::at("create temp for", path, e))
+        .and_then(|fd| {
+            let mut f = File::from(fd);
+            let (h, _) = fsx::hash_stream(&mut reader, Some(&mut f))
+                .map_err(|e| Error::io("copy", path.as_str(), e))?;
+            Ok((f, h, None))
+        });
+    seal_temp(dir, tmp, path, copied, mode, hash, batch)
 }
 
 /// The temp of [`write_file`] as a hard link to the upper layer's file.
@@ -1246,19 +1239,45 @@ fn link_from_upper(
         return None;
     }
     rustix::fs::linkat(udir.as_fd(), name, dir, tmp, AtFlags::empty()).ok()?;
-    let done = (|| {
-        let fd = fsx::open_file_at(dir, tmp).map_err(|e| Error::at("open temp for", path, e))?;
-        let st = rustix::fs::fstat(&fd).map_err(|e| Error::at("stat temp for", path, e))?;
-        let mut f = File::from(fd);
-        let (h, _) =
-            fsx::hash_stream(&mut f, None).map_err(|e| Error::io("read", path.as_str(), e))?;
-        if fsx::ftype(&st) != FileType::RegularFile || h != hash {
+    let linked = fsx::open_file_at(dir, tmp)
+        .map_err(|e| Error::at("open temp for", path, e))
+        .and_then(|fd| {
+            let st = rustix::fs::fstat(&fd).map_err(|e| Error::at("stat temp for", path, e))?;
+            if fsx::ftype(&st) != FileType::RegularFile {
+                return Err(Error::SourceChanged {
+                    path: path.to_string(),
+                    expected: hash.to_hex(),
+                });
+            }
+            let mut f = File::from(fd);
+            let (h, _) =
+                fsx::hash_stream(&mut f, None).map_err(|e| Error::io("read", path.as_str(), e))?;
+            Ok((f, h, Some(fsx::perm(&st))))
+        });
+    Some(seal_temp(dir, tmp, path, linked, mode, hash, batch))
+}
+
+/// The end of preparing temp `tmp` for `path`, copied or linked (`got`:
+/// the open temp, the hash of what it holds, its mode where known): the
+/// hash must be the target's, the mode is set, and unless the transition
+/// syncs by `batch` the temp is synced. On any failure the temp goes.
+fn seal_temp(
+    dir: BorrowedFd<'_>,
+    tmp: &str,
+    path: &RelPath,
+    got: Result<(File, crate::Hash, Option<u32>)>,
+    mode: u32,
+    hash: crate::Hash,
+    batch: bool,
+) -> Result<()> {
+    let done = got.and_then(|(f, h, perm)| {
+        if h != hash {
             return Err(Error::SourceChanged {
                 path: path.to_string(),
                 expected: hash.to_hex(),
             });
         }
-        if fsx::perm(&st) != mode {
+        if perm != Some(mode) {
             rustix::fs::fchmod(&f, Mode::from_raw_mode(mode))
                 .map_err(|e| Error::at("chmod", path, e))?;
         }
@@ -1267,11 +1286,11 @@ fn link_from_upper(
         }
         f.sync_all()
             .map_err(|e| Error::io("fsync", path.as_str(), e))
-    })();
+    });
     if done.is_err() {
         let _ = rustix::fs::unlinkat(dir, tmp, AtFlags::empty());
     }
-    Some(done)
+    done
 }
 
 fn open_source(

@@ -103,7 +103,13 @@ fn generated_man_pages_name_every_subcommand_and_completions_parse() {
         assert_code(&o, 0, &format!("__generate completions {shell}"));
         let text = std::fs::read_to_string(comp.join(file)).expect("completion file");
         assert!(
-            text.contains("sandbox") && text.contains("selftest") && !text.contains("__probe"),
+            // The hidden `__probe` is never offered as a word (bash names
+            // the function of the user-facing `probe` `retie__probe`).
+            text.contains("sandbox")
+                && text.contains("selftest")
+                && !text
+                    .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-'))
+                    .any(|w| w == "__probe"),
             "{shell}: {file}"
         );
         // The shell's own syntax check, where the shell is installed.

@@ -67,6 +67,7 @@ fn fifo_socket_and_device_in_upper_are_refused() {
         &journal,
         &ApplyOptions {
             allow_blocked: true,
+            ..ApplyOptions::default()
         },
     )
     .expect("apply");

@@ -302,6 +302,7 @@ fn planted_git_hook_and_config_are_blocked() {
         &journal,
         &ApplyOptions {
             allow_blocked: true,
+            ..ApplyOptions::default()
         },
     )
     .expect("apply allowed");

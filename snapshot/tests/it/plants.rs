@@ -563,6 +563,7 @@ fn a_whole_new_git_dir_is_caught_and_applies_only_when_allowed() {
         &journal,
         &ApplyOptions {
             allow_blocked: true,
+            ..ApplyOptions::default()
         },
     )
     .expect("apply allowed");
