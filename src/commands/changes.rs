@@ -196,7 +196,7 @@ pub(crate) fn summary(all: &[&Change]) -> String {
                 r.modified.to_string(),
                 r.deleted.to_string(),
                 r.other.to_string(),
-                human_bytes(r.bytes),
+                crate::ui::human_size(r.bytes),
             ]
         })
         .collect();
@@ -211,20 +211,6 @@ pub(crate) fn summary(all: &[&Change]) -> String {
         ],
         &body,
     )
-}
-
-fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if n < 1024 {
-        return format!("{n} B");
-    }
-    let mut v = n as f64 / 1024.0;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    format!("{v:.1} {}", UNITS[u])
 }
 
 /// A side of a change as the review shows it.

@@ -2,7 +2,8 @@
 """Big changes: retie's overlay run with review, apply and recording, against
 bubblewrap running the same command straight on a copy of the workspace, in
 one loop. Then retie's undo of each. Prints a markdown table of medians and
-ratios, and retie's peak memory (max RSS of the `retie` process tree).
+ratios, and retie's peak memory (max RSS of the `retie` process and what it waited
+for, by wait4).
 
 Scenarios (1 KiB files, 100 per directory):
 - created N: the command writes N new files under a new directory;
@@ -15,7 +16,6 @@ usage: tests/bench/apply.py [--retie PATH] [--runs N] [--only created:1000,modif
 import argparse
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -61,14 +61,21 @@ def populate(ws, n):
 
 
 def run(argv, cwd, env=None):
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    t0 = time.perf_counter()
-    p = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    dt = time.perf_counter() - t0
+    """Runs argv; returns its time, its output and the peak RSS (KiB) of
+    that process and the descendants it waited for (wait4), never of
+    another command the script ran."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        p = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=err)
+        _, status, usage = os.wait4(p.pid, 0)
+        dt = time.perf_counter() - t0
+        p.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        o, e = out.read(), err.read()
     if p.returncode != 0:
-        sys.exit(f"failed ({p.returncode}): {' '.join(argv)[:200]}\n{p.stderr.decode()[-2000:]}")
-    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return dt, p, max(rss, before)
+        sys.exit(f"failed ({p.returncode}): {' '.join(argv)[:200]}\n{e.decode()[-2000:]}")
+    return dt, subprocess.CompletedProcess(argv, p.returncode, o, e), usage.ru_maxrss
 
 
 def main():
