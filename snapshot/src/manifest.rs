@@ -35,7 +35,7 @@ pub struct Manifest {
     pub hash: Hash,
     /// The canonical encoding: one [`ManifestLine`] as JSON a line, in
     /// path order, each line ending in `\n`.
-    pub bytes: Arc<[u8]>,
+    pub bytes: Arc<Vec<u8>>,
     /// Paths it names.
     pub paths: usize,
     /// Of which created (absent before).
@@ -74,7 +74,7 @@ impl Manifest {
         }
         Manifest {
             hash: Hash::of(&bytes),
-            bytes: bytes.into(),
+            bytes: Arc::new(bytes),
             paths: lines.len(),
             created,
             deleted,
