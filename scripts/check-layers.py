@@ -3,6 +3,7 @@
 
     python3 scripts/check-layers.py          # exit 0: clean; 1: violations
     python3 scripts/check-layers.py --list   # also every write the allow-list lets through
+    python3 scripts/check-layers.py --self-test  # each rule fires on a planted case
 
 Each violation is printed as FILE:LINE: RULE: what, and the exit code is 1.
 Python 3.11+ standard library only. The rules (docs/architecture.md, "One
@@ -660,7 +661,10 @@ def check_trace() -> list[Violation]:
     return out
 
 
-def main() -> int:
+def collect(stale: bool = True) -> tuple[list[Violation], int]:
+    """Every violation under ROOT, and how many Rust files were read.
+    `stale`: also report allow-list entries that match nothing."""
+    ALLOWED_SITES.clear()
     sources = rust_files()
     violations = check_ledger(sources)
     writes, used = check_writes(sources)
@@ -669,13 +673,117 @@ def main() -> int:
     violations += check_policy(sources)
     violations += check_providers(sources)
     violations += check_trace()
-    for key in sorted(set(WRITERS_ALLOWED) - used):
-        path = key.rsplit(":", 1)[0]
-        violations.append((path, 1, "writes",
-                           f"allow-list entry {key} matches no writer any more: remove it from WRITERS_ALLOWED"))
-    for rel in LEDGER_ALLOWED:
-        if not os.path.isfile(os.path.join(ROOT, rel)):
-            violations.append((rel, 1, "ledger", "allow-list entry names a file that no longer exists"))
+    if stale:
+        for key in sorted(set(WRITERS_ALLOWED) - used):
+            path = key.rsplit(":", 1)[0]
+            violations.append((path, 1, "writes",
+                               f"allow-list entry {key} matches no writer any more: remove it from WRITERS_ALLOWED"))
+        for rel in LEDGER_ALLOWED:
+            if not os.path.isfile(os.path.join(ROOT, rel)):
+                violations.append((rel, 1, "ledger", "allow-list entry names a file that no longer exists"))
+    return violations, len(sources)
+
+
+# ---------------------------------------------------------------------------
+# --self-test: each rule fires on a planted violation, at its line, and stays
+# quiet on comments, literals and test code (a small tree in a temp dir).
+# ---------------------------------------------------------------------------
+_CARGO = '[package]\nname = "{name}"\nversion = "0.1.0"\n\n[dependencies]\n{deps}'
+SELF_TEST_FIRES = [
+    # (what, {path: text}, (rule, path, line))
+    ("SQLite outside the ledger",
+     {"agent/src/a.rs": 'fn f() {}\nfn g() { let _ = rusqlite::Connection::open("x"); }\n'},
+     ("ledger", "agent/src/a.rs", 2)),
+    ("a ledger append outside dispatch",
+     {"src/commands/x.rs": "fn f(l: &mut L) {\n    l.append_batch(|_| vec![]);\n}\n"},
+     ("ledger", "src/commands/x.rs", 2)),
+    ("an action's entry from the allowed ledger tool",
+     {"src/ledger/dev.rs": "fn f(l: &mut L) { l.append(&id, Actor::Agent, Kind::Intent, &p, &k); }\n"},
+     ("ledger", "src/ledger/dev.rs", 1)),
+    ("a new file writer",
+     {"src/commands/x.rs": 'fn f(p: &Path) {\n    std::fs::write(p.join("a"), b"x").ok();\n}\n'},
+     ("writes", "src/commands/x.rs", 2)),
+    ("a writing OpenOptions chain",
+     {"agent/src/tools/files.rs": "fn w(p: &Path) {\n    let _ = std::fs::OpenOptions::new()\n        .create(true)\n        .open(p);\n}\n"},
+     ("writes", "agent/src/tools/files.rs", 2)),
+    ("the snapshot's write path from outside the chokepoint",
+     {"agent/src/tools/files.rs": "fn w(ws: &W) {\n    retie_snapshot::record_file_write_as(ws, 0, 0);\n}\n"},
+     ("writes", "agent/src/tools/files.rs", 2)),
+    ("a new writer in a file with allowed writers",
+     {"src/commands/lab.rs": 'fn labs_dir() { std::fs::create_dir_all("d").ok(); }\nfn tidy(ws: &Path) { std::fs::remove_file(ws).ok(); }\n'},
+     ("writes", "src/commands/lab.rs", 2)),
+    ("I/O in the policy",
+     {"policy/src/a.rs": 'fn f() -> bool {\n    std::fs::metadata("x").is_ok()\n}\n'},
+     ("policy", "policy/src/a.rs", 2)),
+    ("a provider that executes",
+     {"agent/src/provider/a.rs": 'fn f() {\n    let _ = std::process::Command::new("sh");\n}\n'},
+     ("providers", "agent/src/provider/a.rs", 2)),
+    ("a crate that depends upward",
+     {"policy/Cargo.toml": _CARGO.format(name="retie-policy", deps='retie-ledger = { path = "../ledger" }\n'),
+      "ledger/Cargo.toml": _CARGO.format(name="retie-ledger", deps="")},
+     ("crates", "policy/Cargo.toml", 6)),
+    ("a trace naming a function that does not exist",
+     {"agent/src/a.rs": "fn f() {}\n", "docs/architecture.md": "x\n1. `agent/src/a.rs:g`: gone\n"},
+     ("trace", "docs/architecture.md", 2)),
+]
+SELF_TEST_QUIET = [
+    ("comments and literals",
+     {"agent/src/a.rs": '// rusqlite::Connection::open\n/* std::fs::write(x) /* nested */ */\nfn f() {\n'
+      '    let s = "std::fs::write(x) \\" rusqlite::";\n    let r = r#"fs::write("a")"#;\n'
+      "    let c = '\"'; let d = '{';\n    let mut v = vec![1]; v.append(&mut vec![2]);\n}\n"}),
+    ("test code",
+     {"agent/src/a.rs": '#[cfg(test)]\nmod tests {\n    fn t() { std::fs::write("x", b"").ok(); let _ = rusqlite::Connection::open("y"); }\n}\n',
+      "agent/src/b.rs": "#[cfg(test)]\nmod helpers;\n",
+      "agent/src/b/helpers.rs": 'fn t() { std::fs::write("x", b"").ok(); }\n',
+      "agent/tests/t.rs": 'fn t() { std::fs::write("x", b"").ok(); }\n'}),
+    ("reading and read-only opens",
+     {"agent/src/a.rs": 'fn f() { let _ = std::fs::read("x"); let _ = std::fs::OpenOptions::new().read(true).write(false).open("x"); }\n'}),
+    ("the order kept",
+     {"policy/Cargo.toml": _CARGO.format(name="retie-policy", deps='retie-display = { path = "../display" }\n'),
+      "display/Cargo.toml": _CARGO.format(name="retie-display", deps=""),
+      "agent/src/a.rs": "fn f() {}\n", "docs/architecture.md": "1. `agent/src/a.rs:f`\n"}),
+]
+
+
+def self_test() -> int:
+    import tempfile
+
+    global ROOT
+    real, failed = ROOT, 0
+
+    def run(files: dict[str, str]) -> list[Violation]:
+        global ROOT
+        with tempfile.TemporaryDirectory() as d:
+            files = {"docs/architecture.md": "", **files}
+            for rel, text in files.items():
+                os.makedirs(os.path.dirname(os.path.join(d, rel)), exist_ok=True)
+                with open(os.path.join(d, rel), "w", encoding="utf-8") as f:
+                    f.write(text)
+            ROOT = d
+            try:
+                return collect(stale=False)[0]
+            finally:
+                ROOT = real
+
+    for what, files, (rule, path, line) in SELF_TEST_FIRES:
+        got = run(files)
+        if not any(v[0] == path and v[1] == line and v[2] == rule for v in got):
+            failed += 1
+            print(f"self-test: FAILED to catch {what} ({rule} at {path}:{line}); got {got}")
+    for what, files in SELF_TEST_QUIET:
+        got = run(files)
+        if got:
+            failed += 1
+            print(f"self-test: FALSE ALARM on {what}: {got}")
+    n = len(SELF_TEST_FIRES) + len(SELF_TEST_QUIET)
+    print(f"check-layers self-test: {n - failed} of {n} cases passed")
+    return 1 if failed else 0
+
+
+def main() -> int:
+    if "--self-test" in sys.argv[1:]:
+        return self_test()
+    violations, files = collect()
     if "--list" in sys.argv[1:]:
         for rel, line, fn, entry, text in sorted(ALLOWED_SITES):
             print(f"{rel}:{line}: allowed writer {fn} ({entry}): `{text}`")
@@ -684,7 +792,7 @@ def main() -> int:
     if violations:
         print(f"check-layers: {len(violations)} violation(s)", file=sys.stderr)
         return 1
-    print(f"check-layers: clean ({len(sources)} Rust files; ledger, writes, crates, policy, providers, trace)")
+    print(f"check-layers: clean ({files} Rust files; ledger, writes, crates, policy, providers, trace)")
     return 0
 
 
