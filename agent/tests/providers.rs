@@ -993,6 +993,46 @@ async fn openai_llama_server_tool_call_stream_as_recorded() {
     );
 }
 
+/// Two parallel calls in one streamed turn, as llama-server (b11434)
+/// sent them (Qwen2.5-Coder-1.5B-Instruct, the json-fence template,
+/// answering the history of `real_server_accepts_a_history_with_calls_and_results`):
+/// the second call starts with `index: 1` and its own id after the first
+/// call's last fragment; every fragment after that carries only
+/// `index: 1`.
+#[tokio::test]
+async fn openai_llama_server_parallel_tool_calls_as_recorded() {
+    let body = include_str!("recorded/llama-server-b11434-qwen2.5-coder-1.5b-parallel-calls.sse");
+    let server = serve(vec![sse_reply(body)]).await;
+    let (r, events) = run(&mut openai(&server), &request()).await;
+    let turn = ok(r);
+    assert_eq!(turn.text, "");
+    let ids: Vec<&str> = turn.tool_calls.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        vec![
+            "famuSyxwxh4wD97UUWgumH8OKZiWfYKE",
+            "lO9JDRTvD9qsFwSJoVP4sa6M4p5tV6SM"
+        ]
+    );
+    for c in &turn.tool_calls {
+        assert_eq!(c.name, "read");
+        assert_eq!(c.raw_arguments, "{\"path\": \"src/lib.rs\"}");
+        assert_eq!(args(c), json!({"path": "src/lib.rs"}));
+    }
+    let calls: Vec<StreamEvent> = turn
+        .tool_calls
+        .iter()
+        .cloned()
+        .map(StreamEvent::ToolCall)
+        .collect();
+    assert_eq!(events, calls);
+    assert_eq!(turn.stop_reason.as_deref(), Some("tool_calls"));
+    assert_eq!(
+        (turn.usage.input_tokens, turn.usage.output_tokens),
+        (303, 44)
+    );
+}
+
 #[tokio::test]
 async fn connection_refused_is_transient() {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
