@@ -13,6 +13,7 @@ mod bigchange;
 mod cli;
 mod escapes;
 mod exec;
+mod firsthour;
 mod helper;
 mod identity;
 mod install;

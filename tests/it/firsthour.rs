@@ -1,0 +1,148 @@
+//! The first hour of a new user (issue 33): `retie run --continue`,
+//! project instructions (AGENTS.md, RETIE.md), the kinds in `retie
+//! sessions` and `retie log`, progress of long commands in `-p` mode,
+//! and a missing API key said before the first request.
+
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+
+use crate::harness::*;
+
+fn text_turn(t: &str) -> Vec<String> {
+    vec![serde_json::json!({"choices":[{"index":0,"delta":{"content":t},"finish_reason":"stop"}]}).to_string()]
+}
+
+fn report(o: &Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}\n{}", stdout(o), stderr(o)))
+}
+
+/// `retie run [DIR] ARGS` against the OpenAI-format server at `url`, no
+/// terminal, cwd the workspace.
+fn run_openai(s: &Scratch, url: &str, args: &[&str]) -> Output {
+    s.retie()
+        .args(["run", "--provider", "openai", "--model", "m", "--base-url", url])
+        .args(["--json", "--autonomy", "auto"])
+        .args(args)
+        .env_remove("RETIE_PROVIDER")
+        .env_remove("OPENAI_API_KEY")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run retie")
+}
+
+fn script(s: &Scratch, name: &str, turns: serde_json::Value) -> PathBuf {
+    let p = s.root.path().join(name);
+    std::fs::write(&p, serde_json::json!({ "turns": turns }).to_string()).expect("script");
+    s.give(&p);
+    p
+}
+
+fn run_script(s: &Scratch, script: &Path, args: &[&str]) -> Output {
+    s.retie()
+        .args(["run", "--provider", "script", "--script"])
+        .arg(script)
+        .arg("--json")
+        .args(args)
+        .env_remove("RETIE_PROVIDER")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run retie")
+}
+
+/// A finished session goes on with `--continue -p`: the model receives
+/// the earlier task and answer, then the new task, in the same session;
+/// a later session of another workspace is not the one continued. A
+/// session that nobody could approve (suspended) is taken up by
+/// `--continue` alone once approved, and then, finished, `--continue`
+/// without a task says what to pass. A workspace with no session says so.
+#[test]
+fn continue_takes_up_the_last_session_of_this_workspace_with_its_history() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let other = s.root.path().join("other");
+        std::fs::create_dir(&other).expect("mkdir");
+        s.give(&other);
+        let (url, seen) = crate::agent::openai_server(vec![
+            text_turn("first answer"),
+            text_turn("the other answer"),
+            text_turn("second answer"),
+        ]);
+        let o = run_openai(&s, &url, &["-p", "first task"]);
+        assert_code(&o, 0, "the first session");
+        let sid = report(&o)["session"].as_str().expect("sid").to_string();
+        let o = run_openai(&s, &url, &[path_str(&other), "-p", "other task"]);
+        assert_code(&o, 0, "a session of another workspace");
+        let o = run_openai(&s, &url, &["--continue", "-p", "next task"]);
+        assert_code(&o, 0, &format!("{leg:?}: --continue"));
+        let r = report(&o);
+        assert_eq!(r["session"], sid.as_str(), "{leg:?}: {}", stderr(&o));
+        assert_eq!(r["answer"], "second answer");
+        assert!(
+            stderr(&o).contains(&format!("continuing session {sid}")),
+            "{}",
+            stderr(&o)
+        );
+        {
+            let bodies = seen.lock().expect("lock");
+            assert_eq!(bodies.len(), 3, "{bodies:?}");
+            let b = &bodies[2];
+            for want in ["first task", "first answer", "next task"] {
+                assert!(b.contains(want), "{leg:?}: {want:?} not sent: {b}");
+            }
+            assert!(!b.contains("other task"), "{leg:?}: {b}");
+            let (a, n) = (b.find("first answer"), b.find("next task"));
+            assert!(a < n, "{leg:?}: out of order: {b}");
+        }
+        let o = s.retie().arg("verify").output().expect("verify");
+        assert_code(&o, 0, "verify");
+
+        // Suspended, approved, continued without a task.
+        let s = Scratch::new(leg);
+        let sc = script(
+            &s,
+            "s.json",
+            serde_json::json!([
+                {"tool_calls": [{"name": "write", "arguments": {"path": "a.txt", "content": "a\n"}}]},
+                {"text": "wrote it"},
+                {"expect_user": ["and then"], "text": "then too"}
+            ]),
+        );
+        let o = run_script(&s, &sc, &["--autonomy", "manual", "-p", "write a"]);
+        assert_code(&o, 5, "suspends");
+        let sid = report(&o)["session"].as_str().expect("sid").to_string();
+        let o = s
+            .retie()
+            .args(["approve", &sid])
+            .stdin(Stdio::null())
+            .output()
+            .expect("approve");
+        assert_code(&o, 0, "approve");
+        let o = run_script(&s, &sc, &["--continue"]);
+        assert_code(&o, 0, &format!("{leg:?}: --continue a suspended session"));
+        assert_eq!(report(&o)["session"], sid.as_str());
+        assert_eq!(
+            std::fs::read_to_string(s.ws.join("a.txt")).ok().as_deref(),
+            Some("a\n")
+        );
+        let o = run_script(&s, &sc, &["--continue"]);
+        assert_code(&o, 125, "a finished session with no task");
+        assert!(
+            stderr(&o).contains("continue it with a new task"),
+            "{}",
+            stderr(&o)
+        );
+        let o = run_script(&s, &sc, &["--continue", "-p", "and then"]);
+        assert_code(&o, 0, "a finished session with a task");
+        assert_eq!(report(&o)["answer"], "then too", "{}", stderr(&o));
+
+        // Nothing to continue.
+        let o = run_script(&s, &sc, &[path_str(&s.root.path().join("home")), "--continue"]);
+        assert_code(&o, 125, "no session to continue");
+        assert!(
+            stderr(&o).contains("no session of workspace"),
+            "{}",
+            stderr(&o)
+        );
+    }
+}
