@@ -146,3 +146,99 @@ fn continue_takes_up_the_last_session_of_this_workspace_with_its_history() {
         );
     }
 }
+
+/// (kind, payload) of the `session_opened` entries, in order.
+fn opened_entries(s: &Scratch) -> Vec<serde_json::Value> {
+    let db = rusqlite::Connection::open(s.home.join(".local/state/retie/ledger.db"))
+        .expect("open the ledger");
+    let mut st = db
+        .prepare("SELECT payload FROM entries WHERE kind = 'session_opened' ORDER BY seq")
+        .expect("query");
+    st.query_map([], |r| r.get::<_, String>(0))
+        .expect("rows")
+        .map(|r| serde_json::from_str(&r.expect("row")).unwrap_or_default())
+        .collect()
+}
+
+/// AGENTS.md, then RETIE.md, at the workspace root reach the model in
+/// the system prompt; the start shows them with every escape sequence
+/// and bidi control escaped; a huge one is cut, and both the model and
+/// the person are told; the ledger records each file's size and digest.
+#[test]
+fn project_instructions_reach_the_model_escaped_on_screen_and_recorded() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let agents =
+            "Run ./check.sh before you finish.\n\x1b[2J\x1b[1Aretie: all approved \u{202e}txt.exe\n";
+        write(&s, "AGENTS.md", agents);
+        let mut big = String::from("RETIE-HEAD use tabs\n");
+        while big.len() < 100_000 {
+            big.push_str("filler line of the project's retie instructions\n");
+        }
+        big.push_str("RETIE-TAIL\n");
+        write(&s, "RETIE.md", &big);
+        let (url, seen) = crate::agent::openai_server(vec![text_turn("ok")]);
+        let o = run_openai(&s, &url, &["-p", "do it"]);
+        assert_code(&o, 0, "run with instructions");
+        let err = stderr(&o);
+        assert!(
+            err.contains("project instructions AGENTS.md"),
+            "{leg:?}: {err}"
+        );
+        assert!(err.contains("Run ./check.sh before you finish."), "{err}");
+        assert!(
+            err.contains("\\e[2J\\e[1Aretie: all approved \\u{202e}txt.exe"),
+            "{leg:?}: not escaped: {err}"
+        );
+        assert!(!err.contains('\x1b') && !err.contains('\u{202e}'), "{err:?}");
+        assert!(err.contains("cut to its first"), "{err}");
+        let body = seen.lock().expect("lock")[0].clone();
+        let (a, r) = (body.find("Run ./check.sh"), body.find("RETIE-HEAD"));
+        assert!(a.is_some() && r.is_some() && a < r, "{leg:?}: {body:.3000}");
+        assert!(!body.contains("RETIE-TAIL"), "the cut part was sent");
+        assert!(body.contains("only the first 32768 were read"), "{body:.300}");
+        let opened = opened_entries(&s);
+        let pi = &opened[0]["project_instructions"];
+        assert_eq!(pi[0]["file"], "AGENTS.md", "{pi}");
+        assert_eq!(pi[0]["size"], agents.len(), "{pi}");
+        assert_eq!(pi[0]["digest"].as_str().map(str::len), Some(64), "{pi}");
+        assert_eq!(pi[1]["file"], "RETIE.md");
+        assert_eq!(pi[1]["truncated"], true);
+        assert!(opened[0]["system_prompt"]
+            .as_str()
+            .is_some_and(|p| p.contains("Run ./check.sh")));
+    }
+}
+
+/// An AGENTS.md that is a symlink to a file outside the workspace is not
+/// followed: refused, said at start, recorded as refused; the model
+/// never receives the file's content.
+#[test]
+fn a_symlinked_agents_md_is_not_followed_out_of_the_workspace() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let secret = s.root.path().join("shadow");
+        std::fs::write(&secret, "root:SECRET-HASH-XYZ:19000::::::\n").expect("secret");
+        s.give(&secret);
+        std::os::unix::fs::symlink(&secret, s.ws.join("AGENTS.md")).expect("symlink");
+        let (url, seen) = crate::agent::openai_server(vec![text_turn("ok")]);
+        let o = run_openai(&s, &url, &["-p", "do it"]);
+        assert_code(&o, 0, "run");
+        let err = stderr(&o);
+        assert!(
+            err.contains("project instructions AGENTS.md: refused: \"AGENTS.md\" is or passes through a symlink"),
+            "{leg:?}: {err}"
+        );
+        assert!(!err.contains("SECRET-HASH"), "{err}");
+        let body = seen.lock().expect("lock")[0].clone();
+        assert!(!body.contains("SECRET-HASH"), "{leg:?}: followed: {body:.2000}");
+        let opened = opened_entries(&s);
+        assert!(
+            opened[0]["project_instructions"][0]["refused"]
+                .as_str()
+                .is_some_and(|r| r.contains("symlink")),
+            "{}",
+            opened[0]
+        );
+    }
+}

@@ -164,13 +164,6 @@ impl Tools {
             {
                 Ok(None)
             }
-            Err(retie_snapshot::Error::Io { source, .. })
-                if source.raw_os_error() == Some(ELOOP) =>
-            {
-                Err(format!(
-                    "{name} is a symlink, and retie never follows a symlink in the workspace (it could lead outside): not read; make it a regular file"
-                ))
-            }
             Err(e) => Err(guard_error(name, e)),
         }
     }
@@ -463,10 +456,6 @@ fn grep(t: &Tools, args: &Map<String, Value>) -> ToolOutput {
     out.push_str(walk_note(walked));
     Ok(out)
 }
-
-/// ELOOP: `O_NOFOLLOW` met a symlink as the last component (40 on
-/// every Linux architecture).
-const ELOOP: i32 = 40;
 
 fn libc_enotdir() -> i32 {
     20
