@@ -874,6 +874,9 @@ pub fn run_inner(
             "retie: warning: --yes approves every action the gate asks about (never one the policy denies); the ledger records each such approval as coming from the flag"
         );
     }
+    // A long bash call shows its elapsed time unless a person may be
+    // asked on this terminal while it runs.
+    let progress = approver.is_some() || args.yes || !std::io::stdin().is_terminal();
     let mut approver: Box<dyn Approver> = if let Some(a) = approver {
         a
     } else if args.yes {
@@ -889,6 +892,7 @@ pub fn run_inner(
     // any thread exists; it replaces the default disposition of SIGINT.
     unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
     let mut ui = super::chat::PlainRender::new(args.json);
+    ui.progress = progress;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

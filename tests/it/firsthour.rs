@@ -242,3 +242,128 @@ fn a_symlinked_agents_md_is_not_followed_out_of_the_workspace() {
         );
     }
 }
+
+/// `retie sessions` and `retie log` tell the kinds apart: a header line,
+/// a kind column, `--kind`, `--limit`; an agent session whose provider
+/// failed before its first turn is not listed one by one (one line
+/// counts it, `--unstarted` lists it, `--json` marks it).
+#[test]
+fn sessions_and_log_tell_kinds_apart_and_fold_sessions_that_never_started() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let o = s.exec(&[], &["true"]);
+        assert_code(&o, 0, "exec");
+        let sc = script(&s, "s.json", serde_json::json!([{"text": "done"}]));
+        let o = run_script(&s, &sc, &["-p", "say done"]);
+        assert_code(&o, 0, "agent");
+        let agent = report(&o)["session"].as_str().expect("sid").to_string();
+        // A provider that does not answer (nothing listens on port 1).
+        let o = s
+            .retie()
+            .args(["run", "--provider", "openai", "--model", "m"])
+            .args(["--base-url", "http://127.0.0.1:1/v1", "--json", "-p", "hi"])
+            .env("RETIE_MAX_ATTEMPTS", "1")
+            .env_remove("RETIE_PROVIDER")
+            .env_remove("OPENAI_API_KEY")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run");
+        assert_code(&o, 5, "the provider failed before the first turn");
+        let failed = report(&o)["session"].as_str().expect("sid").to_string();
+        let o = s.exec(&[], &["true"]);
+        assert_code(&o, 0, "exec");
+        let list = |args: &[&str]| {
+            let o = s
+                .retie()
+                .args(args)
+                .stdin(Stdio::null())
+                .output()
+                .expect("list");
+            assert_code(&o, 0, &format!("{args:?}"));
+            stdout(&o)
+        };
+        let starts = |text: &str, word: &str| text.lines().any(|l| l.starts_with(word));
+        let text = list(&["sessions"]);
+        assert!(
+            text.lines().next().is_some_and(|l| l.starts_with("3 sessions in workspace")),
+            "{leg:?}: {text}"
+        );
+        assert!(text.contains("KIND"), "{text}");
+        assert_eq!(text.matches("  exec  ").count(), 2, "{text}");
+        assert!(starts(&text, &agent) && text.contains("  agent  "), "{text}");
+        assert!(!starts(&text, &failed), "{leg:?}: listed: {text}");
+        assert!(
+            text.contains("1 agent session whose provider failed before the first turn not listed"),
+            "{text}"
+        );
+        let text = list(&["sessions", "--unstarted"]);
+        assert!(starts(&text, &failed), "{text}");
+        let text = list(&["sessions", "--kind", "exec", "--limit", "1"]);
+        assert!(text.starts_with("1 session of kind exec"), "{text}");
+        assert_eq!(text.matches("  exec  ").count(), 1, "{text}");
+        assert!(!text.contains(&agent) && text.contains("1 older"), "{text}");
+        let text = list(&["log", "--kind", "agent"]);
+        assert!(text.contains(&format!("session {agent}  agent")), "{text}");
+        assert!(!text.contains("  exec  "), "{text}");
+        assert!(!text.contains(&format!("session {failed}")), "{text}");
+        let text = list(&["log", "--kind", "agent", "--unstarted"]);
+        assert!(text.contains(&format!("session {failed}")), "{text}");
+        let v: serde_json::Value =
+            serde_json::from_str(&list(&["sessions", "--json"])).expect("json");
+        let all = v["sessions"].as_array().expect("sessions");
+        assert_eq!(all.len(), 4, "{v}");
+        let of = |id: &str| all.iter().find(|x| x["session"] == id).cloned().unwrap_or_default();
+        assert_eq!(of(&failed)["unstarted"], true, "{v}");
+        assert_eq!(of(&agent)["unstarted"], false);
+        assert_eq!(of(&agent)["kind"], "agent");
+        let v: serde_json::Value =
+            serde_json::from_str(&list(&["log", "--json", "--kind", "exec"])).expect("json");
+        assert_eq!(v["sessions"].as_array().map(Vec::len), Some(2), "{v}");
+        assert!(v["sessions"][0]["kind"] == "exec");
+    }
+}
+
+/// In `-p` mode a bash call that runs past ~2 s prints its elapsed time
+/// on stderr; stdout, the answer, gets none of it; a quick call prints
+/// none.
+#[test]
+fn a_long_bash_call_shows_its_elapsed_time_on_stderr_only() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let sc = script(
+            &s,
+            "s.json",
+            serde_json::json!([
+                {"tool_calls": [{"name": "bash", "arguments": {"command": "true"}}]},
+                {"tool_calls": [{"name": "bash", "arguments": {"command": "sleep 3; echo slept"}}]},
+                {"expect": ["slept"], "text": "it slept"}
+            ]),
+        );
+        let o = s
+            .retie()
+            .args(["run", "--provider", "script", "--script"])
+            .arg(&sc)
+            .args(["--autonomy", "auto", "-p", "sleep a while"])
+            .env_remove("RETIE_PROVIDER")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run");
+        assert_code(&o, 0, "run");
+        let (out, err) = (stdout(&o), stderr(&o));
+        assert!(out.contains("it slept"), "{out}");
+        assert_eq!(
+            err.matches("retie: bash still running: ").count(),
+            err.lines().filter(|l| l.starts_with("retie: bash still running: ")).count(),
+            "{err}"
+        );
+        assert!(
+            err.contains("retie: bash still running: "),
+            "{leg:?}: no elapsed line: {err}"
+        );
+        assert!(!out.contains("still running"), "{leg:?}: on stdout: {out}");
+        // The quick call came first: the lines are all after its outcome.
+        let first = err.find("still running").unwrap_or(0);
+        assert!(err[..first].contains("→"), "{err}");
+        assert_eq!(err[..first].matches("→").count(), 1, "{leg:?}: {err}");
+    }
+}
