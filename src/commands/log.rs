@@ -44,9 +44,7 @@ pub fn run(a: LogArgs) -> i32 {
         .collect();
     let mut list = a.list.clone();
     list.unstarted |= a.json;
-    let sel = list.select(sessions, |s| s.kind(), |s| {
-        s.failed_before_first_turn()
-    });
+    let sel = list.select(sessions, |s| s.kind(), |s| s.failed_before_first_turn());
     let sessions = sel.items;
     if a.json {
         let v: Vec<_> = sessions

@@ -135,11 +135,9 @@ pub fn run(a: SessionsArgs) -> Result<i32, CliError> {
         println!("{}", json!({ "sessions": sel.items }));
         return Ok(0);
     }
-    let sel = a.list.select(
-        out,
-        kind_of,
-        |v| v["unstarted"].as_bool() == Some(true),
-    );
+    let sel = a
+        .list
+        .select(out, kind_of, |v| v["unstarted"].as_bool() == Some(true));
     if sel.items.is_empty() && sel.unstarted.is_empty() && sel.older == 0 {
         println!("no sessions {}", scope.place());
         return Ok(0);
@@ -175,10 +173,7 @@ pub fn run(a: SessionsArgs) -> Result<i32, CliError> {
         );
     }
     if sel.older > 0 {
-        println!(
-            "({} older sessions not listed: --limit)",
-            sel.older
-        );
+        println!("({} older sessions not listed: --limit)", sel.older);
     }
     if let Some(last) = sel.unstarted.last() {
         println!(

@@ -29,5 +29,6 @@ mod policy;
 mod providers;
 mod resume;
 mod retest;
+mod small_helper;
 mod toolchain;
 mod tty;
