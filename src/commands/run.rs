@@ -146,6 +146,10 @@ pub struct ProviderArgs {
     /// The script of turns for `--provider script`.
     #[arg(long, value_name = "FILE")]
     pub script: Option<PathBuf>,
+    /// `api_key_env` came from the resumed session's record, not from a
+    /// flag the person gave now.
+    #[arg(skip)]
+    pub api_key_env_recorded: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
@@ -537,6 +541,7 @@ pub(super) fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
         .or(file.base_url);
     let base_url_is_default = named.is_none() && provider != ProviderArg::Script;
     let base_url = named.or_else(|| default_base_url(provider).map(String::from));
+    let key_env_in_config = file.api_key_env.is_some();
     let key_env = args
         .provider
         .api_key_env
@@ -549,11 +554,23 @@ pub(super) fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
             ProviderArg::Script => None,
         });
     let api_key = key_env.as_deref().and_then(env);
-    if provider == ProviderArg::Anthropic && api_key.is_none() {
-        return Err(CliError::Usage(format!(
-            "no API key for anthropic: set {} (or name another variable with --api-key-env)",
-            key_env.as_deref().unwrap_or("ANTHROPIC_API_KEY")
-        )));
+    // Before any request (the ladder's catalogue is one): a key that
+    // cannot be there is said now, not answered by a 401 later.
+    let named_by = if args.provider.api_key_env.is_some() && !args.provider.api_key_env_recorded {
+        Some("--api-key-env")
+    } else if args.provider.api_key_env.is_none() && key_env_in_config {
+        Some("[agent] api_key_env in config.toml")
+    } else {
+        None
+    };
+    if let Some(why) = missing_key(
+        provider,
+        base_url.as_deref(),
+        key_env.as_deref(),
+        named_by,
+        api_key.is_some(),
+    ) {
+        return Err(CliError::Usage(why));
     }
     // No model named: the ladder (issue 29, ADR 0532) picks the lowest
     // tier among the callable models and climbs on failure.
@@ -640,6 +657,38 @@ pub(super) fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
         base_url,
         api_key,
     })
+}
+
+/// Why the session cannot start for want of an API key, if it cannot:
+/// the variable a person named (`named_by`: the flag or config) is unset
+/// or empty; or the provider's public endpoint would be asked with no
+/// key (anthropic always needs one). A key-less request is fine for a
+/// local server (an OpenAI-format one, ollama): start warns instead.
+pub(super) fn missing_key(
+    provider: ProviderArg,
+    base_url: Option<&str>,
+    key_env: Option<&str>,
+    named_by: Option<&str>,
+    have_key: bool,
+) -> Option<String> {
+    if have_key || provider == ProviderArg::Script {
+        return None;
+    }
+    let var = crate::ui::visible(key_env.unwrap_or("?"));
+    if let Some(by) = named_by {
+        return Some(format!(
+            "{by} names {var}, which is not set (or empty): set it to the API key, or name the variable that holds it"
+        ));
+    }
+    let public = base_url.is_some() && base_url == default_base_url(provider);
+    if provider == ProviderArg::Anthropic || (public && provider == ProviderArg::Openai) {
+        return Some(format!(
+            "no API key for {} at {}: set {var} (or name another variable with --api-key-env); nothing was sent",
+            provider_kind(provider),
+            crate::ui::visible(base_url.unwrap_or("its endpoint")),
+        ));
+    }
+    None
 }
 
 /// The endpoint a provider talks to when nobody names one.
@@ -1062,6 +1111,7 @@ pub(super) fn defaults_from_session(args: &mut RunArgs, id: &str) -> Result<(), 
     }
     if args.provider.api_key_env.is_none() {
         args.provider.api_key_env = text("api_key_env");
+        args.provider.api_key_env_recorded = args.provider.api_key_env.is_some();
     }
     if args.autonomy.is_none() {
         args.autonomy = text("autonomy").and_then(|p| AutonomyArg::from_str(&p, true).ok());
@@ -1106,4 +1156,60 @@ pub fn edited_arguments(
     }
     args.insert("command".into(), serde_json::Value::String(text.into()));
     Ok(args)
+}
+
+#[cfg(test)]
+mod key_tests {
+    use super::{default_base_url, missing_key, ProviderArg};
+
+    /// Issue 33 "keys": refused before the first request when the key
+    /// cannot be there; a local server without a key only warns.
+    #[test]
+    fn a_missing_key_is_said_before_the_first_request() {
+        let openai = default_base_url(ProviderArg::Openai);
+        let refused = |p, url, named, have| {
+            missing_key(p, url, Some("OPENAI_API_KEY"), named, have).is_some()
+        };
+        // The public endpoint with no key.
+        assert!(refused(ProviderArg::Openai, openai, None, false));
+        assert!(refused(
+            ProviderArg::Anthropic,
+            Some("http://127.0.0.1:9/v1"),
+            None,
+            false
+        ));
+        // A variable the person named, unset.
+        assert!(refused(
+            ProviderArg::Openai,
+            Some("http://127.0.0.1:9/v1"),
+            Some("--api-key-env"),
+            false
+        ));
+        // A local server, the default variable unset: a warning only.
+        assert!(!refused(
+            ProviderArg::Openai,
+            Some("http://127.0.0.1:9/v1"),
+            None,
+            false
+        ));
+        assert!(!refused(
+            ProviderArg::Ollama,
+            default_base_url(ProviderArg::Ollama),
+            None,
+            false
+        ));
+        // A key.
+        assert!(!refused(
+            ProviderArg::Openai,
+            openai,
+            Some("--api-key-env"),
+            true
+        ));
+        assert!(!refused(
+            ProviderArg::Script,
+            None,
+            Some("--api-key-env"),
+            false
+        ));
+    }
 }

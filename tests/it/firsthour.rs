@@ -9,7 +9,10 @@ use std::process::{Output, Stdio};
 use crate::harness::*;
 
 fn text_turn(t: &str) -> Vec<String> {
-    vec![serde_json::json!({"choices":[{"index":0,"delta":{"content":t},"finish_reason":"stop"}]}).to_string()]
+    vec![
+        serde_json::json!({"choices":[{"index":0,"delta":{"content":t},"finish_reason":"stop"}]})
+            .to_string(),
+    ]
 }
 
 fn report(o: &Output) -> serde_json::Value {
@@ -21,7 +24,15 @@ fn report(o: &Output) -> serde_json::Value {
 /// terminal, cwd the workspace.
 fn run_openai(s: &Scratch, url: &str, args: &[&str]) -> Output {
     s.retie()
-        .args(["run", "--provider", "openai", "--model", "m", "--base-url", url])
+        .args([
+            "run",
+            "--provider",
+            "openai",
+            "--model",
+            "m",
+            "--base-url",
+            url,
+        ])
         .args(["--json", "--autonomy", "auto"])
         .args(args)
         .env_remove("RETIE_PROVIDER")
@@ -137,7 +148,11 @@ fn continue_takes_up_the_last_session_of_this_workspace_with_its_history() {
         assert_eq!(report(&o)["answer"], "then too", "{}", stderr(&o));
 
         // Nothing to continue.
-        let o = run_script(&s, &sc, &[path_str(&s.root.path().join("home")), "--continue"]);
+        let o = run_script(
+            &s,
+            &sc,
+            &[path_str(&s.root.path().join("home")), "--continue"],
+        );
         assert_code(&o, 125, "no session to continue");
         assert!(
             stderr(&o).contains("no session of workspace"),
@@ -190,13 +205,19 @@ fn project_instructions_reach_the_model_escaped_on_screen_and_recorded() {
             err.contains("\\e[2J\\e[1Aretie: all approved \\u{202e}txt.exe"),
             "{leg:?}: not escaped: {err}"
         );
-        assert!(!err.contains('\x1b') && !err.contains('\u{202e}'), "{err:?}");
+        assert!(
+            !err.contains('\x1b') && !err.contains('\u{202e}'),
+            "{err:?}"
+        );
         assert!(err.contains("cut to its first"), "{err}");
         let body = seen.lock().expect("lock")[0].clone();
         let (a, r) = (body.find("Run ./check.sh"), body.find("RETIE-HEAD"));
         assert!(a.is_some() && r.is_some() && a < r, "{leg:?}: {body:.3000}");
         assert!(!body.contains("RETIE-TAIL"), "the cut part was sent");
-        assert!(body.contains("only the first 32768 were read"), "{body:.300}");
+        assert!(
+            body.contains("only the first 32768 were read"),
+            "{body:.300}"
+        );
         let opened = opened_entries(&s);
         let pi = &opened[0]["project_instructions"];
         assert_eq!(pi[0]["file"], "AGENTS.md", "{pi}");
@@ -231,7 +252,10 @@ fn a_symlinked_agents_md_is_not_followed_out_of_the_workspace() {
         );
         assert!(!err.contains("SECRET-HASH"), "{err}");
         let body = seen.lock().expect("lock")[0].clone();
-        assert!(!body.contains("SECRET-HASH"), "{leg:?}: followed: {body:.2000}");
+        assert!(
+            !body.contains("SECRET-HASH"),
+            "{leg:?}: followed: {body:.2000}"
+        );
         let opened = opened_entries(&s);
         assert!(
             opened[0]["project_instructions"][0]["refused"]
@@ -285,12 +309,17 @@ fn sessions_and_log_tell_kinds_apart_and_fold_sessions_that_never_started() {
         let starts = |text: &str, word: &str| text.lines().any(|l| l.starts_with(word));
         let text = list(&["sessions"]);
         assert!(
-            text.lines().next().is_some_and(|l| l.starts_with("3 sessions in workspace")),
+            text.lines()
+                .next()
+                .is_some_and(|l| l.starts_with("3 sessions in workspace")),
             "{leg:?}: {text}"
         );
         assert!(text.contains("KIND"), "{text}");
         assert_eq!(text.matches("  exec  ").count(), 2, "{text}");
-        assert!(starts(&text, &agent) && text.contains("  agent  "), "{text}");
+        assert!(
+            starts(&text, &agent) && text.contains("  agent  "),
+            "{text}"
+        );
         assert!(!starts(&text, &failed), "{leg:?}: listed: {text}");
         assert!(
             text.contains("1 agent session whose provider failed before the first turn not listed"),
@@ -312,7 +341,12 @@ fn sessions_and_log_tell_kinds_apart_and_fold_sessions_that_never_started() {
             serde_json::from_str(&list(&["sessions", "--json"])).expect("json");
         let all = v["sessions"].as_array().expect("sessions");
         assert_eq!(all.len(), 4, "{v}");
-        let of = |id: &str| all.iter().find(|x| x["session"] == id).cloned().unwrap_or_default();
+        let of = |id: &str| {
+            all.iter()
+                .find(|x| x["session"] == id)
+                .cloned()
+                .unwrap_or_default()
+        };
         assert_eq!(of(&failed)["unstarted"], true, "{v}");
         assert_eq!(of(&agent)["unstarted"], false);
         assert_eq!(of(&agent)["kind"], "agent");
@@ -353,7 +387,9 @@ fn a_long_bash_call_shows_its_elapsed_time_on_stderr_only() {
         assert!(out.contains("it slept"), "{out}");
         assert_eq!(
             err.matches("retie: bash still running: ").count(),
-            err.lines().filter(|l| l.starts_with("retie: bash still running: ")).count(),
+            err.lines()
+                .filter(|l| l.starts_with("retie: bash still running: "))
+                .count(),
             "{err}"
         );
         assert!(
@@ -365,5 +401,76 @@ fn a_long_bash_call_shows_its_elapsed_time_on_stderr_only() {
         let first = err.find("still running").unwrap_or(0);
         assert!(err[..first].contains("→"), "{err}");
         assert_eq!(err[..first].matches("→").count(), 1, "{leg:?}: {err}");
+    }
+}
+
+/// `--api-key-env NAME` with NAME unset is refused before the first
+/// request (the server receives nothing), naming the variable; the same
+/// flag with the variable set sends the key. (The public endpoint with no
+/// key: `run::key_tests` in the binary; the default variable unset for a
+/// local server warns: `resume::the_default_endpoint_is_named_before_the_first_request`.)
+#[test]
+fn a_named_key_variable_that_is_unset_is_said_before_the_first_request() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let (url, seen) = crate::agent::openai_server(vec![text_turn("ok")]);
+        let o = s
+            .retie()
+            .args([
+                "run",
+                "--provider",
+                "openai",
+                "--model",
+                "m",
+                "--base-url",
+                &url,
+            ])
+            .args([
+                "--api-key-env",
+                "RETIE_TEST_NO_SUCH_KEY",
+                "--json",
+                "-p",
+                "hi",
+            ])
+            .env_remove("RETIE_TEST_NO_SUCH_KEY")
+            .env_remove("RETIE_PROVIDER")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run");
+        assert_code(&o, 125, "an unset key variable");
+        assert!(
+            stderr(&o).contains("--api-key-env names RETIE_TEST_NO_SUCH_KEY, which is not set"),
+            "{leg:?}: {}",
+            stderr(&o)
+        );
+        assert!(
+            seen.lock().expect("lock").is_empty(),
+            "{leg:?}: a request went out"
+        );
+        let o = s
+            .retie()
+            .args([
+                "run",
+                "--provider",
+                "openai",
+                "--model",
+                "m",
+                "--base-url",
+                &url,
+            ])
+            .args([
+                "--api-key-env",
+                "RETIE_TEST_NO_SUCH_KEY",
+                "--json",
+                "-p",
+                "hi",
+            ])
+            .env("RETIE_TEST_NO_SUCH_KEY", "k-test")
+            .env_remove("RETIE_PROVIDER")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run");
+        assert_code(&o, 0, "the key variable set");
+        assert_eq!(seen.lock().expect("lock").len(), 1);
     }
 }
