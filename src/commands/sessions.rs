@@ -177,11 +177,12 @@ pub fn run(a: SessionsArgs) -> Result<i32, CliError> {
     }
     if let Some(last) = sel.unstarted.last() {
         println!(
-            "({} agent session{} whose provider failed before the first turn not listed (--unstarted lists them); the last, {}: {})",
+            "({} agent session{} whose provider failed before the first turn not listed (--unstarted lists them); the last, {}, {}: {})",
             sel.unstarted.len(),
             if sel.unstarted.len() == 1 { "" } else { "s" },
             visible(last["session"].as_str().unwrap_or("-")),
-            visible(last["why"].as_str().or(last["state"].as_str()).unwrap_or("-")),
+            visible(last["state"].as_str().unwrap_or("-")),
+            visible(last["why"].as_str().unwrap_or("-")),
         );
     }
     Ok(0)
