@@ -197,7 +197,7 @@ impl Recorder {
                 why,
             })
         };
-        if !ledger_path.exists() {
+        if !retie_ledger::exists(ledger_path) {
             return Err(retie_ledger::Error::Missing(ledger_path.to_path_buf()).into());
         }
         let report = retie_ledger::verify::verify(ledger_path)?;
@@ -932,9 +932,7 @@ pub struct SessionLock {
 
 /// Where a session's lock lives.
 pub fn lock_path(ledger: &Path, session: &str) -> PathBuf {
-    let mut s = ledger.as_os_str().to_owned();
-    s.push(".sessions");
-    PathBuf::from(s).join(format!("{session}.lock"))
+    retie_ledger::sidecar(ledger, ".sessions").join(format!("{session}.lock"))
 }
 
 impl SessionLock {

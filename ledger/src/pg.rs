@@ -72,6 +72,48 @@ pub fn redact(url: &str) -> String {
     out
 }
 
+/// Run `f` where the sync client may block: on this thread, or, when this
+/// thread drives an async runtime (the agent's), on a scoped thread of
+/// its own. The `postgres` client blocks on a runtime of its own, which
+/// tokio forbids inside another runtime (it panicked: "Cannot start a
+/// runtime from within a runtime"); dropping a client or an open
+/// transaction blocks too, so those go through here as well.
+pub(crate) fn off_runtime<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return f();
+    }
+    std::thread::scope(|s| match s.spawn(f).join() {
+        Ok(v) => v,
+        Err(p) => std::panic::resume_unwind(p),
+    })
+}
+
+/// A connected client that is closed (and its runtime dropped) off any
+/// async runtime ([`off_runtime`]).
+pub struct PgClient(Option<Client>);
+
+impl std::ops::Deref for PgClient {
+    type Target = Client;
+    fn deref(&self) -> &Client {
+        // Some until drop.
+        self.0.as_ref().expect("a live client")
+    }
+}
+
+impl std::ops::DerefMut for PgClient {
+    fn deref_mut(&mut self) -> &mut Client {
+        self.0.as_mut().expect("a live client")
+    }
+}
+
+impl Drop for PgClient {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.take() {
+            off_runtime(move || drop(c));
+        }
+    }
+}
+
 /// A parsed, checked ledger URL.
 #[derive(Clone)]
 pub struct PgUrl {
@@ -232,12 +274,12 @@ impl PgUrl {
 
     /// Connect, create the schema if it is not there, and return the
     /// client.
-    pub fn connect(&self) -> Result<Client> {
+    pub fn connect(&self) -> Result<PgClient> {
         let mut config = self.config.clone();
         if let Some(p) = self.password()? {
             config.password(p);
         }
-        let mut c = config.connect(NoTls).map_err(|e| {
+        let mut c = off_runtime(|| config.connect(NoTls)).map(|c| PgClient(Some(c))).map_err(|e| {
             bad(
                 &self.shown,
                 format!(
@@ -249,17 +291,19 @@ impl PgUrl {
         // The tables, once: a cheap look first; their creation under a
         // transaction-scoped advisory lock, so first writers on many
         // machines do not trip over each other's DDL.
-        let ready: bool = c
+        let ready: bool = off_runtime(|| c
             .query_one(
                 "SELECT to_regclass('entries') IS NOT NULL AND to_regclass('retie_chain_head') IS NOT NULL",
                 &[],
             )
-            .and_then(|r| r.try_get(0))
+            .and_then(|r| r.try_get(0)))
             .map_err(|e| self.err("looking for the ledger's tables", &e))?;
         if !ready {
-            c.batch_execute(&format!(
-                "BEGIN; SELECT pg_advisory_xact_lock({SCHEMA_LOCK}); {SCHEMA} COMMIT;"
-            ))
+            off_runtime(|| {
+                c.batch_execute(&format!(
+                    "BEGIN; SELECT pg_advisory_xact_lock({SCHEMA_LOCK}); {SCHEMA} COMMIT;"
+                ))
+            })
             .map_err(|e| self.err("creating the ledger's tables", &e))?;
         }
         Ok(c)
@@ -376,7 +420,7 @@ fn rows_of(rs: Vec<postgres::Row>) -> std::result::Result<Vec<Row>, postgres::Er
 
 /// Every row in seq order.
 pub(crate) fn read_rows(c: &mut Client) -> std::result::Result<Vec<Row>, postgres::Error> {
-    rows_of(c.query(&format!("SELECT {COLUMNS} FROM entries ORDER BY seq"), &[])?)
+    off_runtime(|| rows_of(c.query(&format!("SELECT {COLUMNS} FROM entries ORDER BY seq"), &[])?))
 }
 
 /// One session's rows in seq order.
@@ -384,10 +428,12 @@ pub(crate) fn session_rows(
     c: &mut Client,
     session: &str,
 ) -> std::result::Result<Vec<Row>, postgres::Error> {
-    rows_of(c.query(
-        &format!("SELECT {COLUMNS} FROM entries WHERE session = $1 ORDER BY seq"),
-        &[&session.as_bytes()],
-    )?)
+    off_runtime(|| {
+        rows_of(c.query(
+            &format!("SELECT {COLUMNS} FROM entries WHERE session = $1 ORDER BY seq"),
+            &[&session.as_bytes()],
+        )?)
+    })
 }
 
 /// Session ids starting with `prefix`.
@@ -396,10 +442,12 @@ pub(crate) fn sessions_starting_with(
     prefix: &str,
     limit: u32,
 ) -> std::result::Result<Vec<String>, postgres::Error> {
-    let rs = c.query(
+    let rs = off_runtime(|| {
+        c.query(
         "SELECT DISTINCT session FROM entries WHERE substring(session from 1 for length($1::bytea)) = $1::bytea ORDER BY session LIMIT $2",
         &[&prefix.as_bytes(), &i64::from(limit)],
-    )?;
+    )
+    })?;
     rs.iter()
         .map(|r| {
             r.try_get::<_, Vec<u8>>(0)
@@ -410,10 +458,12 @@ pub(crate) fn sessions_starting_with(
 
 /// The newest entry's (seq, hash), outside any lock.
 pub(crate) fn head(c: &mut Client) -> std::result::Result<Option<(i64, Vec<u8>)>, postgres::Error> {
-    let r = c.query_opt(
-        "SELECT seq, hash FROM entries ORDER BY seq DESC LIMIT 1",
-        &[],
-    )?;
+    let r = off_runtime(|| {
+        c.query_opt(
+            "SELECT seq, hash FROM entries ORDER BY seq DESC LIMIT 1",
+            &[],
+        )
+    })?;
     r.map(|r| Ok((r.try_get(0)?, r.try_get(1)?))).transpose()
 }
 
@@ -425,19 +475,22 @@ pub(crate) fn of_kind(
     c: &mut Client,
     kind: &str,
 ) -> std::result::Result<Vec<PayloadSigner>, postgres::Error> {
-    let rs = c.query(
-        "SELECT payload, signer FROM entries WHERE kind = $1 ORDER BY seq",
-        &[&kind.as_bytes()],
-    )?;
+    let rs = off_runtime(|| {
+        c.query(
+            "SELECT payload, signer FROM entries WHERE kind = $1 ORDER BY seq",
+            &[&kind.as_bytes()],
+        )
+    })?;
     rs.iter()
         .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
         .collect()
 }
 
-/// An append's transaction on PostgreSQL.
+/// An append's transaction on PostgreSQL (every call off any async
+/// runtime, [`off_runtime`]; `None` once committed).
 pub(crate) struct PgTx<'a> {
-    pub(crate) tx: Transaction<'a>,
-    pub(crate) url: &'a PgUrl,
+    tx: Option<Transaction<'a>>,
+    url: &'a PgUrl,
 }
 
 impl<'a> PgTx<'a> {
@@ -446,59 +499,87 @@ impl<'a> PgTx<'a> {
     /// mid-transaction: the server rolls it back when its connection
     /// drops, and the lock goes with it).
     pub(crate) fn begin(c: &'a mut Client, url: &'a PgUrl, deferred: bool) -> Result<PgTx<'a>> {
-        let mut tx = c
-            .transaction()
-            .map_err(|e| url.err("beginning an append", &e))?;
-        if deferred {
-            tx.batch_execute("SET LOCAL synchronous_commit = off")
-                .map_err(|e| url.err("beginning an append", &e))?;
-        }
-        tx.query_one(
-            "SELECT id FROM retie_chain_head WHERE id = 1 FOR UPDATE",
-            &[],
-        )
+        let tx = off_runtime(|| {
+            let mut tx = c.transaction()?;
+            if deferred {
+                tx.batch_execute("SET LOCAL synchronous_commit = off")?;
+            }
+            tx.query_one(
+                "SELECT id FROM retie_chain_head WHERE id = 1 FOR UPDATE",
+                &[],
+            )?;
+            Ok::<_, postgres::Error>(tx)
+        })
         .map_err(|e| url.err("locking the chain head", &e))?;
-        Ok(PgTx { tx, url })
+        Ok(PgTx { tx: Some(tx), url })
+    }
+
+    /// Run `f` on the open transaction, off any runtime; `what` names it
+    /// in an error.
+    fn on<T: Send>(
+        &mut self,
+        what: &str,
+        f: impl FnOnce(&mut Transaction<'a>) -> std::result::Result<T, postgres::Error> + Send,
+    ) -> Result<T> {
+        let url = self.url;
+        let tx = self.tx.as_mut().ok_or_else(|| over(url, what))?;
+        off_runtime(|| f(tx)).map_err(|e| url.err(what, &e))
+    }
+}
+
+/// A call on a transaction already committed (never made: commit
+/// consumes the transaction).
+fn over(url: &PgUrl, what: &str) -> Error {
+    bad(
+        &url.shown,
+        format!("{what}: the transaction is already over"),
+    )
+}
+
+impl Drop for PgTx<'_> {
+    fn drop(&mut self) {
+        // An uncommitted transaction rolls back on drop, which blocks.
+        if let Some(tx) = self.tx.take() {
+            off_runtime(move || drop(tx));
+        }
     }
 }
 
 impl crate::AppendTx for PgTx<'_> {
     fn last(&mut self) -> Result<Option<(i64, Vec<u8>)>> {
-        let r = self
-            .tx
-            .query_opt(
+        self.on("reading the chain head", |tx| {
+            tx.query_opt(
                 "SELECT seq, hash FROM entries ORDER BY seq DESC LIMIT 1",
                 &[],
-            )
-            .map_err(|e| self.url.err("reading the chain head", &e))?;
-        r.map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+            )?
+            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
             .transpose()
-            .map_err(|e| self.url.err("reading the chain head", &e))
+        })
     }
 
     fn newest_of(&mut self, session: &str, kind: &str) -> Result<Option<i64>> {
-        self.tx
-            .query_one(
+        self.on("checking the session", |tx| {
+            tx.query_one(
                 "SELECT max(seq) FROM entries WHERE session = $1 AND kind = $2",
                 &[&session.as_bytes(), &kind.as_bytes()],
-            )
-            .and_then(|r| r.try_get(0))
-            .map_err(|e| self.url.err("checking the session", &e))
+            )?
+            .try_get(0)
+        })
     }
 
     fn first_after(&mut self, session: &str, after: i64, kind: &str) -> Result<Option<i64>> {
-        self.tx
-            .query_one(
+        self.on("checking the session", |tx| {
+            tx.query_one(
                 "SELECT min(seq) FROM entries WHERE session = $1 AND seq > $2 AND kind = $3",
                 &[&session.as_bytes(), &after, &kind.as_bytes()],
-            )
-            .and_then(|r| r.try_get(0))
-            .map_err(|e| self.url.err("checking the session", &e))
+            )?
+            .try_get(0)
+        })
     }
 
     fn insert(&mut self, r: &Row) -> Result<()> {
-        self.tx
-            .execute(
+        self.on("appending an entry", |tx| {
+            tx.execute(
                 &format!("INSERT INTO entries ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"),
                 &[
                     &r.seq, &r.time_ms, &r.session, &r.actor, &r.kind, &r.payload, &r.prev,
@@ -506,14 +587,17 @@ impl crate::AppendTx for PgTx<'_> {
                 ],
             )
             .map(|_| ())
-            .map_err(|e| self.url.err("appending an entry", &e))
+        })
     }
 
-    fn commit(self: Box<Self>) -> Result<()> {
+    fn commit(mut self: Box<Self>) -> Result<()> {
         let url = self.url;
-        self.tx
-            .commit()
-            .map_err(|e| url.err("committing an append", &e))
+        match self.tx.take() {
+            Some(tx) => {
+                off_runtime(move || tx.commit()).map_err(|e| url.err("committing an append", &e))
+            }
+            None => Err(over(url, "committing an append")),
+        }
     }
 }
 

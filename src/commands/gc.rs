@@ -61,6 +61,19 @@ pub(crate) struct Config {
     /// The model ladder's settings.
     #[serde(default)]
     pub(crate) ladder: super::models::LadderConfig,
+    /// Where the ledger is (ADR 0460).
+    #[serde(default)]
+    pub(crate) ledger: LedgerConfig,
+}
+
+/// `[ledger]`: `url = "postgres://USER@HOST/DB"` names a shared ledger
+/// (after `--ledger` and `RETIE_LEDGER`, before the default file). A
+/// password in it is refused when it is opened; it comes from PGPASSWORD,
+/// ~/.pgpass or the variable RETIE_LEDGER_PASSWORD_ENV names.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LedgerConfig {
+    pub(crate) url: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
