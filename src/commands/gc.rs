@@ -74,6 +74,29 @@ pub(crate) struct Config {
 #[serde(deny_unknown_fields)]
 pub(crate) struct LedgerConfig {
     pub(crate) url: Option<String>,
+    /// Keys (hex) whose decisions a resume here carries out, for every
+    /// workspace; this machine's own key always. Empty: any key the
+    /// ledger accepts.
+    #[serde(default)]
+    pub(crate) approvers: Vec<String>,
+    /// Per workspace (its absolute path): replaces `approvers` there.
+    #[serde(default)]
+    pub(crate) workspace_approvers: std::collections::BTreeMap<String, Vec<String>>,
+}
+
+impl LedgerConfig {
+    /// The allow-list for the workspace `ws`.
+    pub(crate) fn approvers_for(&self, ws: &std::path::Path) -> Vec<String> {
+        let canonical = std::fs::canonicalize(ws).unwrap_or_else(|_| ws.to_path_buf());
+        self.workspace_approvers
+            .iter()
+            .find(|(k, _)| {
+                let k = std::path::Path::new(k);
+                k == ws || std::fs::canonicalize(k).is_ok_and(|c| c == canonical)
+            })
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| self.approvers.clone())
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -102,17 +102,22 @@ fn a_shared_ledger_records_sandboxed_commands_and_verifies() {
 }
 
 /// The server down, or a password in the URL: a clear error naming the
-/// URL (never the password) and the fix; the command never runs.
+/// URL (never the password) and the fix; the command never runs. (Seen
+/// failing with the password check removed: the command ran.)
 #[test]
 fn a_server_down_or_a_password_in_the_url_runs_nothing() {
     let cluster = pgcluster::Cluster::start();
     let dead = cluster.dead_url();
-    let with_password = cluster.url("x").replace("retie@", "retie:hunter2@");
+    // A real database (trust authentication would let it in): only the
+    // refusal stops it.
+    let with_password = cluster
+        .database("pw")
+        .replace("retie@", "retie:hunter2@");
     for leg in legs() {
         let s = Scratch::new(leg);
         for (url, needle) in [
             (dead.as_str(), "cannot reach"),
-            (with_password.as_str(), "PGPASSWORD"),
+            (with_password.as_str(), "the URL carries a password"),
         ] {
             let o = s
                 .retie()
@@ -305,5 +310,105 @@ fn ledger_copy_moves_a_local_ledger_with_its_chain_intact() {
         );
         assert_code(&o, 125, "a copy into a non-empty ledger");
         assert!(stderr(&o).contains("empty"), "{}", stderr(&o));
+    }
+}
+
+/// `[ledger] approvers` on machine A (the one that carries decisions
+/// out): a decision B made (B admitted, but not on A's list) is refused at
+/// A's resume and the refusal is recorded; nothing runs, and the action
+/// is asked again. Once A lists B's key, B's next decision is carried
+/// out, once.
+#[test]
+fn a_decision_by_a_key_off_the_allow_list_is_refused_and_recorded() {
+    let cluster = pgcluster::Cluster::start();
+    for (i, leg) in legs().into_iter().enumerate() {
+        let db = format!("allow{i}");
+        let url = cluster.database(&db);
+        let (a, b) = (Scratch::new(leg), Scratch::new(leg));
+        use_shared(&b, &url);
+        let other = "ab".repeat(32);
+        let with_list = |keys: &[&str]| {
+            let cfg = a.home.join(".config/retie/config.toml");
+            let list: Vec<String> = keys.iter().map(|k| format!("\"{k}\"")).collect();
+            std::fs::write(
+                &cfg,
+                format!(
+                    "[ledger]\nurl = \"{url}\"\napprovers = [{}]\n",
+                    list.join(", ")
+                ),
+            )
+            .expect("config");
+            a.give(&cfg);
+        };
+        use_shared(&a, &url);
+        with_list(&[&other]);
+        let sc = script(
+            &a,
+            "s.json",
+            serde_json::json!([
+                {"tool_calls": [{"name": "bash", "arguments": {"command": "echo ran >> log.txt"}}]},
+                {"expect": ["exit code 0"], "text": "appended"}
+            ]),
+        );
+        let o = run_agent(
+            &a,
+            &[
+                "--provider",
+                "script",
+                "--autonomy",
+                "manual",
+                "-p",
+                "append a line",
+            ],
+            &sc,
+        );
+        assert_code(&o, 5, "A suspends");
+        let r = json_of(&o);
+        let sid = r["session"].as_str().expect("session").to_string();
+        let digest = r["pending"]["digest"].as_str().expect("digest").to_string();
+        let bkey = stdout(&retie(&b, &["ledger", "key"])).trim().to_string();
+        assert_code(&retie(&a, &["ledger", "admit", &bkey]), 0, "admit B");
+        assert_code(
+            &retie(&b, &["approve", &sid, "--digest", &digest]),
+            0,
+            "B approves",
+        );
+        let o = run_agent(&a, &["--resume", &sid], &sc);
+        assert_code(&o, 125, "A refuses B's decision");
+        assert!(stderr(&o).contains("allow-list"), "{}", stderr(&o));
+        assert!(
+            !a.ws.join("log.txt").exists(),
+            "{leg:?}: ran on a refused decision"
+        );
+        let refusals: i64 = cluster
+            .superuser(&db)
+            .query_one(
+                "SELECT count(*) FROM entries WHERE kind = 'refusal'::bytea AND convert_from(payload, 'UTF8')::jsonb ->> 'signer' = $1",
+                &[&bkey],
+            )
+            .expect("refusals")
+            .get(0);
+        assert_eq!(refusals, 1, "{leg:?}: the refusal is not recorded");
+        verify_intact(&a, "after the refusal");
+        // The refused decision does not count: the action is asked again
+        // (a new pending approval), and B, now listed, decides it.
+        with_list(&[&other, &bkey]);
+        let o = run_agent(&a, &["--resume", &sid], &sc);
+        assert_code(&o, 5, "asked again after the refusal");
+        assert!(!a.ws.join("log.txt").exists(), "{leg:?}: ran undecided");
+        assert_code(
+            &retie(&b, &["approve", &sid, "--digest", &digest]),
+            0,
+            "B approves again",
+        );
+        let o = run_agent(&a, &["--resume", &sid], &sc);
+        assert_code(&o, 0, "A resumes with B listed");
+        assert_eq!(
+            std::fs::read_to_string(a.ws.join("log.txt"))
+                .ok()
+                .as_deref(),
+            Some("ran\n"),
+            "{leg:?}: not run exactly once"
+        );
     }
 }
