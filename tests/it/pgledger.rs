@@ -110,9 +110,7 @@ fn a_server_down_or_a_password_in_the_url_runs_nothing() {
     let dead = cluster.dead_url();
     // A real database (trust authentication would let it in): only the
     // refusal stops it.
-    let with_password = cluster
-        .database("pw")
-        .replace("retie@", "retie:hunter2@");
+    let with_password = cluster.database("pw").replace("retie@", "retie:hunter2@");
     for leg in legs() {
         let s = Scratch::new(leg);
         for (url, needle) in [
