@@ -248,6 +248,11 @@ WRITERS_ALLOWED: dict[str, str] = {
     "src/ledger/dev.rs:bench": (
         "`retie __ledger bench`: its own scratch databases in a temp dir"
     ),
+    "src/commands/ledger_cmd.rs:copy": (
+        "`retie ledger copy`: appends the source ledger's signed checkpoint "
+        "lines to the target ledger's checkpoint file (retie's state or the "
+        "directory the person named), never a workspace byte"
+    ),
 }
 
 # ---------------------------------------------------------------------------

@@ -131,6 +131,10 @@ enum Command {
     /// Tokens and requests per model and tier, per day and per session,
     /// from the ledger (consumption, never a balance).
     Usage(commands::models::UsageArgs),
+    /// A shared ledger: this machine's key, admitting another machine's
+    /// key, copying a local ledger into a PostgreSQL one.
+    #[command(subcommand)]
+    Ledger(commands::ledger_cmd::LedgerCmd),
     /// Internal: ledger test and benchmark tools.
     #[command(name = "__ledger", hide = true, subcommand)]
     LedgerDev(ledger::dev::DevCmd),
@@ -200,6 +204,7 @@ fn main() -> ExitCode {
         Command::UndoAll(args) => commands::undo::run_all(args),
         Command::LedgerDev(cmd) => ledger::dev::run(cmd),
         Command::Sessions(args) => or_125(commands::sessions::run(args)),
+        Command::Ledger(cmd) => or_125(commands::ledger_cmd::run(cmd)),
         // The agent's commands run in retie-agent (ADR 0412): `retie`
         // hands them over, `retie-agent` runs them. The constant folds,
         // so `retie` links none of the agent.

@@ -107,7 +107,7 @@ pub fn decide_pending(
     answer: impl FnOnce(&OpenPending) -> Result<Answer, String>,
 ) -> Result<Decided, Error> {
     let invalid = |m: String| Error::Invalid(m);
-    if !path.exists() {
+    if !retie_ledger::exists(path) {
         return Err(invalid(format!("no ledger at {}", path.display())));
     }
     // A decision is written only into a ledger that verifies.

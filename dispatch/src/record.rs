@@ -219,7 +219,7 @@ impl Recorder {
                 why,
             })
         };
-        if !ledger_path.exists() {
+        if !retie_ledger::exists(ledger_path) {
             return Err(retie_ledger::Error::Missing(ledger_path.to_path_buf()).into());
         }
         let report = retie_ledger::verify::verify(ledger_path)?;
@@ -295,6 +295,58 @@ impl Recorder {
         );
         rec.queued.push(resumed);
         Ok((rec, rows))
+    }
+
+    /// The allow-list of keys that may decide for this workspace (ADR
+    /// 0460, `[ledger] approvers` in the CLI's config): when the resumed
+    /// pending approval was decided by a key that is neither this
+    /// machine's user key nor on `allowed` (hex), the decision is refused:
+    /// a refusal naming it and its signer is recorded (durable, with
+    /// what is queued) and an error says why; nothing is carried out. An
+    /// empty list allows every key the ledger accepts. `rows` are the
+    /// session's rows as [`Recorder::resume`] returned them.
+    pub fn refuse_unlisted_decider(
+        &mut self,
+        rows: &[Row],
+        allowed: &[String],
+    ) -> Result<(), Error> {
+        let Some((pending, dseq)) = self
+            .resume
+            .as_ref()
+            .and_then(|p| p.decision.as_ref().map(|(d, _)| (p.seq, *d)))
+        else {
+            return Ok(());
+        };
+        if allowed.is_empty() {
+            return Ok(());
+        }
+        let signer = rows
+            .iter()
+            .find(|r| r.seq == dseq)
+            .map(|r| retie_ledger::hex(&r.signer))
+            .unwrap_or_default();
+        let mine = retie_ledger::hex(self.user.verifying_key().as_bytes());
+        if !signer.is_empty()
+            && (signer == mine
+                || allowed
+                    .iter()
+                    .any(|k| k.trim().eq_ignore_ascii_case(&signer)))
+        {
+            return Ok(());
+        }
+        let why = format!(
+            "the decision (entry {dseq}) on pending approval {pending} was signed by key {signer}, which is not on this workspace's allow-list ([ledger] approvers)"
+        );
+        let re = self.entry(
+            Actor::Policy,
+            Kind::Refusal,
+            json!({ "refused": "decision", "decision": dseq, "pending": pending, "signer": signer, "reason": why }),
+        );
+        self.queued.push(re);
+        self.flush()?;
+        Err(Error::Invalid(format!(
+            "{why}: refused and recorded; nothing was run. Add the key to [ledger] approvers in config.toml if it may decide here"
+        )))
     }
 
     /// Hold the session's lock while this process runs it (`retie
@@ -958,9 +1010,7 @@ pub struct SessionLock {
 
 /// Where a session's lock lives.
 pub fn lock_path(ledger: &Path, session: &str) -> PathBuf {
-    let mut s = ledger.as_os_str().to_owned();
-    s.push(".sessions");
-    PathBuf::from(s).join(format!("{session}.lock"))
+    retie_ledger::sidecar(ledger, ".sessions").join(format!("{session}.lock"))
 }
 
 impl SessionLock {

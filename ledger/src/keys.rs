@@ -128,9 +128,7 @@ pub fn session_key(user: &SigningKey, session: &str) -> SigningKey {
 /// Where session keys of a ledger live: `LEDGER.keys/` (ledgers written
 /// before session keys were derived).
 pub fn session_key_dir(ledger: &Path) -> PathBuf {
-    let mut s = ledger.as_os_str().to_owned();
-    s.push(".keys");
-    PathBuf::from(s)
+    crate::sidecar(ledger, ".keys")
 }
 
 /// A delegation: `parent` lets `key` act for `session` in `workspace`,

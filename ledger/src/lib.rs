@@ -15,6 +15,7 @@
 pub mod keys;
 pub mod model;
 pub mod payload;
+pub mod pg;
 pub mod provider;
 pub mod retest;
 pub mod sqlite_memory;
@@ -54,6 +55,10 @@ pub enum Error {
         #[source]
         source: rusqlite::Error,
     },
+    /// The PostgreSQL server refused, failed or could not be reached (the
+    /// URL never carries a password: one there is refused).
+    #[error("ledger database {url}: {why}")]
+    Postgres { url: String, why: String },
     /// File I/O around the ledger (keys, checkpoints, directories).
     #[error("{what}: {source}")]
     Io {
@@ -160,11 +165,14 @@ pub enum Kind {
     /// A model turn's attempt that failed, its cause and whether it was
     /// retried ([`provider::ProviderAttempt`]).
     ProviderAttempt,
+    /// Another machine's user key admitted to a shared ledger by its
+    /// owner (signed by the genesis key; ADR 0460).
+    Member,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 19] = [
+    pub const ALL: [Kind; 20] = [
         Kind::LedgerOpened,
         Kind::SessionOpened,
         Kind::SessionClosed,
@@ -184,6 +192,7 @@ impl Kind {
         Kind::Suspended,
         Kind::Resumed,
         Kind::ProviderAttempt,
+        Kind::Member,
     ];
 
     /// The stored name.
@@ -208,6 +217,7 @@ impl Kind {
             Kind::Suspended => "suspended",
             Kind::Resumed => "resumed",
             Kind::ProviderAttempt => "provider_attempt",
+            Kind::Member => "member",
         }
     }
 
@@ -366,11 +376,45 @@ pub(crate) fn mkdir_private(d: &Path) -> Result<()> {
         .map_err(|e| Error::io(format!("creating {}", d.display()), e))
 }
 
-/// The checkpoint file next to a ledger.
+/// Whether there is a ledger at `path`: an SQLite file that exists; a
+/// PostgreSQL URL always counts (opening it says whether the server is
+/// there and holds one).
+pub fn exists(path: &Path) -> bool {
+    pg::is_url(path) || path.exists()
+}
+
+/// The checkpoint file of a ledger: next to an SQLite one; for a
+/// PostgreSQL one, in the directory the person names (see [`sidecar`]).
 pub fn checkpoint_path(ledger: &Path) -> PathBuf {
-    let mut s = ledger.as_os_str().to_owned();
-    s.push(".checkpoints");
-    PathBuf::from(s)
+    sidecar(ledger, ".checkpoints")
+}
+
+/// A file that belongs to a ledger but not in its database (checkpoints,
+/// session keys): `LEDGER{suffix}` next to an SQLite ledger. A PostgreSQL
+/// ledger has no directory of its own, and the database is exactly what
+/// these files must not live in: they go to `RETIE_CHECKPOINT_DIR` (an
+/// absolute path, local or a shared mount the person names), else
+/// `STATE/retie/shared/`, as `pg-ID{suffix}` with ID a digest of the URL
+/// (no password is ever in it).
+pub fn sidecar(ledger: &Path, suffix: &str) -> PathBuf {
+    if !pg::is_url(ledger) {
+        let mut s = ledger.as_os_str().to_owned();
+        s.push(suffix);
+        return PathBuf::from(s);
+    }
+    let base = std::env::var_os("RETIE_CHECKPOINT_DIR")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| {
+            xdg_base("XDG_STATE_HOME", ".local/state").map(|b| b.join("retie").join("shared"))
+        })
+        .unwrap_or_else(|| PathBuf::from("/nonexistent/set-HOME-or-RETIE_CHECKPOINT_DIR"));
+    let id = ledger
+        .to_str()
+        .and_then(|u| pg::PgUrl::parse(u).ok())
+        .map(|u| u.id())
+        .unwrap_or_else(|| "unparsable-url".into());
+    base.join(format!("pg-{id}{suffix}"))
 }
 
 /// The copy of the checkpoints the user asked for in
@@ -595,6 +639,10 @@ fn marker_path(path: &Path) -> PathBuf {
 /// the disk). No WAL, nothing to sync: the database file holds everything
 /// and SQLite synced it when it moved the pages there.
 pub(crate) fn sync_wal(path: &Path) -> Result<()> {
+    if pg::is_url(path) {
+        // Every PostgreSQL commit of a synced append is durable at once.
+        return Ok(());
+    }
     let mut w = path.as_os_str().to_owned();
     w.push("-wal");
     let w = PathBuf::from(w);
@@ -607,9 +655,112 @@ pub(crate) fn sync_wal(path: &Path) -> Result<()> {
     }
 }
 
+/// Where an open ledger's entries are stored. Only this differs between
+/// the backends: encoding, chain, signatures, guard, checkpoints and the
+/// verifier are one copy (ADR 0460).
+enum Store {
+    Sqlite(Connection),
+    Postgres {
+        client: Box<std::cell::RefCell<pg::PgClient>>,
+        url: Box<pg::PgUrl>,
+    },
+}
+
+/// An append's transaction on either store: what the one append path
+/// ([`Ledger::append_inner`]) and its [`Guard`] need from storage.
+pub(crate) trait AppendTx {
+    /// The newest entry's (seq, hash), read inside the transaction after
+    /// the store's write lock is held.
+    fn last(&mut self) -> Result<Option<(i64, Vec<u8>)>>;
+    /// The newest seq of `kind` in `session`.
+    fn newest_of(&mut self, session: &str, kind: &str) -> Result<Option<i64>>;
+    /// The first seq of `kind` in `session` after `after`.
+    fn first_after(&mut self, session: &str, after: i64, kind: &str) -> Result<Option<i64>>;
+    fn insert(&mut self, row: &Row) -> Result<()>;
+    fn commit(self: Box<Self>) -> Result<()>;
+}
+
+struct SqliteTx<'a> {
+    tx: rusqlite::Transaction<'a>,
+    path: &'a Path,
+}
+
+impl SqliteTx<'_> {
+    fn err(&self, source: rusqlite::Error) -> Error {
+        Error::Sqlite {
+            path: self.path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+impl AppendTx for SqliteTx<'_> {
+    fn last(&mut self) -> Result<Option<(i64, Vec<u8>)>> {
+        self.tx
+            .prepare_cached("SELECT seq, hash FROM entries ORDER BY seq DESC LIMIT 1")
+            .and_then(|mut s| s.query_row([], |r| Ok((r.get(0)?, r.get(1)?))).optional())
+            .map_err(|e| self.err(e))
+    }
+
+    fn newest_of(&mut self, session: &str, kind: &str) -> Result<Option<i64>> {
+        self.tx
+            .query_row(
+                "SELECT max(seq) FROM entries WHERE session = ?1 AND kind = ?2",
+                params![session, kind],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.err(e))
+    }
+
+    fn first_after(&mut self, session: &str, after: i64, kind: &str) -> Result<Option<i64>> {
+        self.tx
+            .query_row(
+                "SELECT min(seq) FROM entries WHERE session = ?1 AND seq > ?2 AND kind = ?3",
+                params![session, after, kind],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.err(e))
+    }
+
+    fn insert(&mut self, r: &Row) -> Result<()> {
+        // Session, actor, kind and payload are stored as TEXT (they are
+        // UTF-8: the writer made them from strings).
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        self.tx
+            .prepare_cached(
+                "INSERT INTO entries (seq, time_ms, session, actor, kind, payload, prev, hash, signer, sig)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    r.seq,
+                    r.time_ms,
+                    text(&r.session),
+                    text(&r.actor),
+                    text(&r.kind),
+                    text(&r.payload),
+                    r.prev,
+                    r.hash,
+                    r.signer,
+                    r.sig
+                ])
+            })
+            .map(|_| ())
+            .map_err(|e| self.err(e))
+    }
+
+    fn commit(self: Box<Self>) -> Result<()> {
+        let path = self.path;
+        self.tx.commit().map_err(|source| Error::Sqlite {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+}
+
 /// An open ledger.
 pub struct Ledger {
-    conn: Connection,
+    store: Store,
     path: PathBuf,
     /// The user key, when this process holds it (checkpoints every
     /// [`CHECKPOINT_EVERY`] entries).
@@ -659,6 +810,9 @@ impl Ledger {
     /// Open (creating if `create`) the ledger at `path`. A new ledger's
     /// first entry names the user key that signs it.
     pub fn open(path: &Path, create: bool, user: Option<&SigningKey>) -> Result<Ledger> {
+        if pg::is_url(path) {
+            return Ledger::open_postgres(path, create, user);
+        }
         let sql = |source| Error::Sqlite {
             path: path.to_path_buf(),
             source,
@@ -724,7 +878,7 @@ impl Ledger {
         conn.pragma_update(None, "wal_autocheckpoint", 64)
             .map_err(sql)?;
         let mut l = Ledger {
-            conn,
+            store: Store::Sqlite(conn),
             path: path.to_path_buf(),
             user: user.cloned(),
             synced: None,
@@ -739,11 +893,11 @@ impl Ledger {
             // empty ledger): a read decides whether it is due, so an open
             // takes no write lock.
             if !has_schema {
-                l.conn.execute_batch(SCHEMA).map_err(sql)?;
+                l.sqlite()?.execute_batch(SCHEMA).map_err(sql)?;
             }
             if let Some(user) = user {
                 let empty = l
-                    .conn
+                    .sqlite()?
                     .query_row("SELECT NOT EXISTS (SELECT 1 FROM entries)", [], |r| {
                         r.get::<_, bool>(0)
                     })
@@ -754,6 +908,54 @@ impl Ledger {
             }
         }
         Ok(l)
+    }
+
+    /// Open the PostgreSQL ledger `url` names (see [`pg`]): connect,
+    /// create its tables if they are not there, and write its genesis
+    /// entry when `create` and it has none (inside the chain head's lock:
+    /// two first writers write one genesis).
+    fn open_postgres(url: &Path, create: bool, user: Option<&SigningKey>) -> Result<Ledger> {
+        let text = url
+            .to_str()
+            .ok_or_else(|| Error::Invalid("the ledger URL is not UTF-8".into()))?;
+        let parsed = pg::PgUrl::parse(text)?;
+        let client = parsed.connect()?;
+        let mut l = Ledger {
+            store: Store::Postgres {
+                client: Box::new(std::cell::RefCell::new(client)),
+                url: Box::new(parsed),
+            },
+            path: url.to_path_buf(),
+            user: user.cloned(),
+            synced: None,
+            written: None,
+            appended: None,
+        };
+        let empty = l.head()?.0 == 0;
+        if empty {
+            match (create, user) {
+                (true, Some(user)) => l.genesis(user)?,
+                (true, None) => {}
+                (false, _) => return Err(Error::Missing(url.to_path_buf())),
+            }
+        }
+        Ok(l)
+    }
+
+    /// The SQLite connection (an SQLite-only step).
+    fn sqlite(&self) -> Result<&Connection> {
+        match &self.store {
+            Store::Sqlite(c) => Ok(c),
+            Store::Postgres { url, .. } => Err(Error::Invalid(format!(
+                "{}: this step exists only for an SQLite ledger",
+                url.shown
+            ))),
+        }
+    }
+
+    /// Whether this ledger lives on a PostgreSQL server.
+    pub fn is_postgres(&self) -> bool {
+        matches!(self.store, Store::Postgres { .. })
     }
 
     /// Leave the connection for the process's exit to close: for a process
@@ -772,17 +974,28 @@ impl Ledger {
 
     /// The user key this ledger was started with (its genesis entry).
     pub fn genesis_user_key(&self) -> Result<Option<String>> {
-        let payload: Option<String> = self
-            .conn
-            .query_row(
-                "SELECT payload FROM entries WHERE kind = ?1 ORDER BY seq LIMIT 1",
-                [Kind::LedgerOpened.as_str()],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(|e| self.sql(e))?;
+        let kind = Kind::LedgerOpened.as_str();
+        let payload: Option<Vec<u8>> = match &self.store {
+            Store::Sqlite(c) => c
+                .query_row(
+                    "SELECT payload FROM entries WHERE kind = ?1 ORDER BY seq LIMIT 1",
+                    [kind],
+                    |r| r.get::<_, String>(0),
+                )
+                .optional()
+                .map(|p| p.map(String::into_bytes))
+                .map_err(|source| Error::Sqlite {
+                    path: self.path.clone(),
+                    source,
+                })?,
+            Store::Postgres { client, url } => pg::of_kind(&mut client.borrow_mut(), kind)
+                .map_err(|e| url.err("reading the genesis entry", &e))?
+                .into_iter()
+                .next()
+                .map(|(p, _)| p),
+        };
         Ok(payload
-            .and_then(|p| serde_json::from_str::<serde_json::Value>(&p).ok())
+            .and_then(|p| serde_json::from_slice::<serde_json::Value>(&p).ok())
             .and_then(|v| v.get("user_key").and_then(|k| k.as_str()).map(String::from)))
     }
 
@@ -792,11 +1005,16 @@ impl Ledger {
     /// run, before anything runs, not only by `retie verify`.
     pub fn check_user_key(&self, user: &SigningKey) -> Result<()> {
         let mine = hex(user.verifying_key().as_bytes());
-        match self.genesis_user_key()? {
+        let genesis = self.genesis_user_key()?;
+        if genesis.as_ref().is_some_and(|k| *k != mine) && self.members()?.contains(&mine) {
+            // Another machine's key, admitted by the ledger's owner.
+            return Ok(());
+        }
+        match genesis {
             Some(k) if k != mine => Err(Error::Key {
                 path: keys::user_key_path()?,
                 why: format!(
-                    "this is not the key the ledger {} was started with (it was {}…, this one is {}…): the key file was replaced. Nothing was run. Restore the original key, or start a new ledger elsewhere (--ledger or RETIE_LEDGER); `retie verify` checks the old one",
+                    "this is not the key the ledger {} was started with (it was {}…, this one is {}…), nor one its owner admitted: the key file was replaced, or this machine was never admitted to a shared ledger. Nothing was run. Restore the original key, have the owner run `retie ledger admit KEY` for a shared ledger, or start a new ledger elsewhere (--ledger or RETIE_LEDGER); `retie verify` checks the old one",
                     self.path.display(),
                     &k[..k.len().min(16)],
                     &mine[..16]
@@ -809,16 +1027,79 @@ impl Ledger {
     /// Turn off fsync for this connection: for building large test and
     /// benchmark ledgers only, never for a real one.
     pub fn unsafe_fast_for_tests(&mut self) -> Result<()> {
-        self.conn
-            .pragma_update(None, "synchronous", "OFF")
-            .map_err(|e| self.sql(e))
+        match &mut self.store {
+            Store::Sqlite(c) => c
+                .pragma_update(None, "synchronous", "OFF")
+                .map_err(|source| Error::Sqlite {
+                    path: self.path.clone(),
+                    source,
+                }),
+            Store::Postgres { client, url } => client
+                .get_mut()
+                .batch_execute("SET synchronous_commit = off")
+                .map_err(|e| url.err("turning off synchronous commit", &e)),
+        }
     }
 
-    fn sql(&self, source: rusqlite::Error) -> Error {
-        Error::Sqlite {
-            path: self.path.clone(),
-            source,
+    /// The keys (hex) the ledger's owner admitted as other machines' user
+    /// keys of a shared ledger: `member` entries signed by the genesis key.
+    /// A `member` entry signed by any other key admits nothing (verify
+    /// reports it).
+    pub fn members(&self) -> Result<Vec<String>> {
+        let Some(owner) = self.genesis_user_key()? else {
+            return Ok(Vec::new());
+        };
+        let kind = Kind::Member.as_str();
+        let rows: Vec<(Vec<u8>, Vec<u8>)> = match &self.store {
+            Store::Sqlite(c) => c
+                .prepare("SELECT payload, signer FROM entries WHERE kind = ?1 ORDER BY seq")
+                .and_then(|mut st| {
+                    st.query_map([kind], |r| {
+                        Ok((r.get::<_, String>(0)?.into_bytes(), r.get::<_, Vec<u8>>(1)?))
+                    })
+                    .and_then(|it| it.collect())
+                })
+                .map_err(|source| Error::Sqlite {
+                    path: self.path.clone(),
+                    source,
+                })?,
+            Store::Postgres { client, url } => pg::of_kind(&mut client.borrow_mut(), kind)
+                .map_err(|e| url.err("reading the admitted keys", &e))?,
+        };
+        Ok(rows
+            .into_iter()
+            .filter(|(_, signer)| hex(signer) == owner)
+            .filter_map(|(p, _)| {
+                serde_json::from_slice::<serde_json::Value>(&p)
+                    .ok()
+                    .and_then(|v| payload::parse::<payload::Member>(&v).ok())
+                    .map(|m| m.key.to_ascii_lowercase())
+            })
+            .collect())
+    }
+
+    /// Admit another machine's user key to this (shared) ledger: a
+    /// `member` entry signed by the owner's key (the genesis key; any
+    /// other is refused here and by verify). From then on that key may
+    /// sign person entries and checkpoints of this ledger.
+    pub fn admit(&mut self, owner: &SigningKey, key: &str, by: &str) -> Result<Appended> {
+        let Some(k) = keys::parse_key(key) else {
+            return Err(Error::Invalid(format!(
+                "{key:?} is not a public key (64 hex digits: `retie key show` on the other machine prints it)"
+            )));
+        };
+        match self.genesis_user_key()? {
+            Some(g) if g == hex(owner.verifying_key().as_bytes()) => {}
+            _ => return Err(Error::Invalid(
+                "only the ledger's owner (the key that opened it) can admit another machine's key"
+                    .into(),
+            )),
         }
+        let payload = payload::to_value(&payload::Member {
+            key: hex(k.as_bytes()),
+            by: by.to_string(),
+        });
+        self.append("", Actor::Person, Kind::Member, &payload, owner)
     }
 
     fn genesis(&mut self, user: &SigningKey) -> Result<()> {
@@ -857,19 +1138,32 @@ impl Ledger {
         if durability == Durability::Now {
             return self.append_batch_guarded(None, build);
         }
-        // WAL mode, NORMAL: the commit is not synced (checkpoints still
-        // are); the next FULL commit's WAL sync covers it.
-        self.conn
-            .pragma_update(None, "synchronous", "NORMAL")
-            .map_err(|e| self.sql(e))?;
-        let r = self.append_inner(None, build, false);
-        let back = self
-            .conn
-            .pragma_update(None, "synchronous", "FULL")
-            .map_err(|e| self.sql(e));
-        let out = r?;
-        back?;
-        Ok(out)
+        let path = self.path.clone();
+        let out = match &self.store {
+            Store::Sqlite(c) => {
+                let sql = |source| Error::Sqlite {
+                    path: path.clone(),
+                    source,
+                };
+                // WAL mode, NORMAL: the commit is not synced (checkpoints
+                // still are); the next FULL commit's WAL sync covers it.
+                c.pragma_update(None, "synchronous", "NORMAL")
+                    .map_err(sql)?;
+                let r = self.append_inner(None, None, build, false);
+                let back = self
+                    .sqlite()?
+                    .pragma_update(None, "synchronous", "FULL")
+                    .map_err(sql);
+                let out = r?;
+                back?;
+                out
+            }
+            // PostgreSQL: `synchronous_commit = off` for this transaction
+            // (the server flushes it within moments; a crash of the server
+            // may take it back, with everything after it).
+            Store::Postgres { .. } => self.append_inner(None, None, build, false)?,
+        };
+        Ok(out.unwrap_or_default())
     }
 
     /// Make every committed entry durable (a sync of the WAL), as a
@@ -881,47 +1175,61 @@ impl Ledger {
     }
 
     /// [`append_batch`](Self::append_batch), but only while `guard` holds,
-    /// checked inside the same `BEGIN IMMEDIATE` transaction: two processes
-    /// deciding one pending approval cannot both succeed. A guard that
-    /// fails writes nothing and returns [`Error::Conflict`].
+    /// checked inside the same transaction (the store's write lock held):
+    /// two processes deciding one pending approval cannot both succeed. A
+    /// guard that fails writes nothing and returns [`Error::Conflict`].
     pub fn append_batch_guarded(
         &mut self,
         guard: Option<&Guard>,
         build: impl FnOnce(i64) -> Vec<NewEntry>,
     ) -> Result<Vec<Appended>> {
-        self.append_inner(guard, build, true)
+        Ok(self
+            .append_inner(guard, None, build, true)?
+            .unwrap_or_default())
     }
 
+    /// Begin an append's transaction with the store's write lock held:
+    /// SQLite's `BEGIN IMMEDIATE`, PostgreSQL's row lock on the chain
+    /// head. Every append reads the newest entry only after this.
+    fn begin(&mut self, synced: bool) -> Result<Box<dyn AppendTx + '_>> {
+        match &mut self.store {
+            Store::Sqlite(c) => {
+                let tx = c
+                    .transaction_with_behavior(TransactionBehavior::Immediate)
+                    .map_err(|source| Error::Sqlite {
+                        path: self.path.clone(),
+                        source,
+                    })?;
+                Ok(Box::new(SqliteTx {
+                    tx,
+                    path: &self.path,
+                }))
+            }
+            Store::Postgres { client, url } => {
+                Ok(Box::new(pg::PgTx::begin(client.get_mut(), url, !synced)?))
+            }
+        }
+    }
+
+    /// The one append path, for both stores: lock, read the head, check
+    /// the guard and the condition (`None` when the condition said no:
+    /// nothing written), chain, hash, sign, insert, commit.
     fn append_inner(
         &mut self,
         guard: Option<&Guard>,
+        cond: Option<&dyn Fn(i64) -> bool>,
         build: impl FnOnce(i64) -> Vec<NewEntry>,
         synced: bool,
-    ) -> Result<Vec<Appended>> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(|e| Error::Sqlite {
-                path: self.path.clone(),
-                source: e,
-            })?;
-        let last: Option<(i64, Vec<u8>)> = tx
-            .prepare_cached("SELECT seq, hash FROM entries ORDER BY seq DESC LIMIT 1")
-            .and_then(|mut s| s.query_row([], |r| Ok((r.get(0)?, r.get(1)?))).optional())
-            .map_err(|e| Error::Sqlite {
-                path: self.path.clone(),
-                source: e,
-            })?;
+    ) -> Result<Option<Vec<Appended>>> {
+        let mut tx = self.begin(synced)?;
+        let last = tx.last()?;
         if let Some(g) = guard {
-            g.check(&tx).map_err(|e| match e {
-                GuardError::Sql(source) => Error::Sqlite {
-                    path: self.path.clone(),
-                    source,
-                },
-                GuardError::Failed(c) => c,
-            })?;
+            g.check(tx.as_mut())?;
         }
         let (mut seq, mut prev) = last.unwrap_or((0, vec![0; 32]));
+        if cond.is_some_and(|c| !c(seq)) {
+            return Ok(None);
+        }
         let mut out = Vec::new();
         let mut crossed = false;
         for e in build(seq + 1) {
@@ -940,33 +1248,23 @@ impl Ledger {
                 &signer,
             );
             let sig = e.key.sign(&hash).to_bytes();
-            tx.prepare_cached(
-                "INSERT INTO entries (seq, time_ms, session, actor, kind, payload, prev, hash, signer, sig)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-            )
-            .and_then(|mut s| {
-                s.execute(params![
-                    seq,
-                    time_ms,
-                    e.session,
-                    e.actor.as_str(),
-                    e.kind.as_str(),
-                    payload,
-                    prev,
-                    &hash[..],
-                    &signer[..],
-                    &sig[..]
-                ])
-            })
-            .map_err(|err| Error::Sqlite {
-                path: self.path.clone(),
-                source: err,
+            tx.insert(&Row {
+                seq,
+                time_ms,
+                session: e.session.into_bytes(),
+                actor: e.actor.as_str().as_bytes().to_vec(),
+                kind: e.kind.as_bytes().to_vec(),
+                payload: payload.into_bytes(),
+                prev,
+                hash: hash.to_vec(),
+                signer: signer.to_vec(),
+                sig: sig.to_vec(),
             })?;
             crossed |= seq as u64 % CHECKPOINT_EVERY == 0;
             prev = hash.to_vec();
             out.push(Appended { seq });
         }
-        tx.commit().map_err(|e| self.sql(e))?;
+        tx.commit()?;
         if let Some(last) = out.last() {
             self.appended = Some(last.seq.max(0) as u64);
         }
@@ -978,11 +1276,32 @@ impl Ledger {
                 self.checkpoint(&u)?;
             }
         }
-        Ok(out)
+        Ok(Some(out))
+    }
+
+    /// Copy `rows` (another ledger's, verified by the caller) into this
+    /// one, byte for byte (same seq, hashes and signatures: the chain and
+    /// every checkpoint of the source stay valid), in one transaction
+    /// under the store's write lock, and only into a ledger that holds no
+    /// entry: `retie ledger copy`. Returns how many were copied.
+    pub fn import_rows(&mut self, rows: &[Row]) -> Result<usize> {
+        let shown = self.path.display().to_string();
+        let mut tx = self.begin(true)?;
+        if let Some((seq, _)) = tx.last()? {
+            return Err(Error::Invalid(format!(
+                "the target ledger {shown} already holds {seq} entries: a copy goes only into an empty one"
+            )));
+        }
+        for r in rows {
+            tx.insert(r)?;
+        }
+        tx.commit()?;
+        self.synced = None;
+        Ok(rows.len())
     }
 
     /// Append one entry, durably. The previous hash is read inside the
-    /// same IMMEDIATE transaction, so concurrent writers serialize.
+    /// same locked transaction, so concurrent writers serialize.
     pub fn append(
         &mut self,
         session: &str,
@@ -1004,73 +1323,35 @@ impl Ledger {
         payload: &serde_json::Value,
         key: &SigningKey,
     ) -> Result<Option<Appended>> {
-        let kind = kind.as_str();
-        let payload = payload.to_string();
-        let signer = key.verifying_key().to_bytes();
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(|e| Error::Sqlite {
-                path: self.path.clone(),
-                source: e,
-            })?;
-        let last: Option<(i64, Vec<u8>)> = tx
-            .prepare_cached("SELECT seq, hash FROM entries ORDER BY seq DESC LIMIT 1")
-            .and_then(|mut s| s.query_row([], |r| Ok((r.get(0)?, r.get(1)?))).optional())
-            .map_err(|e| Error::Sqlite {
-                path: self.path.clone(),
-                source: e,
-            })?;
-        let (last_seq, prev) = last.unwrap_or((0, vec![0; 32]));
-        if !cond(last_seq) {
-            return Ok(None);
-        }
-        let seq = last_seq + 1;
-        let time_ms = now_ms();
-        let hash = entry_hash(
-            seq,
-            time_ms,
-            session.as_bytes(),
-            actor.as_str().as_bytes(),
-            kind.as_bytes(),
-            payload.as_bytes(),
-            &prev,
-            &signer,
-        );
-        let sig = key.sign(&hash).to_bytes();
-        let res = tx
-            .prepare_cached(
-                "INSERT INTO entries (seq, time_ms, session, actor, kind, payload, prev, hash, signer, sig)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-            )
-            .and_then(|mut s| {
-                s.execute(params![
-                    seq,
-                    time_ms,
-                    session,
-                    actor.as_str(),
-                    kind,
-                    payload,
-                    prev,
-                    &hash[..],
-                    &signer[..],
-                    &sig[..]
-                ])
-            })
-            .and_then(|_| tx.commit());
-        res.map_err(|e| self.sql(e))?;
-        self.synced = Some((seq.max(0) as u64, hash.to_vec()));
-        if seq as u64 % CHECKPOINT_EVERY == 0 {
-            if let Some(u) = self.user.clone() {
-                self.checkpoint(&u)?;
-            }
-        }
-        Ok(Some(Appended { seq }))
+        let entry = NewEntry {
+            session: session.to_string(),
+            actor,
+            kind,
+            payload: payload.clone(),
+            key: key.clone(),
+        };
+        // A single append leaves the fold to batch writers, as it always
+        // did (`take_fold` hands on what a batch appended).
+        let before = self.appended;
+        let out = self.append_inner(None, Some(&cond), |_| vec![entry], true);
+        self.appended = before;
+        Ok(out?.and_then(|v| v.first().copied()))
     }
 
     /// Every row in seq order.
     pub fn rows(&self) -> Result<Vec<Row>> {
-        read_rows(&self.conn).map_err(|e| self.sql(e))
+        match &self.store {
+            Store::Sqlite(c) => read_rows(c).map_err(|e| self.sql(e)),
+            Store::Postgres { client, url } => pg::read_rows(&mut client.borrow_mut())
+                .map_err(|e| url.err("reading the entries", &e)),
+        }
+    }
+
+    fn sql(&self, source: rusqlite::Error) -> Error {
+        Error::Sqlite {
+            path: self.path.clone(),
+            source,
+        }
     }
 
     /// The session ids that start with `prefix` (at most `limit`, sorted):
@@ -1080,8 +1361,14 @@ impl Ledger {
         if prefix.is_empty() {
             return Ok(Vec::new());
         }
-        let mut st = self
-            .conn
+        let c = match &self.store {
+            Store::Sqlite(c) => c,
+            Store::Postgres { client, url } => {
+                return pg::sessions_starting_with(&mut client.borrow_mut(), prefix, limit)
+                    .map_err(|e| url.err("reading the sessions", &e))
+            }
+        };
+        let mut st = c
             .prepare("SELECT DISTINCT session FROM entries WHERE substr(session, 1, length(?1)) = ?1 ORDER BY session LIMIT ?2")
             .map_err(|e| self.sql(e))?;
         let ids = st
@@ -1093,8 +1380,14 @@ impl Ledger {
 
     /// Rows of one session (and the genesis), in seq order.
     pub fn session_rows(&self, session: &str) -> Result<Vec<Row>> {
-        let mut st = self
-            .conn
+        let c = match &self.store {
+            Store::Sqlite(c) => c,
+            Store::Postgres { client, url } => {
+                return pg::session_rows(&mut client.borrow_mut(), session)
+                    .map_err(|e| url.err("reading the session", &e))
+            }
+        };
+        let mut st = c
             .prepare("SELECT seq, time_ms, session, actor, kind, payload, prev, hash, signer, sig FROM entries WHERE session = ?1 ORDER BY seq")
             .map_err(|e| self.sql(e))?;
         let rows = st
@@ -1106,15 +1399,18 @@ impl Ledger {
 
     /// (count, head hash) as of now.
     pub fn head(&self) -> Result<(u64, Vec<u8>)> {
-        let r: Option<(i64, Vec<u8>)> = self
-            .conn
-            .query_row(
-                "SELECT seq, hash FROM entries ORDER BY seq DESC LIMIT 1",
-                [],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()
-            .map_err(|e| self.sql(e))?;
+        let r: Option<(i64, Vec<u8>)> = match &self.store {
+            Store::Sqlite(c) => c
+                .query_row(
+                    "SELECT seq, hash FROM entries ORDER BY seq DESC LIMIT 1",
+                    [],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()
+                .map_err(|e| self.sql(e))?,
+            Store::Postgres { client, url } => pg::head(&mut client.borrow_mut())
+                .map_err(|e| url.err("reading the chain head", &e))?,
+        };
         Ok(r.map(|(s, h)| (s.max(0) as u64, h))
             .unwrap_or((0, vec![0; 32])))
     }
@@ -1124,6 +1420,11 @@ impl Ledger {
     /// caller with time to spare (the CLI, while the sandboxed command
     /// runs) runs it on a thread of its own.
     pub fn take_fold(&mut self) -> Option<Fold> {
+        if self.is_postgres() {
+            // No WAL of ours to fold: the server keeps its own.
+            self.appended = None;
+            return None;
+        }
         self.appended.take().map(|head| Fold {
             path: self.path.clone(),
             head,
@@ -1158,6 +1459,11 @@ impl Ledger {
         let mut files = vec![checkpoint_path(&self.path)];
         files.extend(checkpoint_copy_path());
         for p in files {
+            if self.is_postgres() {
+                if let Some(d) = p.parent() {
+                    mkdir_private(d)?;
+                }
+            }
             let mut f = std::fs::OpenOptions::new()
                 .append(true)
                 .create(true)
@@ -1184,29 +1490,15 @@ pub enum Guard {
     OpenPending { session: String, pending: i64 },
 }
 
-enum GuardError {
-    Sql(rusqlite::Error),
-    Failed(Error),
-}
-
 impl Guard {
-    fn check(&self, conn: &Connection) -> std::result::Result<(), GuardError> {
+    fn check(&self, tx: &mut dyn AppendTx) -> Result<()> {
         match self {
             Guard::OpenPending { session, pending } => {
-                let conflict = |why: String| {
-                    GuardError::Failed(Error::Conflict {
-                        session: session.clone(),
-                        why,
-                    })
+                let conflict = |why: String| Error::Conflict {
+                    session: session.clone(),
+                    why,
                 };
-                let newest: Option<i64> = conn
-                    .query_row(
-                        "SELECT max(seq) FROM entries WHERE session = ?1 AND kind = ?2",
-                        params![session, Kind::Pending.as_str()],
-                        |r| r.get(0),
-                    )
-                    .map_err(GuardError::Sql)?;
-                match newest {
+                match tx.newest_of(session, Kind::Pending.as_str())? {
                     None => return Err(conflict("it has no pending approval".into())),
                     Some(n) if n != *pending => {
                         return Err(conflict(format!(
@@ -1215,14 +1507,7 @@ impl Guard {
                     }
                     Some(_) => {}
                 }
-                let decided: Option<i64> = conn
-                    .query_row(
-                        "SELECT min(seq) FROM entries WHERE session = ?1 AND seq > ?2 AND kind = ?3",
-                        params![session, pending, Kind::Decision.as_str()],
-                        |r| r.get(0),
-                    )
-                    .map_err(GuardError::Sql)?;
-                if let Some(d) = decided {
+                if let Some(d) = tx.first_after(session, *pending, Kind::Decision.as_str())? {
                     return Err(conflict(format!(
                         "the pending approval {pending} was already decided (entry {d})"
                     )));
@@ -1619,7 +1904,8 @@ mod tests {
         let l = Ledger::open(&dir.path().join("l.db"), true, Some(&user)).expect("open");
         assert!(dir.path().join("l.db-wal").exists());
         let opts: Vec<String> = l
-            .conn
+            .sqlite()
+            .expect("sqlite")
             .prepare("PRAGMA compile_options")
             .and_then(|mut s| {
                 s.query_map([], |r| r.get::<_, String>(0))
@@ -1635,10 +1921,15 @@ mod tests {
         let user = key(3);
         let l = Ledger::open(&dir.path().join("l.db"), true, Some(&user)).expect("open");
         assert!(l
-            .conn
+            .sqlite()
+            .expect("sqlite")
             .execute("UPDATE entries SET payload = '{}'", [])
             .is_err());
-        assert!(l.conn.execute("DELETE FROM entries", []).is_err());
+        assert!(l
+            .sqlite()
+            .expect("sqlite")
+            .execute("DELETE FROM entries", [])
+            .is_err());
     }
 }
 

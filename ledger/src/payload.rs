@@ -268,6 +268,18 @@ pub struct Changes {
 /// session's opening and close...) must at least be a JSON object.
 pub type Object = Map<String, Value>;
 
+/// `member`: another machine's user key admitted to a shared ledger by
+/// the ledger's owner (ADR 0460): from this entry on it may sign person
+/// entries and checkpoints.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Member {
+    /// The admitted public key, hex.
+    pub key: String,
+    /// Who asked (a name for people to read).
+    pub by: String,
+}
+
 /// Read `payload` as `T`.
 pub fn parse<T: DeserializeOwned>(payload: &Value) -> Result<T, String> {
     T::deserialize(payload).map_err(|e| e.to_string())
@@ -298,6 +310,7 @@ pub fn check(kind: Kind, payload: &[u8]) -> Result<(), String> {
                 .ok_or_else(|| format!("unknown outcome status {:?}", o.status))
         }
         Kind::Undo => parse::<UndoEntry>(&v).map(|_| ()),
+        Kind::Member => parse::<Member>(&v).map(|_| ()),
         Kind::Changes => parse::<Changes>(&v).map(|_| ()),
         Kind::ProviderAttempt => crate::provider::ProviderAttempt::from_payload(&v)
             .map(|_| ())

@@ -79,12 +79,31 @@ pub fn verify(path: &Path) -> Result<Report> {
 /// [`verify`] with the user key given (tests: no key file is read).
 pub(crate) fn verify_with(path: &Path, user_key: Option<VerifyingKey>) -> Result<Report> {
     let t0 = std::time::Instant::now();
+    let mut problems: Vec<Problem> = Vec::new();
+    let rows = if crate::pg::is_url(path) {
+        // The same verifier, rows read from the server (its own storage
+        // checks are its business: an unreadable server is an error with
+        // its cause, never a verdict).
+        let url = path
+            .to_str()
+            .ok_or_else(|| Error::Invalid("the ledger URL is not UTF-8".into()))?;
+        let url = crate::pg::PgUrl::parse(url)?;
+        let mut c = url.connect()?;
+        crate::pg::read_rows(&mut c).map_err(|e| url.err("reading the entries", &e))?
+    } else {
+        read_sqlite(path, &mut problems)?
+    };
+    verify_rows(path, rows, problems, user_key, t0)
+}
+
+/// Read an SQLite ledger's rows for [`verify_with`]; damage SQLite finds
+/// is a problem, a machine that cannot read is an error.
+fn read_sqlite(path: &Path, problems: &mut Vec<Problem>) -> Result<Vec<Row>> {
     if !path.exists() {
         return Err(Error::Missing(path.to_path_buf()));
     }
-    let mut problems: Vec<Problem> = Vec::new();
     let read = open_ro(path).and_then(|c| Ok((read_rows(&c)?, quick_check(&c)?)));
-    let rows = match read {
+    Ok(match read {
         Ok((r, damage)) => {
             // A damaged page the entries' own pages do not use (an index)
             // still means the file was changed outside SQLite: retie's
@@ -113,7 +132,17 @@ pub(crate) fn verify_with(path: &Path, user_key: Option<VerifyingKey>) -> Result
             });
             Vec::new()
         }
-    };
+    })
+}
+
+/// The one verifier, whichever store the rows came from.
+fn verify_rows(
+    path: &Path,
+    rows: Vec<Row>,
+    mut problems: Vec<Problem>,
+    user_key: Option<VerifyingKey>,
+    t0: std::time::Instant,
+) -> Result<Report> {
     // Whose ledger: the user key in the config directory, else the one the
     // first entry names.
     let genesis_key = rows
@@ -125,6 +154,31 @@ pub(crate) fn verify_with(path: &Path, user_key: Option<VerifyingKey>) -> Result
                 .and_then(|v| v.as_str())
                 .and_then(parse_key)
         });
+    // Other machines' keys the owner admitted to a shared ledger: `member`
+    // entries that claim the genesis key as signer (each one's signature
+    // is checked with every other below).
+    // (key, the index of the row that admitted it)
+    let admitted: Vec<(VerifyingKey, usize)> = genesis_key
+        .map(|g| {
+            rows.iter()
+                .enumerate()
+                .filter(|(_, r)| r.kind == Kind::Member.as_bytes() && r.signer == g.as_bytes())
+                .filter_map(|(i, r)| {
+                    crate::payload::parse::<crate::payload::Member>(&r.payload_json())
+                        .ok()
+                        .and_then(|m| parse_key(&m.key))
+                        .map(|k| (k, i))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let members: Vec<VerifyingKey> = admitted.iter().map(|(k, _)| *k).collect();
+    // This machine's key, when it is an admitted member, anchors on the
+    // owner's (genesis) key.
+    let user_key = match (user_key, genesis_key) {
+        (Some(u), Some(g)) if u != g && members.contains(&u) => Some(g),
+        (u, _) => u,
+    };
     let (user, source) = match user_key {
         Some(k) => (Some(k), "config"),
         None => (genesis_key, "ledger"),
@@ -204,8 +258,16 @@ pub(crate) fn verify_with(path: &Path, user_key: Option<VerifyingKey>) -> Result
                 continue;
             }
         };
-        let is_user = user.is_some_and(|u| u == signer_key);
+        // A member's entries count as a person's only after its admission.
+        let is_member = admitted.iter().any(|(k, at)| *k == signer_key && *at < i);
+        let is_user = user.is_some_and(|u| u == signer_key) || is_member;
         let k = r.kind_str();
+        if k == Kind::Member && user.is_some_and(|u| u != signer_key) {
+            problems.push(bad(
+                "a member entry signed by a key other than the ledger's owner (admits nothing)"
+                    .into(),
+            ));
+        }
         if !is_user {
             match granted.get(&signer_bytes) {
                 None => problems.push(bad(format!(
@@ -320,7 +382,8 @@ pub(crate) fn verify_with(path: &Path, user_key: Option<VerifyingKey>) -> Result
         problems.push(p);
     }
     // Checkpoints.
-    let (newest, mut cp_problems) = read_checkpoints(path, user.as_ref());
+    let signers: Vec<VerifyingKey> = user.into_iter().chain(members.iter().copied()).collect();
+    let (newest, mut cp_problems) = read_checkpoints(path, &signers);
     problems.append(&mut cp_problems);
     let n = rows.len() as u64;
     let mut complete = None;
@@ -644,7 +707,7 @@ pub struct NewestCheckpoint {
 /// ledger cannot reach, it survives a rewrite of both files beside it).
 fn read_checkpoints(
     ledger: &Path,
-    user: Option<&VerifyingKey>,
+    user: &[VerifyingKey],
 ) -> (Option<NewestCheckpoint>, Vec<Problem>) {
     let mut newest: Option<NewestCheckpoint> = None;
     let mut problems = Vec::new();
@@ -658,7 +721,7 @@ fn read_checkpoints(
 
 fn read_checkpoint_file(
     p: &Path,
-    user: Option<&VerifyingKey>,
+    user: &[VerifyingKey],
     newest: &mut Option<NewestCheckpoint>,
     problems: &mut Vec<Problem>,
 ) {
@@ -691,17 +754,18 @@ fn read_checkpoint_file(
                 continue;
             }
         };
-        let Some(u) = user else {
+        if user.is_empty() {
             bad("no user key to check it against".into());
             continue;
-        };
-        if cp.key != hex(u.as_bytes()) {
+        }
+        // The owner's key, or another machine's key the owner admitted.
+        let Some(u) = user.iter().find(|u| cp.key == hex(u.as_bytes())) else {
             bad(format!(
                 "signed by key {} which is not the user key (forged)",
                 cp.key
             ));
             continue;
-        }
+        };
         let head = super::unhex(&cp.head).unwrap_or_default();
         let sig = super::unhex(&cp.sig).and_then(|b| <[u8; 64]>::try_from(b).ok());
         let ok = sig.is_some_and(|s| {
@@ -741,7 +805,11 @@ struct Seen {
 /// `STATE/retie/verified/HASH.json`, HASH of the ledger's absolute path.
 fn seen_path(ledger: &Path) -> Option<std::path::PathBuf> {
     use sha2::Digest;
-    let abs = std::fs::canonicalize(ledger).ok()?;
+    let abs = if crate::pg::is_url(ledger) {
+        ledger.to_path_buf()
+    } else {
+        std::fs::canonicalize(ledger).ok()?
+    };
     let h = sha2::Sha256::digest(abs.as_os_str().as_encoded_bytes());
     let base = super::xdg_base("XDG_STATE_HOME", ".local/state")?;
     Some(

@@ -61,6 +61,42 @@ pub(crate) struct Config {
     /// The model ladder's settings.
     #[serde(default)]
     pub(crate) ladder: super::models::LadderConfig,
+    /// Where the ledger is (ADR 0460).
+    #[serde(default)]
+    pub(crate) ledger: LedgerConfig,
+}
+
+/// `[ledger]`: `url = "postgres://USER@HOST/DB"` names a shared ledger
+/// (after `--ledger` and `RETIE_LEDGER`, before the default file). A
+/// password in it is refused when it is opened; it comes from PGPASSWORD,
+/// ~/.pgpass or the variable RETIE_LEDGER_PASSWORD_ENV names.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LedgerConfig {
+    pub(crate) url: Option<String>,
+    /// Keys (hex) whose decisions a resume here carries out, for every
+    /// workspace; this machine's own key always. Empty: any key the
+    /// ledger accepts.
+    #[serde(default)]
+    pub(crate) approvers: Vec<String>,
+    /// Per workspace (its absolute path): replaces `approvers` there.
+    #[serde(default)]
+    pub(crate) workspace_approvers: std::collections::BTreeMap<String, Vec<String>>,
+}
+
+impl LedgerConfig {
+    /// The allow-list for the workspace `ws`.
+    pub(crate) fn approvers_for(&self, ws: &std::path::Path) -> Vec<String> {
+        let canonical = std::fs::canonicalize(ws).unwrap_or_else(|_| ws.to_path_buf());
+        self.workspace_approvers
+            .iter()
+            .find(|(k, _)| {
+                let k = std::path::Path::new(k);
+                k == ws || std::fs::canonicalize(k).is_ok_and(|c| c == canonical)
+            })
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| self.approvers.clone())
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]

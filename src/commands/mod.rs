@@ -7,6 +7,7 @@ pub mod gc;
 pub mod generate;
 pub mod helper;
 pub mod lab;
+pub mod ledger_cmd;
 pub mod log;
 pub mod models;
 pub mod net;

@@ -922,6 +922,9 @@ fn resume(mut a: RetestArgs, id: &str) -> Result<i32, CliError> {
     let provider_name = provider_name(r.provider);
     let spec = spec(&scratch, provider_name, &r, "", a.yes, &opened)?;
     let (mut rec, rows) = Recorder::resume(&path, id, spec.intent_base)?;
+    // The allow-list of deciders (ADR 0460), as `retie run --resume`.
+    let allowed = super::gc::config()?.0.ledger.approvers_for(&scratch);
+    rec.refuse_unlisted_decider(&rows, &allowed)?;
     for (name, value) in &ra.resume_overrides {
         rec.setting(name, json!(value), "person (a flag on resume)")?;
     }

@@ -810,6 +810,8 @@ pub(super) fn setup(
             } else {
                 Recorder::resume(&ledger_path, id, spec.intent_base)?
             };
+            let allowed = super::gc::config()?.0.ledger.approvers_for(&ws);
+            rec.refuse_unlisted_decider(&rows, &allowed)?;
             for (name, value) in &args.resume_overrides {
                 rec.setting(name, json!(value), "person (a flag on resume)")?;
             }

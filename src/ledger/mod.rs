@@ -8,6 +8,29 @@ pub use retie_ledger::*;
 
 use crate::error::CliError;
 
+/// The ledger's location: `--ledger`, else `RETIE_LEDGER`, else
+/// `[ledger] url` in config.toml (a shared PostgreSQL ledger, ADR 0460),
+/// else `STATE/retie/ledger.db`. Shadows the crate's rule, which knows
+/// no config file; a config that does not parse is an error naming it,
+/// only when it is consulted.
+pub fn resolve_path(arg: Option<&std::path::Path>) -> Result<std::path::PathBuf> {
+    let explicit = arg.is_some() || std::env::var_os("RETIE_LEDGER").is_some_and(|p| !p.is_empty());
+    if !explicit {
+        let (cfg, path) = crate::commands::gc::config()
+            .map_err(|e| Error::Invalid(format!("reading the config: {e}")))?;
+        if let Some(url) = cfg.ledger.url.filter(|u| !u.is_empty()) {
+            if !pg::is_url(std::path::Path::new(&url)) {
+                return Err(Error::Invalid(format!(
+                    "{}: [ledger] url must be a postgres:// URL (for a file, set RETIE_LEDGER or pass --ledger)",
+                    path.display()
+                )));
+            }
+            return Ok(std::path::PathBuf::from(url));
+        }
+    }
+    retie_ledger::resolve_path(arg)
+}
+
 /// The full id of the session `given` names: itself, or the one session
 /// whose id starts with it (`retie replay 3804`). No session, or more
 /// than one, is a usage error that lists the candidates. A ledger that
@@ -18,7 +41,7 @@ pub fn full_session_id(
     given: &str,
 ) -> std::result::Result<String, CliError> {
     let path = resolve_path(ledger)?;
-    if !path.exists() {
+    if !exists(&path) {
         return Ok(given.to_string());
     }
     let l = Ledger::open(&path, false, None)?;

@@ -25,6 +25,7 @@ mod lifecycle;
 mod models;
 mod net;
 mod overlay;
+mod pgledger;
 mod policy;
 mod providers;
 mod resume;
