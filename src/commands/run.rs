@@ -427,7 +427,7 @@ pub(super) fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
     }
     cfg.interrupt = Some(&INTERRUPTED);
     let fetch = FetchSettings::parse(&args.fetch_allow).map_err(CliError::Usage)?;
-    cfg.fetch_allow = fetch.allow.iter().map(|a| a.describe()).collect();
+    cfg.fetch_allow = fetch.allow.entries.iter().map(|a| a.describe()).collect();
     cfg.base_url = base_url.clone();
     cfg.api_key_env = key_env.clone();
     let bash_timeout = args.bash_timeout.or(file.bash_timeout);

@@ -28,9 +28,7 @@ use serde_json::{json, Map, Value};
 use crate::model::ToolSpec;
 
 pub use bash::{BashRunner, BashSettings};
-pub use fetch::{
-    fence_for, injection_phrases, Allowed, AllowedHost, FetchSettings, INJECTION_PHRASES,
-};
+pub use fetch::{fence_for, injection_phrases, FetchSettings, INJECTION_PHRASES};
 pub use recall::Recall;
 pub use schema::{check_args, ArgKind, Param};
 
