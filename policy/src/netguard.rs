@@ -237,13 +237,17 @@ pub fn split_authority(s: &str) -> Result<(Host, Option<u16>), NetRefusal> {
 /// - an IPv6 literal is bracketed, `[ADDR]` or `[ADDR]:PORT`; an
 ///   unbracketed one is refused (`::1:80` could be either);
 /// - the port is decimal digits, 1-65535;
-/// - anything with `/`, `?`, `#`, `@` or a space is a URL, not an entry.
+/// - anything with `/`, `?`, `#` or `@` is a URL, not an entry; nor is
+///   anything with whitespace.
 pub fn parse_authority(s: &str) -> Result<(Host, Option<u16>), String> {
     if s.is_empty() {
         return Err("empty; expected HOST[:PORT]".into());
     }
-    if s.contains(['/', '?', '#', '@']) || s.contains(char::is_whitespace) {
-        return Err("expected HOST[:PORT], not a URL or text with spaces".into());
+    if s.contains(['/', '?', '#', '@']) {
+        return Err("expected HOST[:PORT], not a URL".into());
+    }
+    if s.contains(char::is_whitespace) {
+        return Err("not a host name: it holds whitespace".into());
     }
     let (host, port) = if let Some(rest) = s.strip_prefix('[') {
         let (h, tail) = rest.split_once(']').ok_or("an unclosed `[`")?;
@@ -273,7 +277,7 @@ pub fn parse_authority(s: &str) -> Result<(Host, Option<u16>), String> {
 }
 
 fn parse_port(p: &str) -> Result<u16, String> {
-    let bad = || format!("the port {p:?} is not a number from 1 to 65535");
+    let bad = || format!("the port {p:?} must be a number 1-65535");
     if p.is_empty() || p.len() > 5 || !p.bytes().all(|b| b.is_ascii_digit()) {
         return Err(bad());
     }
@@ -343,11 +347,6 @@ impl AllowList {
                     literal: Some(a),
                     port,
                 },
-                Host::Name(n) if n == "localhost" || n.ends_with(".localhost") => {
-                    return Err(EntryError(format!(
-                        "allow entry {s:?}: localhost names this machine; write the address literally (127.0.0.1:PORT)"
-                    )))
-                }
                 Host::Name(n) => AllowEntry {
                     host: if wild { format!("*.{n}") } else { n },
                     literal: None,
@@ -653,7 +652,7 @@ mod tests {
             ("pypi.org..", "not a host name"),
             (".pypi.org", "not a host name"),
             ("pypi..org", "not a host name"),
-            ("a b", "URL"),
+            ("a b", "whitespace"),
             ("http://pypi.org/", "URL"),
             ("user@pypi.org", "URL"),
             ("pypi.org/simple", "URL"),
@@ -668,11 +667,6 @@ mod tests {
         }
         let long = format!("{}.test", "a".repeat(64));
         assert!(parse_authority(&long).is_err());
-        // Entries only: localhost is this machine, never a name to allow.
-        for bad in ["localhost", "LOCALHOST:8080", "a.localhost", "*.localhost"] {
-            let e = AllowList::parse(&[bad]).expect_err(bad);
-            assert!(e.0.contains("127.0.0.1"), "{bad}: {e}");
-        }
         // The forms the old `--fetch-allow` parser read otherwise: it took
         // `::1:80` as the address ::1:80 (no port), `0x7f.1` as 127.0.0.1
         // and `bücher.example` as its punycode; each is refused now.

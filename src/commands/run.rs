@@ -101,6 +101,13 @@ pub struct RunArgs {
     /// an IP literal (`127.0.0.1:8080`). Printed at start and recorded.
     #[arg(long = "fetch-allow", value_name = "HOST[:PORT]")]
     pub fetch_allow: Vec<String>,
+    /// The network the bash tool's sandboxes get: `none`;
+    /// `allow:HOST[:PORT],...` or `registries` (through retie's filtering
+    /// proxy, nothing else reachable); `allow` for the config's `[network]
+    /// allow` list. Default: `[network] bash` in the config, else none.
+    /// Printed at start and recorded.
+    #[arg(long, value_name = "none|allow|allow:HOSTS|registries")]
+    pub net: Option<String>,
     /// The ledger (default: RETIE_LEDGER, else STATE/ledger.db).
     #[arg(long, value_name = "PATH")]
     pub ledger: Option<PathBuf>,
@@ -306,6 +313,8 @@ pub(super) struct Resolved {
     pub api_key: Option<String>,
     /// The fetch tool's allowance.
     pub fetch: FetchSettings,
+    /// The bash tool's network (ADR 0313); `None`: none.
+    pub bash_net: Option<retie_dispatch::sandbox::NetProxy>,
     /// Per-model prices from config.
     pub prices: std::collections::BTreeMap<String, Price>,
 }
@@ -428,6 +437,14 @@ pub(super) fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
     cfg.interrupt = Some(&INTERRUPTED);
     let fetch = FetchSettings::parse(&args.fetch_allow).map_err(CliError::Usage)?;
     cfg.fetch_allow = fetch.allow.entries.iter().map(|a| a.describe()).collect();
+    let bash_net = super::net::bash_net(args.net.as_deref())?;
+    cfg.bash_net = bash_net.as_ref().map(|n| {
+        json!({
+            "mode": "allow",
+            "allow": n.allow,
+            "hosts": (!n.hosts.is_empty()).then_some(&n.hosts),
+        })
+    });
     cfg.base_url = base_url.clone();
     cfg.api_key_env = key_env.clone();
     let bash_timeout = args.bash_timeout.or(file.bash_timeout);
@@ -443,6 +460,7 @@ pub(super) fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
         key_env,
         prices: file.prices,
         fetch,
+        bash_net,
         provider,
         model,
         tier,
@@ -530,6 +548,7 @@ pub(super) fn setup(
         };
     }
     bash.cancel_on_interrupt = cancel;
+    bash.net = r.bash_net.clone();
     if let Some(secs) = r.bash_timeout {
         bash.ceiling = Duration::from_secs(secs);
         bash.default_timeout = bash.default_timeout.min(bash.ceiling);
@@ -637,6 +656,13 @@ pub(super) fn print_start(provider_name: &str, r: &Resolved, ws: &std::path::Pat
             "retie: fetch may reach {}",
             retie_policy::escape_for_terminal(a)
         );
+    }
+    match &r.bash_net {
+        None => eprintln!("retie: bash has no network (no --net, no [network] bash)"),
+        Some(n) => eprintln!(
+            "retie: bash may reach, through the proxy only: {}",
+            retie_policy::escape_for_terminal(&n.allow.join(", "))
+        ),
     }
 }
 

@@ -616,8 +616,11 @@ mod tests {
         // Not allowed, never resolved.
         let e = guard(&s, "http://leak.invalid/?d=SECRET").expect_err("leak");
         assert!(e.contains("not allowed"), "{e}");
-        // localhost always names this machine: not even allowable.
-        assert!(FetchSettings::parse(&["localhost:8080".to_string()]).is_err());
+        // localhost always names this machine: listed or not, the URL
+        // guard refuses it (an address here is allowed by its literal).
+        let e =
+            guard(&settings(&["localhost:8080"]), "http://localhost:8080/").expect_err("localhost");
+        assert!(e.contains("localhost"), "{e}");
         // No allowance: nothing passes.
         assert!(guard(&settings(&[]), "http://127.0.0.1:8080/").is_err());
         // https to the allowed literal port passes the guard (443 is not
