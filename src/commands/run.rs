@@ -95,7 +95,8 @@ pub struct RunArgs {
     /// to it; its default (60 s) is cut to it.
     #[arg(long, value_name = "SECS")]
     pub bash_timeout: Option<u64>,
-    /// Allow the fetch tool to reach HOST (port 80) or HOST:PORT; repeatable.
+    /// Allow the fetch tool to reach HOST (ports 443 and 80) or HOST:PORT;
+    /// repeatable (`*.NAME` for every name below NAME; `[V6]:PORT`).
     /// Nothing else is fetched. A name must resolve to public addresses
     /// only; a loopback or private address is honoured only when given as
     /// an IP literal (`127.0.0.1:8080`). Printed at start and recorded.
