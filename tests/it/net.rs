@@ -749,3 +749,56 @@ fn the_agents_bash_reaches_what_the_person_allowed_and_nothing_else() {
         }
     }
 }
+
+/// The config's network widens only what the person asked for (ADR
+/// 0313): `[network] allow` is reached by `sandbox exec --net allow`, and
+/// neither it nor `[network] bash` gives a `sandbox exec` without `--net`
+/// any network.
+#[test]
+fn the_configs_allow_list_is_used_only_when_asked_for() {
+    let reg = Registry::start();
+    let port = reg.port;
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let dir = s.home.join(".config/retie");
+        std::fs::create_dir_all(&dir).expect("mkdir config");
+        std::fs::write(
+            dir.join("config.toml"),
+            format!("[network]\nbash = \"allow\"\nallow = [\"pypi.test:{port}\"]\n"),
+        )
+        .expect("write config");
+        for p in [s.home.join(".config"), dir.clone(), dir.join("config.toml")] {
+            s.give(&p);
+        }
+        let script = format!(
+            "curl -s -o /dev/null -w 'listed=%{{http_code}}\\n' http://pypi.test:{port}/files/secret; \
+             curl -s -o /dev/null -w 'unlisted=%{{http_code}}\\n' http://unlisted.test:{port}/files/secret; exit 0"
+        );
+        let o = exec_net(
+            &s,
+            "allow",
+            &["--changes", "discard"],
+            &["sh", "-c", &script],
+        );
+        assert_code(&o, 0, &format!("{leg:?}: --net allow"));
+        let r = lines(&o);
+        assert_eq!(
+            r.get("listed").map(String::as_str),
+            Some("200"),
+            "{leg:?}: {}",
+            stderr(&o)
+        );
+        assert_eq!(
+            r.get("unlisted").map(String::as_str),
+            Some("403"),
+            "{leg:?}"
+        );
+        // No --net: no network, whatever the config says.
+        let served = reg.requests().len();
+        let o = s.exec(&["--changes", "discard"], &["sh", "-c", &script]);
+        assert_code(&o, 0, &format!("{leg:?}: no --net"));
+        let r = lines(&o);
+        assert_eq!(r.get("listed").map(String::as_str), Some("000"), "{leg:?}");
+        assert_eq!(reg.requests().len(), served, "{leg:?}: nothing reached");
+    }
+}
