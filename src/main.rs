@@ -53,6 +53,9 @@ enum Command {
     /// Internal: the probe battery run inside the self-test's sandbox.
     #[command(name = "__probe", hide = true)]
     Probe(commands::probe::ProbeArgs),
+    /// Internal: a long tool call's elapsed time on stderr (`run -p`).
+    #[command(name = "__progress", hide = true)]
+    Progress(commands::progress::ProgressArgs),
     /// Internal: the sandbox helper for multi-threaded callers.
     #[command(name = "__sandbox-helper", hide = true)]
     Helper(commands::helper::HelperArgs),
@@ -185,6 +188,7 @@ fn main() -> ExitCode {
         Command::NetProxy(args) => commands::net::proxy(args),
         Command::Probe(args) => commands::probe::run(args),
         Command::Helper(args) => commands::helper::run(args),
+        Command::Progress(args) => commands::progress::run(args),
         Command::Verify(args) => commands::verify::run(args),
         Command::Replay(args) => commands::replay::run(args),
         Command::Log(args) => commands::log::run(args),

@@ -907,6 +907,132 @@ async fn openai_llama_server_stream_as_recorded() {
     assert_eq!((turn.usage.input_tokens, turn.usage.output_tokens), (36, 8));
 }
 
+/// A streamed tool call as llama.cpp's llama-server (b11434) sent it to
+/// this client, recorded byte for byte (docs/real-server.md, "Session
+/// 21": Qwen2.5-Coder-0.5B-Instruct with a chat template that writes
+/// calls as a json code block): the id, the type and the whole name only
+/// in the call's first fragment, which also starts the arguments; then
+/// argument fragments with only `index`, keeping the model's own
+/// whitespace; `finish_reason: tool_calls` alone with an empty delta;
+/// the usage in a last chunk with no choices. Then the second turn: the
+/// call goes back with the server's id and its result, and the server's
+/// recorded answer to that (another call) is read the same way.
+#[tokio::test]
+async fn openai_llama_server_tool_call_stream_as_recorded() {
+    let first = include_str!("recorded/llama-server-b11434-qwen2.5-coder-0.5b-tool-call.sse");
+    let second = include_str!("recorded/llama-server-b11434-qwen2.5-coder-0.5b-after-result.sse");
+    let server = serve(vec![sse_reply(first), sse_reply(second)]).await;
+    let mut p = openai(&server);
+    let mut req = request();
+    let (r, events) = run(&mut p, &req).await;
+    let turn = ok(r);
+    assert_eq!(turn.text, "");
+    assert_eq!(turn.tool_calls.len(), 1, "{:?}", turn.tool_calls);
+    let c = &turn.tool_calls[0];
+    assert_eq!(c.id, "PGFKTFsAPYa4gEHbEusLcVTD9K8zTGoj");
+    assert_eq!(c.name, "read");
+    assert_eq!(
+        c.raw_arguments,
+        "{\n    \"path\": \"/home/user/src/lib.rs\"\n  }"
+    );
+    assert_eq!(args(c), json!({"path": "/home/user/src/lib.rs"}));
+    assert_eq!(events, vec![StreamEvent::ToolCall(c.clone())]);
+    assert_eq!(turn.stop_reason.as_deref(), Some("tool_calls"));
+    assert!(!turn.truncated);
+    assert_eq!(
+        (turn.usage.input_tokens, turn.usage.output_tokens),
+        (193, 32)
+    );
+    // 15 chunks (12 of them call fragments) and the end marker, as sent.
+    assert_eq!(turn.raw.len(), 16);
+
+    req.messages.push(Message::assistant(
+        turn.text.clone(),
+        turn.tool_calls.clone(),
+    ));
+    req.messages.push(Message::tool_result(
+        c,
+        "pub fn add(a: i32, b: i32) -> i32 { a + b }",
+    ));
+    let turn2 = ok(run(&mut p, &req).await.0);
+    assert_eq!(turn2.tool_calls.len(), 1);
+    assert_eq!(turn2.tool_calls[0].id, "GynXPMsbq0rx5CB1ZBMqCEgAjRWeqYfC");
+    assert_eq!(
+        args(&turn2.tool_calls[0]),
+        json!({"path": "/home/user/src/lib.rs"})
+    );
+    assert_eq!(
+        (turn2.usage.input_tokens, turn2.usage.output_tokens),
+        (258, 24)
+    );
+
+    // What the second request carried: the call with the server's id and
+    // arguments re-serialised as JSON text, the result under that id.
+    let seen = server.seen();
+    assert_eq!(seen.len(), 2);
+    assert!(seen[0].body.get("tool_choice").is_none());
+    let msgs = seen[1].body["messages"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let n = msgs.len();
+    assert!(n >= 2, "{msgs:?}");
+    let call = &msgs[n - 2]["tool_calls"][0];
+    assert_eq!(call["id"], "PGFKTFsAPYa4gEHbEusLcVTD9K8zTGoj");
+    assert_eq!(call["type"], "function");
+    assert_eq!(call["function"]["name"], "read");
+    let sent: Value = call["function"]["arguments"]
+        .as_str()
+        .and_then(|a| serde_json::from_str(a).ok())
+        .unwrap_or(Value::Null);
+    assert_eq!(sent, json!({"path": "/home/user/src/lib.rs"}));
+    assert_eq!(msgs[n - 1]["role"], "tool");
+    assert_eq!(
+        msgs[n - 1]["tool_call_id"],
+        "PGFKTFsAPYa4gEHbEusLcVTD9K8zTGoj"
+    );
+}
+
+/// Two parallel calls in one streamed turn, as llama-server (b11434)
+/// sent them (Qwen2.5-Coder-1.5B-Instruct, the json-fence template,
+/// answering the history of `real_server_accepts_a_history_with_calls_and_results`):
+/// the second call starts with `index: 1` and its own id after the first
+/// call's last fragment; every fragment after that carries only
+/// `index: 1`.
+#[tokio::test]
+async fn openai_llama_server_parallel_tool_calls_as_recorded() {
+    let body = include_str!("recorded/llama-server-b11434-qwen2.5-coder-1.5b-parallel-calls.sse");
+    let server = serve(vec![sse_reply(body)]).await;
+    let (r, events) = run(&mut openai(&server), &request()).await;
+    let turn = ok(r);
+    assert_eq!(turn.text, "");
+    let ids: Vec<&str> = turn.tool_calls.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        vec![
+            "famuSyxwxh4wD97UUWgumH8OKZiWfYKE",
+            "lO9JDRTvD9qsFwSJoVP4sa6M4p5tV6SM"
+        ]
+    );
+    for c in &turn.tool_calls {
+        assert_eq!(c.name, "read");
+        assert_eq!(c.raw_arguments, "{\"path\": \"src/lib.rs\"}");
+        assert_eq!(args(c), json!({"path": "src/lib.rs"}));
+    }
+    let calls: Vec<StreamEvent> = turn
+        .tool_calls
+        .iter()
+        .cloned()
+        .map(StreamEvent::ToolCall)
+        .collect();
+    assert_eq!(events, calls);
+    assert_eq!(turn.stop_reason.as_deref(), Some("tool_calls"));
+    assert_eq!(
+        (turn.usage.input_tokens, turn.usage.output_tokens),
+        (303, 44)
+    );
+}
+
 #[tokio::test]
 async fn connection_refused_is_transient() {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");

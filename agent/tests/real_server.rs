@@ -15,6 +15,11 @@
 //! `smollm2-135m`; llama-server serves the one it loaded whatever the
 //! name). Each test prints what came back (events, text, calls, usage,
 //! stop reason, the raw stream) for the notes in the doc.
+//!
+//! The tool-call tests pass against Qwen2.5-Coder-0.5B-Instruct served
+//! with the chat template that writes calls as a ```` ```json ```` block
+//! (the form that model writes them in); see docs/real-server.md,
+//! "Session 21".
 
 use retie_agent::provider::{from_config, AnyProvider};
 use retie_agent::{Message, Provider, StreamEvent, ToolCall, ToolSpec, Turn, TurnRequest};
@@ -197,7 +202,12 @@ async fn real_server_tool_call_then_result() {
     );
     for c in &turn.tool_calls {
         assert_eq!(c.name, "read", "{c:?}");
-        assert!(!c.id.is_empty());
+        // The id is the server's, not one the client made up for a call
+        // that came without one.
+        assert!(
+            !c.id.is_empty() && !c.id.starts_with("call_retie_"),
+            "{c:?}"
+        );
         let args = c
             .arguments
             .as_ref()
@@ -205,6 +215,16 @@ async fn real_server_tool_call_then_result() {
         assert!(args.get("path").is_some_and(|v| v.is_string()), "{args:?}");
     }
     assert_eq!(turn.stop_reason.as_deref(), Some("tool_calls"));
+    // The call came as `delta.tool_calls` fragments of the stream (not
+    // parsed out of text by the client, not one JSON answer).
+    let fragments = turn
+        .raw
+        .iter()
+        .filter_map(|r| serde_json::from_str::<serde_json::Value>(r).ok())
+        .filter(|v| v["choices"][0]["delta"]["tool_calls"].is_array())
+        .count();
+    assert!(fragments >= 1, "no delta.tool_calls in the stream");
+    eprintln!("delta.tool_calls chunks: {fragments}");
 
     // Second turn: the calls and their results go back in the history;
     // the server must accept the shape (it re-renders it with its chat

@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use retie_snapshot::{
     apply_alongside, recover, ApplyOptions, BlockReason, Change, ChangeKind, Changeset,
-    ComputeOptions, Error as SnapError, Journal, Node, RelPath, Store, Workspace,
+    ComputeOptions, Error as SnapError, Journal, Manifest, Node, RelPath, Store, Workspace,
 };
 use serde_json::json;
 use sha2::Digest;
@@ -48,8 +48,10 @@ pub trait ChangesHooks: JobUi {
     /// on another thread while the pre-images and the journal entry are
     /// made durable, and the workspace is touched only after it returned
     /// `Ok` (`retie_snapshot::apply_alongside`). If it fails, nothing is
-    /// applied and the changes are kept.
-    fn before_apply<'s>(&'s mut self, cs: &Changeset) -> Recording<'s>;
+    /// applied and the changes are kept. `manifest`: the change's
+    /// manifest when it is too large to list path by path (ADR 0209).
+    fn before_apply<'s>(&'s mut self, cs: &Changeset, manifest: Option<&Manifest>)
+        -> Recording<'s>;
 }
 
 /// The recording [`ChangesHooks::before_apply`] hands the apply.
@@ -322,6 +324,10 @@ impl Drop for OverlayRun {
 /// Where finished runs' directories wait to be removed, in the state
 /// directory (same filesystem as `runs`, so moving one there is a rename).
 pub const TRASH: &str = "trash";
+
+/// A change of more paths than this is recorded in the ledger by its
+/// manifest, not path by path (ADR 0209).
+pub const LISTED_PATHS_MAX: usize = 64;
 
 /// Where the directories of runs that changed nothing wait to be reused,
 /// in the state directory: `SPARE/OWNER.N`, at most [`SPARE_SLOTS`] per
@@ -1078,7 +1084,11 @@ pub fn handle(
             failure: None,
         });
     }
-    let record = hooks.before_apply(&cs);
+    // A large change is recorded by its manifest (ADR 0209): one ledger
+    // entry of constant size, the list itself stored with the pre-images.
+    let manifest = (cs.to_apply(allow_blocked).nth(LISTED_PATHS_MAX).is_some())
+        .then(|| Manifest::of_changeset(&cs, allow_blocked));
+    let record = hooks.before_apply(&cs, manifest.as_ref());
     let mut not_recorded = None;
     let applied = apply_alongside(
         &cs,
@@ -1089,6 +1099,7 @@ pub fn handle(
             allow_blocked,
             // The run is over once applied: its layer goes (ADR 0208).
             consume_layer: true,
+            manifest,
         },
         || match record() {
             Ok(()) => true,

@@ -186,10 +186,32 @@ impl Recorder {
     /// take the session's lock (refused while another process runs it),
     /// rebuild its grants and find its open pending approval. Returns
     /// the recorder and the session's rows (for the conversation).
+    /// A finished (closed) session is refused: see [`Recorder::reopen`].
     pub fn resume(
         ledger_path: &Path,
         id: &str,
         intent_base: Value,
+    ) -> Result<(Recorder, Vec<Row>), Error> {
+        Self::resume_or_reopen(ledger_path, id, intent_base, false)
+    }
+
+    /// [`Recorder::resume`], and a finished (closed) session too: the
+    /// person gives it a new task (`retie run --continue -p`, ADR 0523).
+    /// Its `resumed` entry says `reopened`; nothing of the close is
+    /// undone (it had no open approval: a close drops it).
+    pub fn reopen(
+        ledger_path: &Path,
+        id: &str,
+        intent_base: Value,
+    ) -> Result<(Recorder, Vec<Row>), Error> {
+        Self::resume_or_reopen(ledger_path, id, intent_base, true)
+    }
+
+    fn resume_or_reopen(
+        ledger_path: &Path,
+        id: &str,
+        intent_base: Value,
+        reopen: bool,
     ) -> Result<(Recorder, Vec<Row>), Error> {
         let err = |why: String| {
             Error::Ledger(retie_ledger::Error::Session {
@@ -232,9 +254,9 @@ impl Recorder {
         let lock = SessionLock::acquire(ledger_path, id)?;
         let rows = ledger.session_rows(id)?;
         let state = SessionState::of(&rows);
-        if state.closed {
+        if state.closed && !reopen {
             return Err(err(
-                "it is finished (closed); start a new session with `retie run -p`".into(),
+                "it is finished (closed); continue it with a new task (`retie run --resume SESSION -p TASK`, or `--continue -p TASK` for this workspace's last), or start a new session with `retie run -p`".into(),
             ));
         }
         let mut rec = Recorder {
@@ -268,6 +290,7 @@ impl Recorder {
             payload::to_value(&payload::Resumed {
                 pid: Some(std::process::id()),
                 pending: rec.resume.as_ref().map(|p| p.seq),
+                reopened: Some(state.closed),
             }),
         );
         rec.queued.push(resumed);

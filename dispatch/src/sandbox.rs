@@ -8,7 +8,7 @@ use std::time::SystemTime;
 use retie_ledger::payload::Status;
 use retie_policy::Action;
 use retie_runtime::{Outcome, RuntimeError, SandboxBuilder, Stdio, WorkspaceMode};
-use retie_snapshot::Changeset;
+use retie_snapshot::{Changeset, Manifest};
 use serde_json::{json, Value};
 
 use crate::overlay::{
@@ -578,17 +578,39 @@ impl Drop for Tidying {
     }
 }
 
-/// The undo plan of a changeset about to be applied.
-pub fn plan_for(cs: &Changeset, allow_blocked: bool) -> Value {
-    let paths: Vec<&str> = cs
-        .to_apply(allow_blocked)
-        .map(|c| c.path.as_str())
-        .collect();
-    json!({
+/// The undo plan of a changeset about to be applied: its paths listed,
+/// or, past [`LISTED_PATHS_MAX`](crate::overlay::LISTED_PATHS_MAX), its
+/// manifest named (ADR 0209).
+pub fn plan_for(cs: &Changeset, allow_blocked: bool, manifest: Option<&Manifest>) -> Value {
+    let mut plan = json!({
         "reversible": true,
         "via": "snapshot",
         "changeset": cs.id,
-        "paths": paths,
+    });
+    match manifest {
+        Some(m) => set(&mut plan, "manifest", manifest_json(m)),
+        None => {
+            let paths: Vec<&str> = cs
+                .to_apply(allow_blocked)
+                .map(|c| c.path.as_str())
+                .collect();
+            set(&mut plan, "paths", json!(paths));
+        }
+    }
+    plan
+}
+
+/// How the ledger names a manifest: its blake3 (the blob in the state
+/// directory's store holding every path) and its counts.
+pub fn manifest_json(m: &Manifest) -> Value {
+    json!({
+        "blake3": m.hash.to_hex(),
+        "paths": m.paths,
+        "created": m.created,
+        "modified": m.modified,
+        "deleted": m.deleted,
+        "bytes": m.new_bytes,
+        "where": "the state directory's blob store, named by its blake3; one JSON object a line: path, before, after",
     })
 }
 
@@ -611,8 +633,12 @@ impl JobUi for Hooks<'_, '_> {
 }
 
 impl ChangesHooks for Hooks<'_, '_> {
-    fn before_apply<'s>(&'s mut self, cs: &Changeset) -> Recording<'s> {
-        let changes = json!({ "undo": plan_for(cs, self.allow_blocked) });
+    fn before_apply<'s>(
+        &'s mut self,
+        cs: &Changeset,
+        manifest: Option<&Manifest>,
+    ) -> Recording<'s> {
+        let changes = json!({ "undo": plan_for(cs, self.allow_blocked, manifest) });
         let step = &mut *self.step;
         Box::new(move || step.before_effect(changes))
     }

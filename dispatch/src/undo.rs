@@ -19,11 +19,12 @@ use std::path::{Path, PathBuf};
 use retie_ledger::model;
 use retie_ledger::payload::Status;
 use retie_policy::{Action, Context, Policy};
-use retie_snapshot::{EntryState, Error as SnapError, UndoOptions};
+use retie_snapshot::{EntryState, Error as SnapError, Manifest, UndoOptions};
 use serde_json::{json, Value};
 
-use crate::overlay::{root_owner, Snapshots};
+use crate::overlay::{root_owner, Snapshots, LISTED_PATHS_MAX};
 use crate::record::{Recorder, SessionSpec};
+use crate::sandbox::manifest_json;
 use crate::{dispatch, CommandLine, Dispatched, Error, Executor, Proposal, Step, UndoPlan};
 
 /// The origin recorded in an undo session's opening.
@@ -170,6 +171,8 @@ enum Prepared {
         /// For each path: what it holds now (expected) and the pre-image
         /// the undo restores, with its digest.
         restores: Vec<Value>,
+        /// In place of `restores` past `LISTED_PATHS_MAX` paths (ADR 0209).
+        manifest: Option<Manifest>,
     },
 }
 
@@ -255,15 +258,23 @@ impl UndoJob {
                 )));
             }
         }
-        let restores = entry
-            .steps
-            .iter()
-            .map(|s| json!({"path": s.path.as_str(), "expect": s.after, "restore": s.before}))
-            .collect();
+        // Listed path by path when few; past that, named by its manifest
+        // (ADR 0209), stored with the undo's pre-images.
+        let (restores, manifest) = if entry.steps.len() > LISTED_PATHS_MAX {
+            (Vec::new(), Some(Manifest::of_undo(&entry)))
+        } else {
+            let restores = entry
+                .steps
+                .iter()
+                .map(|s| json!({"path": s.path.as_str(), "expect": s.after, "restore": s.before}))
+                .collect();
+            (restores, None)
+        };
         job(Prepared::Undo {
             changeset: cs.to_string(),
             snaps: Box::new(snaps),
             restores,
+            manifest,
         })
     }
 }
@@ -272,29 +283,39 @@ impl Executor for UndoJob {
     type Output = Value;
 
     fn plan(&self, _: &Action) -> UndoPlan {
-        let (changeset, restores, nothing) = match &self.prepared {
+        let (changeset, restores, nothing, manifest) = match &self.prepared {
             Some(Prepared::Undo {
                 changeset,
                 restores,
+                manifest,
                 ..
-            }) => (Some(changeset.as_str()), restores.clone(), None),
+            }) => (
+                Some(changeset.as_str()),
+                restores.clone(),
+                None,
+                manifest.as_ref(),
+            ),
             Some(Prepared::Skip(why)) | Some(Prepared::Fail(why)) => {
-                (None, Vec::new(), Some(why.as_str()))
+                (None, Vec::new(), Some(why.as_str()), None)
             }
-            None => (None, Vec::new(), Some("already run")),
+            None => (None, Vec::new(), Some("already run"), None),
         };
+        let mut detail = json!({
+            "reversible": true,
+            "via": "snapshot",
+            "changeset": null,
+            "undoes": self.target,
+            "rolls_back": changeset,
+            "restores": restores,
+            "nothing_because": nothing,
+            "how": "the rolled-back changeset's pre-images are put back through the crash-safe journal; a crash midway is rolled back when the workspace is next opened",
+        });
+        if let (Some(m), Some(o)) = (manifest, detail.as_object_mut()) {
+            o.insert("manifest".into(), manifest_json(m));
+        }
         UndoPlan {
             reversible: true,
-            detail: json!({
-                "reversible": true,
-                "via": "snapshot",
-                "changeset": null,
-                "undoes": self.target,
-                "rolls_back": changeset,
-                "restores": restores,
-                "nothing_because": nothing,
-                "how": "the rolled-back changeset's pre-images are put back through the crash-safe journal; a crash midway is rolled back when the workspace is next opened",
-            }),
+            detail,
         }
     }
 
@@ -304,8 +325,11 @@ impl Executor for UndoJob {
             Some(Prepared::Skip(why)) => json!({"status": Status::Skipped.word(), "why": why}),
             Some(Prepared::Fail(why)) => json!({"status": Status::Failed.word(), "why": why}),
             Some(Prepared::Undo {
-                changeset, snaps, ..
-            }) => run_undo(&changeset, &snaps, &self.workspace),
+                changeset,
+                snaps,
+                manifest,
+                ..
+            }) => run_undo(&changeset, &snaps, &self.workspace, manifest),
         };
         if let Some(o) = outcome.as_object_mut() {
             o.insert("undoes".into(), json!(self.target));
@@ -316,13 +340,16 @@ impl Executor for UndoJob {
 }
 
 /// Roll back `changeset`; the JSON says what happened, honestly.
-fn run_undo(changeset: &str, snaps: &Snapshots, ws: &str) -> Value {
+fn run_undo(changeset: &str, snaps: &Snapshots, ws: &str, manifest: Option<Manifest>) -> Value {
     match retie_snapshot::undo(
         changeset,
         &snaps.ws,
         &snaps.store,
         &snaps.journal,
-        &UndoOptions::default(),
+        &UndoOptions {
+            manifest,
+            ..UndoOptions::default()
+        },
     ) {
         Ok(entry) => {
             let mut v = json!({"status": Status::Undone.word(), "undo_changeset": entry.id});

@@ -207,6 +207,25 @@ impl Session {
             .pointer("/delegation/workspace")
             .and_then(Value::as_str)
     }
+    /// What kind of session it is, from the origin its opening recorded
+    /// (see [`session_kind`]).
+    pub fn kind(&self) -> &'static str {
+        session_kind(&self.opened)
+    }
+    /// An agent (or retest) session whose provider failed before its
+    /// first turn: no turn, no action, no approval, ended by the
+    /// provider (refused, or suspended after failed attempts). `retie
+    /// sessions` and `retie log` fold these into one line (ADR 0525).
+    pub fn failed_before_first_turn(&self) -> bool {
+        matches!(self.kind(), "agent" | "retest")
+            && self.turns == 0
+            && self.actions.is_empty()
+            && self.approvals.is_empty()
+            && self
+                .end
+                .as_ref()
+                .is_some_and(|e| matches!(e.outcome.as_str(), "provider_failed" | "suspended"))
+    }
     /// A session of `retie undo`/`undo-all`: its actions are undos.
     pub fn is_undo(&self) -> bool {
         self.opened.get("origin").and_then(Value::as_str) == Some("retie undo")
@@ -219,6 +238,22 @@ impl Session {
                 .and_then(Value::as_str)
                 .unwrap_or(""),
         )
+    }
+}
+
+/// The kind of a session, from its `session_opened` payload's origin:
+/// `exec` (`retie sandbox exec`), `agent` (`retie run`), `retest`,
+/// `undo`, `apply` (`retie changes apply`), `probe`; `other` for an
+/// origin this build does not know.
+pub fn session_kind(opened: &Value) -> &'static str {
+    match opened.get("origin").and_then(Value::as_str) {
+        Some("retie sandbox exec") => "exec",
+        Some("retie run") => "agent",
+        Some("retie retest") => "retest",
+        Some("retie undo") => "undo",
+        Some("retie changes apply") => "apply",
+        Some("retie probe") => "probe",
+        _ => "other",
     }
 }
 

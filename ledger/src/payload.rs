@@ -296,6 +296,10 @@ pub struct Resumed {
     /// The pending approval it resumed with, if any.
     #[serde(default)]
     pub pending: Option<i64>,
+    /// It took up a session that had been closed (`retie run --resume` of
+    /// a finished session); older entries: absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reopened: Option<bool>,
 }
 
 /// `revoke`, `grant`... have their structs; kinds whose fields differ by
@@ -426,6 +430,7 @@ mod tests {
                 to_value(&Resumed {
                     pid: Some(43),
                     pending: Some(7),
+                    reopened: Some(false),
                 }),
             ),
             (
@@ -445,7 +450,10 @@ mod tests {
             json!({"pending": null, "pid": 42, "outcome": "provider_failed", "message": "the provider stayed unavailable", "turns": 3})
         );
         assert_eq!(written[1].1, json!({"pending": 7, "pid": 42}));
-        assert_eq!(written[2].1, json!({"pid": 43, "pending": 7}));
+        assert_eq!(
+            written[2].1,
+            json!({"pid": 43, "pending": 7, "reopened": false})
+        );
         assert_eq!(written[4].1, json!({}));
         assert_eq!(
             parse::<Suspended>(&written[0].1).expect("reads").end,

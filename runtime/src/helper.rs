@@ -67,7 +67,8 @@ pub fn beside(exe: &Path) -> std::path::PathBuf {
     }
 }
 
-/// The file name of the helper alone (`runtime/src/bin`).
+/// The file name of the helper alone (`src/bin/retie-sandbox-helper.rs`
+/// of the root package).
 pub const SMALL_HELPER: &str = "retie-sandbox-helper";
 
 /// Run `spec` through a helper process (`helper_exe __sandbox-helper`),

@@ -40,6 +40,7 @@ use crate::hash::Hash;
 use crate::journal::{
     new_id, now_ms, Entry, EntryState, Journal, Op, Raced, Step, JOURNAL_VERSION,
 };
+use crate::manifest::Manifest;
 use crate::node::Node;
 use crate::relpath::RelPath;
 use crate::store::Store;
@@ -185,6 +186,10 @@ pub struct ApplyOptions {
     /// Off, the layer is left whole (a changeset applied to several
     /// copies of a workspace, as the tests do).
     pub consume_layer: bool,
+    /// The manifest of this apply ([`Manifest::of_changeset`]) the ledger
+    /// names (ADR 0209): stored in the blob store with the pre-images, and
+    /// named by the journal entry.
+    pub manifest: Option<Manifest>,
 }
 
 /// Options for [`undo`].
@@ -194,6 +199,9 @@ pub struct UndoOptions {
     /// content is kept as the undo's pre-image, so undoing the undo brings
     /// the edit back).
     pub force: bool,
+    /// The manifest of this undo ([`Manifest::of_undo`]) the ledger names
+    /// (ADR 0209), stored as [`ApplyOptions::manifest`] is.
+    pub manifest: Option<Manifest>,
 }
 
 /// What [`recover`] did.
@@ -282,6 +290,7 @@ fn apply_inner(
         targets,
         &Source::Upper(&upper),
         Check::Base,
+        opts.manifest.as_ref(),
         alongside,
     )?;
     if opts.consume_layer {
@@ -365,6 +374,7 @@ pub fn undo(
             of: &e.id,
             force: opts.force,
         },
+        opts.manifest.as_ref(),
         None,
     )
 }
@@ -511,13 +521,23 @@ fn run(
     targets: Vec<Target>,
     src: &Source<'_>,
     check: Check<'_>,
+    manifest: Option<&Manifest>,
     alongside: Alongside<'_>,
 ) -> Result<Entry> {
     let _lock = journal.lock()?;
     let Some(alongside) = alongside else {
-        return run_locked(ws, store, journal, id, op, targets, src, check, &mut || {
-            true
-        });
+        return run_locked(
+            ws,
+            store,
+            journal,
+            id,
+            op,
+            targets,
+            src,
+            check,
+            manifest,
+            &mut || true,
+        );
     };
     std::thread::scope(|sc| {
         let side = sc.spawn(alongside);
@@ -525,7 +545,9 @@ fn run(
         // return (a conflict) too: it runs exactly once either way.
         let mut side = Some(side);
         let mut join = move || side.take().is_none_or(|h| h.join().unwrap_or(false));
-        let r = run_locked(ws, store, journal, id, op, targets, src, check, &mut join);
+        let r = run_locked(
+            ws, store, journal, id, op, targets, src, check, manifest, &mut join,
+        );
         join();
         r
     })
@@ -541,6 +563,7 @@ fn run_locked(
     mut targets: Vec<Target>,
     src: &Source<'_>,
     check: Check<'_>,
+    manifest: Option<&Manifest>,
     join_alongside: &mut dyn FnMut() -> bool,
 ) -> Result<Entry> {
     let pending: Vec<String> = journal
@@ -611,7 +634,14 @@ fn run_locked(
         }
     }
 
+    // The manifest the ledger names rides in the same batch: durable
+    // before the workspace is touched, at no sync of its own.
+    let manifest = match manifest {
+        Some(m) => Some(blobs.put_blob(&m.bytes)?),
+        None => None,
+    };
     let mut entry = Entry {
+        manifest,
         version: JOURNAL_VERSION,
         id,
         seq: journal.next_seq()?,

@@ -80,6 +80,7 @@ pub fn gc(store: &Store, journal: &Journal, opts: &GcOptions) -> Result<GcReport
         }
         if matches!(e.state, EntryState::Complete | EntryState::Pending) {
             report.live_entries += 1;
+            live.extend(e.manifest);
             for s in &e.steps {
                 if let Some(c) = &s.before_content {
                     report.carried_kept += 1;

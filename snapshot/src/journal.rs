@@ -157,6 +157,11 @@ pub struct Entry {
     /// and this entry's change was not made there (no step names them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub raced: Vec<Raced>,
+    /// The blob holding the manifest of this entry's change (ADR 0209),
+    /// for a change too large for the ledger to list path by path: kept
+    /// by `gc` while the entry is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manifest: Option<crate::Hash>,
 }
 
 /// A path an operation found changed by someone else at the moment it was
@@ -569,6 +574,7 @@ mod tests {
         assert_eq!(j.next_seq().expect("43"), 43);
 
         let mut e = Entry {
+            manifest: None,
             version: JOURNAL_VERSION,
             id: "0123456789abcdef".into(),
             seq: 77,

@@ -267,6 +267,13 @@ impl Batch<'_> {
         Ok((hash, len))
     }
 
+    /// Keeps `bytes` as a blob of the store (never carried in memory:
+    /// something other than a pre-image, which nothing rolls back from).
+    pub(crate) fn put_blob(&mut self, bytes: &[u8]) -> Result<Hash> {
+        let mut r = bytes;
+        Ok(self.stage(&mut r)?.0)
+    }
+
     /// Writes the content of `r` to a temporary and hashes it.
     fn stage(&mut self, r: &mut impl Read) -> Result<(Hash, u64)> {
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);

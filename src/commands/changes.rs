@@ -57,7 +57,11 @@ impl JobUi for Terminal {
 
 /// The terminal with nothing to record (`retie changes` outside an action).
 impl overlay::ChangesHooks for Terminal {
-    fn before_apply<'s>(&'s mut self, _cs: &Changeset) -> overlay::Recording<'s> {
+    fn before_apply<'s>(
+        &'s mut self,
+        _cs: &Changeset,
+        _manifest: Option<&retie_snapshot::Manifest>,
+    ) -> overlay::Recording<'s> {
         Box::new(|| Ok(()))
     }
 }

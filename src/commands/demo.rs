@@ -129,6 +129,7 @@ fn demo(args: DemoArgs) -> Result<i32, CliError> {
             dir: Some(ws.clone()),
             prompt: Some("Fix the failing tests of this project.".into()),
             resume: None,
+            continue_last: false,
             provider: run::ProviderArgs {
                 provider: Some(run::ProviderArg::Script),
                 model: Some("demo-script".into()),

@@ -15,9 +15,13 @@ pub struct LogArgs {
     /// The ledger (default: RETIE_LEDGER, else STATE/ledger.db).
     #[arg(long, value_name = "PATH")]
     pub ledger: Option<PathBuf>,
-    /// The sessions and their actions as JSON, on stdout.
+    /// The sessions and their actions as JSON, on stdout (each with its
+    /// kind, and `unstarted` for one whose provider failed before its
+    /// first turn; these are listed there whatever --unstarted says).
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub list: super::scope::ListArgs,
 }
 
 pub fn run(a: LogArgs) -> i32 {
@@ -38,12 +42,18 @@ pub fn run(a: LogArgs) -> i32 {
         .into_iter()
         .filter(|s| scope.holds(s.workspace_path()))
         .collect();
+    let mut list = a.list.clone();
+    list.unstarted |= a.json;
+    let sel = list.select(sessions, |s| s.kind(), |s| s.failed_before_first_turn());
+    let sessions = sel.items;
     if a.json {
         let v: Vec<_> = sessions
             .iter()
             .map(|s| {
                 json!({
                     "session": s.id,
+                    "kind": s.kind(),
+                    "unstarted": s.failed_before_first_turn(),
                     "opened_ms": s.opened_ms,
                     "closed_ms": s.closed_ms,
                     "workspace": s.workspace(),
@@ -59,13 +69,16 @@ pub fn run(a: LogArgs) -> i32 {
         println!("{}", json!({ "sessions": v }));
         return 0;
     }
-    if sessions.is_empty() {
+    if sessions.is_empty() && sel.unstarted.is_empty() && sel.older == 0 {
         println!("no sessions {}", scope.place());
+        return 0;
     }
+    println!("{}", a.list.header("session", &scope, sessions.len()));
     for s in &sessions {
         println!(
-            "session {}  {}  {}  \"{}\"",
+            "session {}  {:<6}  {}  {}  \"{}\"",
             crate::ui::visible(&s.id),
+            s.kind(),
             crate::commands::replay::time(s.opened_ms),
             s.workspace(),
             s.objective()
@@ -85,6 +98,17 @@ pub fn run(a: LogArgs) -> i32 {
                 a.command()
             );
         }
+    }
+    if sel.older > 0 {
+        println!("({} older sessions not listed: --limit)", sel.older);
+    }
+    if let Some(last) = sel.unstarted.last() {
+        println!(
+            "({} agent session{} whose provider failed before the first turn not listed (--unstarted lists them); the last: {})",
+            sel.unstarted.len(),
+            if sel.unstarted.len() == 1 { "" } else { "s" },
+            crate::ui::visible(&last.id),
+        );
     }
     0
 }

@@ -13,6 +13,7 @@ pub mod net;
 pub mod pending;
 pub mod policy;
 pub mod probe;
+pub mod progress;
 pub mod replay;
 pub mod report;
 pub mod retest;

@@ -114,6 +114,7 @@ fn run_args(a: &RetestArgs, dir: Option<PathBuf>) -> RunArgs {
         dir,
         prompt: None,
         resume: a.resume.clone(),
+        continue_last: false,
         provider: a.provider.clone(),
         max_tier: a.max_tier,
         autonomy: a.autonomy,

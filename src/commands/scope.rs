@@ -77,6 +77,109 @@ impl Scope {
     }
 }
 
+/// The list flags `retie sessions` and `retie log` share: which kind of
+/// session, how many, and whether the sessions whose provider failed
+/// before their first turn are listed one by one (ADR 0525).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct ListArgs {
+    /// Only sessions of this kind: exec (`retie sandbox exec`), agent
+    /// (`retie run`), retest, undo, apply (`retie changes apply`), probe.
+    #[arg(long, value_enum)]
+    pub kind: Option<KindArg>,
+    /// Only the N newest sessions (after the other filters).
+    #[arg(long, value_name = "N")]
+    pub limit: Option<usize>,
+    /// List, one by one, the agent sessions whose provider failed before
+    /// their first turn (otherwise one line counts them).
+    #[arg(long)]
+    pub unstarted: bool,
+}
+
+/// A kind of session (`retie_ledger::model::session_kind`).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KindArg {
+    Exec,
+    Agent,
+    Retest,
+    Undo,
+    Apply,
+    Probe,
+}
+
+impl KindArg {
+    fn name(self) -> &'static str {
+        match self {
+            KindArg::Exec => "exec",
+            KindArg::Agent => "agent",
+            KindArg::Retest => "retest",
+            KindArg::Undo => "undo",
+            KindArg::Apply => "apply",
+            KindArg::Probe => "probe",
+        }
+    }
+}
+
+/// What [`ListArgs::select`] kept.
+pub struct Selected<T> {
+    pub items: Vec<T>,
+    /// Sessions whose provider failed before their first turn, left out
+    /// (the newest last).
+    pub unstarted: Vec<T>,
+    /// Sessions left out by `--limit`.
+    pub older: usize,
+}
+
+impl ListArgs {
+    /// The sessions to list, in their order (oldest first): those of the
+    /// kind asked, without the ones that failed before their first turn
+    /// (unless `--unstarted`), the newest N.
+    pub fn select<T>(
+        &self,
+        items: Vec<T>,
+        kind: impl Fn(&T) -> &str,
+        unstarted: impl Fn(&T) -> bool,
+    ) -> Selected<T> {
+        let mut keep = Vec::new();
+        let mut folded = Vec::new();
+        for it in items {
+            if self.kind.is_some_and(|k| k.name() != kind(&it)) {
+                continue;
+            }
+            if !self.unstarted && unstarted(&it) {
+                folded.push(it);
+            } else {
+                keep.push(it);
+            }
+        }
+        let mut older = 0;
+        if let Some(n) = self.limit {
+            older = keep.len().saturating_sub(n);
+            keep.drain(..older);
+        }
+        Selected {
+            items: keep,
+            unstarted: folded,
+            older,
+        }
+    }
+
+    /// The header line: how many of what are listed, of which kind,
+    /// where.
+    pub fn header(&self, what: &str, scope: &Scope, shown: usize) -> String {
+        format!(
+            "{shown} {what}{}{} {}{}",
+            if shown == 1 { "" } else { "s" },
+            self.kind
+                .map(|k| format!(" of kind {}", k.name()))
+                .unwrap_or_default(),
+            scope.place(),
+            self.limit
+                .map(|n| format!(", the newest {n} at most"))
+                .unwrap_or_default(),
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -25,14 +25,28 @@ pub struct SessionsArgs {
     /// The ledger (default: RETIE_LEDGER, else STATE/ledger.db).
     #[arg(long, value_name = "PATH")]
     pub ledger: Option<PathBuf>,
-    /// The sessions as JSON, on stdout.
+    /// The sessions as JSON, on stdout (each with its kind, and
+    /// `unstarted` for one whose provider failed before its first turn;
+    /// these are listed there whatever --unstarted says).
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub list: super::scope::ListArgs,
 }
 
 pub fn run(a: SessionsArgs) -> Result<i32, CliError> {
     let path = crate::ledger::resolve_path(a.ledger.as_deref())?;
     let rows = Ledger::open(&path, false, None)?.rows()?;
+    // Kind and "failed before its first turn", from the read model (one
+    // definition for `sessions` and `log`).
+    let read: std::collections::HashMap<String, (&'static str, bool)> =
+        retie_ledger::model::sessions(&rows)
+            .into_iter()
+            .map(|s| {
+                let v = (s.kind(), s.failed_before_first_turn());
+                (s.id, v)
+            })
+            .collect();
     let mut out = Vec::new();
     let grouped = super::pending::by_session(rows);
     let opened_of = |rows: &[retie_ledger::Row]| {
@@ -103,8 +117,11 @@ pub fn run(a: SessionsArgs) -> Result<i32, CliError> {
             }
         }
         let o = &opened.1;
+        let (kind, unstarted) = read.get(&sid).copied().unwrap_or(("other", false));
         out.push(json!({
             "session": sid,
+            "kind": kind,
+            "unstarted": unstarted && state != "running",
             "state": state,
             "opened_ms": opened.0,
             "origin": o.get("origin"),
@@ -121,20 +138,34 @@ pub fn run(a: SessionsArgs) -> Result<i32, CliError> {
         }));
     }
     if a.json {
-        println!("{}", json!({ "sessions": out }));
+        let mut list = a.list.clone();
+        list.unstarted = true;
+        let sel = list.select(out, kind_of, |_| false);
+        println!("{}", json!({ "sessions": sel.items }));
         return Ok(0);
     }
-    if out.is_empty() {
+    let sel = a
+        .list
+        .select(out, kind_of, |v| v["unstarted"].as_bool() == Some(true));
+    if sel.items.is_empty() && sel.unstarted.is_empty() && sel.older == 0 {
         println!("no sessions {}", scope.place());
+        return Ok(0);
     }
-    for s in &out {
+    println!("{}", a.list.header("session", &scope, sel.items.len()));
+    if !sel.items.is_empty() {
+        println!(
+            "{:<16}  {:<15}  {:<19}  {:<6}  MODEL, TURNS, TOKENS, WORKSPACE",
+            "SESSION", "STATE", "OPENED", "KIND"
+        );
+    }
+    for s in &sel.items {
         let f = |k: &str| visible(s[k].as_str().unwrap_or("-"));
         println!(
-            "{}  {:<15}  {}  {}  model {}  {} turns  {} tokens in / {} out{}  {}{}",
+            "{}  {:<15}  {}  {:<6}  model {}  {} turns  {} tokens in / {} out{}  {}{}",
             f("session"),
             f("state"),
             super::replay::time(s["opened_ms"].as_i64().unwrap_or(0)),
-            f("origin"),
+            f("kind"),
             f("model"),
             s["turns"],
             s["tokens_in"],
@@ -150,5 +181,23 @@ pub fn run(a: SessionsArgs) -> Result<i32, CliError> {
             }
         );
     }
+    if sel.older > 0 {
+        println!("({} older sessions not listed: --limit)", sel.older);
+    }
+    if let Some(last) = sel.unstarted.last() {
+        println!(
+            "({} agent session{} whose provider failed before the first turn not listed (--unstarted lists them); the last, {}, {}: {})",
+            sel.unstarted.len(),
+            if sel.unstarted.len() == 1 { "" } else { "s" },
+            visible(last["session"].as_str().unwrap_or("-")),
+            visible(last["state"].as_str().unwrap_or("-")),
+            visible(last["why"].as_str().unwrap_or("-")),
+        );
+    }
     Ok(0)
+}
+
+/// A listed session's kind.
+fn kind_of(v: &Value) -> &str {
+    v["kind"].as_str().unwrap_or("other")
 }

@@ -153,7 +153,7 @@ def main():
             "true": [true],
         }
         reqs = {"retie-runtime": request}
-        # The helper alone (runtime/src/bin), built beside retie: what
+        # The helper alone (src/bin/retie-sandbox-helper.rs), built beside retie: what
         # `retie_runtime::helper::beside` hands a caller that spawns helpers.
         small = os.path.join(os.path.dirname(retie), "retie-sandbox-helper")
         if os.access(small, os.X_OK):

@@ -171,3 +171,111 @@ fn a_large_kept_run_is_summarised_and_listed_in_full_on_request() {
         }
     }
 }
+
+/// The signed record of the ledger entries of `s`'s default ledger, as
+/// (kind, payload text).
+fn ledger_entries(s: &Scratch) -> Vec<(String, String)> {
+    let db = rusqlite::Connection::open(s.home.join(".local/state/retie/ledger.db"))
+        .expect("open the ledger");
+    let mut st = db
+        .prepare("SELECT kind, payload FROM entries ORDER BY seq")
+        .expect("query");
+    st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .expect("rows")
+        .map(|r| r.expect("row"))
+        .collect()
+}
+
+/// The blob named `hex` in `s`'s snapshot stores, if any.
+fn blob(s: &Scratch, hex: &str) -> Option<Vec<u8>> {
+    let p = s
+        .home
+        .join(".local/state/retie/snapshots/blobs")
+        .join(&hex[..2])
+        .join(&hex[2..]);
+    std::fs::read(p).ok()
+}
+
+/// ADR 0209: a change of hundreds of paths is recorded by its manifest, a
+/// ledger entry of constant size naming (by blake3) the list of every
+/// path with what it was and became, stored in the state directory; the
+/// undo's intent likewise. A change of a few paths is still listed in
+/// the entry itself.
+#[test]
+fn a_large_change_is_recorded_by_its_manifest_not_path_by_path() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let o = s.exec(
+            &["--json"],
+            &[
+                "sh",
+                "-c",
+                "mkdir gen; for f in $(seq 1 500); do echo $f > gen/f$f; done",
+            ],
+        );
+        assert_code(&o, 0, "500-file run");
+        let o = s.sh("echo small > one.txt");
+        assert_code(&o, 0, "one-file run");
+        let entries = ledger_entries(&s);
+        let changes: Vec<&(String, String)> =
+            entries.iter().filter(|(k, _)| k == "changes").collect();
+        assert_eq!(changes.len(), 2, "{leg:?}: two changes entries");
+        let big: serde_json::Value = serde_json::from_str(&changes[0].1).expect("json");
+        let m = &big["undo"]["manifest"];
+        assert_eq!(m["paths"], 501, "{leg:?}: {big}");
+        assert_eq!(m["created"], 501, "{leg:?}: {big}");
+        assert!(
+            big["undo"].get("paths").is_none(),
+            "{leg:?}: the large change listed its paths: {}",
+            &changes[0].1[..200.min(changes[0].1.len())]
+        );
+        assert!(
+            changes[0].1.len() < 1024,
+            "{leg:?}: the entry grows with the change: {} bytes",
+            changes[0].1.len()
+        );
+        let hex = m["blake3"].as_str().expect("blake3");
+        let bytes = blob(&s, hex).expect("the manifest is in the state directory");
+        let lines = retie_snapshot::Manifest::parse(
+            &bytes,
+            &retie_snapshot::Hash::from_hex(hex).expect("hex"),
+        )
+        .expect("the manifest hashes to the name the ledger signed");
+        assert_eq!(lines.len(), 501);
+        assert!(lines
+            .iter()
+            .any(|l| l.path.as_str() == "gen/f250" && l.before.is_none() && l.after.is_some()));
+        let small: serde_json::Value = serde_json::from_str(&changes[1].1).expect("json");
+        assert_eq!(
+            small["undo"]["paths"],
+            serde_json::json!(["one.txt"]),
+            "{leg:?}: a small change is listed: {small}"
+        );
+
+        // The undo of the large one: its intent names the undo's manifest.
+        let o = s.retie().args(["undo", "last"]).output().expect("undo");
+        assert_code(&o, 0, "undo last (the small one)");
+        let o = s.retie().args(["undo", "last"]).output().expect("undo");
+        assert_code(&o, 0, "undo last (the large one)");
+        assert!(!s.ws.join("gen").exists(), "{leg:?}: undone");
+        let entries = ledger_entries(&s);
+        let intent = entries
+            .iter()
+            .rev()
+            .find(|(k, p)| k == "intent" && p.contains("\"manifest\""))
+            .expect("the large undo's intent names a manifest");
+        let v: serde_json::Value = serde_json::from_str(&intent.1).expect("json");
+        let um = v
+            .pointer("/undo/manifest")
+            .or_else(|| v.pointer("/plan/manifest"))
+            .cloned()
+            .unwrap_or_else(|| panic!("{leg:?}: where is the manifest? {v}"));
+        assert_eq!(um["deleted"], 501, "{leg:?}: {um}");
+        assert!(intent.1.len() < 2048, "{leg:?}: {} bytes", intent.1.len());
+        let hex = um["blake3"].as_str().expect("blake3");
+        assert!(
+            blob(&s, hex).is_some(),
+            "{leg:?}: the undo's manifest is stored"
+        );
+    }
+}

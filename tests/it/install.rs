@@ -147,3 +147,55 @@ _retie retie __ retie; echo "hidden: ${{COMPREPLY[*]}}"
         "{out}"
     );
 }
+
+/// `cargo install --path .` installs every binary target of the root
+/// package: retie, retie-agent and the small sandbox helper must all be
+/// among them, so the helper lands beside retie, where
+/// `retie_runtime::helper::beside` finds it (ADR 0527). Read from `cargo
+/// metadata` (the install itself is CI's fresh-clone step, `.ci/run`).
+/// Failed while the helper was a binary of retie-runtime.
+#[test]
+fn cargo_install_of_the_root_package_installs_the_helper_too() {
+    let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
+    let o = Command::new(env!("CARGO"))
+        .args([
+            "metadata",
+            "--no-deps",
+            "--offline",
+            "--format-version",
+            "1",
+        ])
+        .args(["--manifest-path", manifest])
+        .output()
+        .expect("cargo metadata");
+    assert_code(&o, 0, "cargo metadata");
+    let m: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let root = m["packages"]
+        .as_array()
+        .expect("packages")
+        .iter()
+        .find(|p| p["name"] == "retie")
+        .expect("the retie package");
+    let mut bins: Vec<&str> = root["targets"]
+        .as_array()
+        .expect("targets")
+        .iter()
+        .filter(|t| {
+            t["kind"]
+                .as_array()
+                .is_some_and(|k| k.iter().any(|k| k == "bin"))
+        })
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    bins.sort();
+    assert_eq!(
+        bins,
+        ["retie", "retie-agent", "retie-sandbox-helper"],
+        "the binaries `cargo install --path .` installs"
+    );
+    assert_eq!(
+        std::path::Path::new(env!("CARGO_BIN_EXE_retie-sandbox-helper")).parent(),
+        std::path::Path::new(env!("CARGO_BIN_EXE_retie")).parent(),
+        "built beside retie"
+    );
+}

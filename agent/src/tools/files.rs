@@ -145,6 +145,30 @@ fn read(t: &Tools, args: &Map<String, Value>) -> ToolOutput {
     Ok(out)
 }
 
+impl Tools {
+    /// A file at the workspace root that the person keeps for agents
+    /// (`AGENTS.md`, `RETIE.md`), read through the read tool's own path:
+    /// the boundary guard (a symlink anywhere on the way is refused, never
+    /// followed) and retie's masked directories. At most `max` bytes are
+    /// read; returns them with the file's size. `Ok(None)`: no such file.
+    /// The error says why it was not read, worded for a person.
+    pub fn read_root_file(&self, name: &str, max: u64) -> Result<Option<(Vec<u8>, u64)>, String> {
+        let Some(rel) = resolve(&self.workspace, name)? else {
+            return Err(format!("{name:?} names the workspace root"));
+        };
+        self.masked(&rel, name)?;
+        match self.ws.read_file(&rel, max) {
+            Ok(r) => Ok(Some(r)),
+            Err(retie_snapshot::Error::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(guard_error(name, e)),
+        }
+    }
+}
+
 /// How a walk ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Walked {

@@ -174,8 +174,17 @@ fn symlink_replacing_a_directory_after_compute_cannot_redirect_apply_or_undo() {
     put(&env.out, "f2", b"sandbox\n", 0o600);
     symlink(&env.out, env.ws.join("dir/sub")).expect("symlink");
     let outside_before = tree(&env.out);
-    let err =
-        undo(&cs.id, &ws, &store, &journal, &UndoOptions { force: true }).expect_err("refused");
+    let err = undo(
+        &cs.id,
+        &ws,
+        &store,
+        &journal,
+        &UndoOptions {
+            force: true,
+            ..UndoOptions::default()
+        },
+    )
+    .expect_err("refused");
     assert!(matches!(err, Error::Boundary { .. }), "{err}");
     assert_tree(
         "outside untouched by undo",

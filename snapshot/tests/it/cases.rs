@@ -210,8 +210,17 @@ fn undo_refused_after_later_edit_and_allowed_with_force() {
     assert!(err.to_string().contains("a.txt"), "{err}");
     assert_tree("refused undo touches nothing", &edited, &tree(&env.ws));
 
-    let forced =
-        undo(&cs.id, &ws, &store, &journal, &UndoOptions { force: true }).expect("forced undo");
+    let forced = undo(
+        &cs.id,
+        &ws,
+        &store,
+        &journal,
+        &UndoOptions {
+            force: true,
+            ..UndoOptions::default()
+        },
+    )
+    .expect("forced undo");
     assert_tree("forced undo restores the original", &before, &tree(&env.ws));
     // Undoing the forced undo brings the user's edit back.
     undo(&forced.id, &ws, &store, &journal, &UndoOptions::default()).expect("redo");
@@ -434,6 +443,7 @@ fn a_journal_of_the_older_layout_keeps_its_pending_entries() {
         created_unix_ms: 0,
         steps: Vec::new(),
         raced: Vec::new(),
+        manifest: None,
     };
     std::fs::write(
         jdir.join("0123456789abcdef.pending.json"),
@@ -551,6 +561,7 @@ fn a_pending_entry_whose_pre_images_were_never_stored_rolls_back() {
             before_content: None,
         }],
         raced: Vec::new(),
+        manifest: None,
     };
     let open = env.state.join("journal").join("open");
     std::fs::write(
@@ -611,6 +622,7 @@ fn a_re_apply_cut_short_is_recovered_despite_the_earlier_rolled_back_entry() {
         created_unix_ms: 0,
         steps: vec![step],
         raced: Vec::new(),
+        manifest: None,
     };
     let jdir = env.state.join("journal");
     std::fs::write(
@@ -753,5 +765,75 @@ fn a_pre_image_that_cannot_be_stored_fails_the_apply_and_touches_nothing() {
             .count(),
         0,
         "temporaries left"
+    );
+}
+
+/// ADR 0209: a manifest handed to the apply and to the undo is stored in
+/// the blob store with the pre-images, named by the journal entry, reads
+/// back as every path of the change, and `gc` keeps it as long as the
+/// entry can be undone.
+#[test]
+fn a_manifest_is_stored_with_the_change_and_kept_while_it_can_be_undone() {
+    use retie_snapshot::{gc, GcOptions, Manifest};
+    let env = Env::new();
+    base_tree(&env.ws);
+    let (upper, _) = env.overlay(
+        "ovl",
+        "for i in $(seq 1 80); do echo $i > n$i; done; rm dir/f1; echo more >> a.txt",
+    );
+    let cs = Changeset::compute(&env.ws, &upper).expect("compute");
+    let m = Manifest::of_changeset(&cs, false);
+    assert_eq!((m.created, m.deleted, m.modified), (80, 1, 1), "{m:?}");
+    let (ws, store, journal) = env.open();
+    let opts = ApplyOptions {
+        manifest: Some(m.clone()),
+        ..ApplyOptions::default()
+    };
+    let e = apply(&cs, &ws, &store, &journal, &opts).expect("apply");
+    assert_eq!(e.manifest, Some(m.hash), "the entry names its manifest");
+    let back = Manifest::parse(&store.read(&m.hash).expect("stored"), &m.hash).expect("parses");
+    let mut want: Vec<&str> = cs.changes.iter().map(|c| c.path.as_str()).collect();
+    want.sort();
+    assert_eq!(
+        back.iter().map(|l| l.path.as_str()).collect::<Vec<_>>(),
+        want
+    );
+
+    let um = Manifest::of_undo(&journal.get(&e.id).expect("entry"));
+    assert_eq!(
+        (um.created, um.deleted),
+        (1, 80),
+        "the undo's is the other way round"
+    );
+    let u = undo(
+        &e.id,
+        &ws,
+        &store,
+        &journal,
+        &UndoOptions {
+            manifest: Some(um.clone()),
+            ..UndoOptions::default()
+        },
+    )
+    .expect("undo");
+    assert_eq!(u.manifest, Some(um.hash));
+    gc(&store, &journal, &GcOptions::default()).expect("gc");
+    assert!(
+        store.contains(&m.hash) && store.contains(&um.hash),
+        "gc kept both"
+    );
+    // Once the entries expire, their manifests go with their pre-images.
+    gc(
+        &store,
+        &journal,
+        &GcOptions {
+            expire_before_ms: Some(u64::MAX),
+            dry_run: false,
+        },
+    )
+    .expect("gc");
+    assert!(
+        !store.contains(&m.hash) && !store.contains(&um.hash),
+        "gc removed both"
     );
 }

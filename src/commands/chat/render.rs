@@ -213,6 +213,10 @@ impl Render for ChatRender {
 /// per tool call on stderr.
 pub struct PlainRender {
     json: bool,
+    /// Show a long bash call's elapsed time (no one is asked on this
+    /// terminal meanwhile).
+    pub progress: bool,
+    ticker: super::super::progress::Ticker,
     err: Style,
     /// Every line of the model's text and reasoning marked.
     text: Gutter,
@@ -223,6 +227,8 @@ impl PlainRender {
     pub fn new(json: bool) -> PlainRender {
         PlainRender {
             json,
+            progress: false,
+            ticker: Default::default(),
             err: Style::stderr(),
             text: Gutter::new(MODEL_MARK),
             reasoning: Gutter::new(REASONING_MARK),
@@ -231,6 +237,12 @@ impl PlainRender {
 }
 
 impl Render for PlainRender {
+    fn call_started(&mut self, call: &ToolCall) {
+        self.ticker.stop();
+        if self.progress && call.name == "bash" {
+            self.ticker = super::super::progress::Ticker::start("bash");
+        }
+    }
     fn event(&mut self, ev: &StreamEvent) {
         match ev {
             StreamEvent::Text(t) if self.json => eprint!("{}", self.text.mark(t)),
@@ -246,6 +258,7 @@ impl Render for PlainRender {
         }
     }
     fn call(&mut self, c: &CallRecord) {
+        self.ticker.stop();
         // What follows starts a line of its own (printed below). Text on
         // a stdout that is not the terminal (a pipe, a file) gets its own
         // line break, or one turn's text runs into the next's.
