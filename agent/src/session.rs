@@ -57,6 +57,10 @@ pub struct SessionConfig {
     /// The person's `--fetch-allow` entries, as described at start;
     /// recorded in the session-open entry.
     pub fetch_allow: Vec<String>,
+    /// The bash tool's network (`{"mode": "allow", "allow": [...],
+    /// "hosts": ...}`), recorded in the session-open entry; `None`: none
+    /// (ADR 0313).
+    pub bash_net: Option<Value>,
     /// The endpoint the provider talks to (recorded at open, so a resume
     /// talks to the same one); `None` for the script provider.
     pub base_url: Option<String>,
@@ -83,6 +87,7 @@ impl SessionConfig {
             repeat_limit: 2,
             interrupt: None,
             fetch_allow: Vec::new(),
+            bash_net: None,
             base_url: None,
             api_key_env: None,
             retry: RetryPolicy::default(),
@@ -192,12 +197,16 @@ pub fn session_spec(
     // The session's delegation: every effect one of its tools' actions may
     // have (fetch reads untrusted content). Each intent records its own
     // action's reach, which `retie verify` checks lies inside this list.
-    let effects = [
+    let mut effects = vec![
         "reads_workspace",
         "writes_workspace",
         "runs_sandboxed",
         "reads_untrusted",
     ];
+    // A networked bash sends out (ADR 0313).
+    if cfg.bash_net.is_some() {
+        effects.push("network_egress");
+    }
     SessionSpec {
         join: None,
         workspace: workspace.to_path_buf(),
@@ -213,6 +222,7 @@ pub fn session_spec(
             "autonomy": cfg.tier.name(),
             "approvals_from_yes_flag": yes_flag,
             "fetch_allow": cfg.fetch_allow,
+            "bash_net": cfg.bash_net,
             "base_url": cfg.base_url,
             "api_key_env": cfg.api_key_env,
             "budget": {"max_turns": cfg.max_turns, "max_tokens": cfg.max_tokens, "timeout_s": cfg.timeout.as_secs_f64()},

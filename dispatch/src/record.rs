@@ -287,10 +287,10 @@ impl Recorder {
         let resumed = rec.entry(
             Actor::Person,
             Kind::Resumed,
-            json!({
-                "pid": std::process::id(),
-                "pending": rec.resume.as_ref().map(|p| p.seq),
-                "reopened": state.closed,
+            payload::to_value(&payload::Resumed {
+                pid: Some(std::process::id()),
+                pending: rec.resume.as_ref().map(|p| p.seq),
+                reopened: Some(state.closed),
             }),
         );
         rec.queued.push(resumed);
@@ -606,7 +606,11 @@ impl Recorder {
         entries.push(self.entry(
             Actor::Agent,
             Kind::Suspended,
-            json!({ "pending": pending, "pid": std::process::id() }),
+            payload::to_value(&payload::Suspended {
+                pending: Some(pending),
+                pid: Some(std::process::id()),
+                end: None,
+            }),
         ));
         self.ledger.append_batch(|_| entries)?;
         self.ledger.checkpoint(&self.user)?;
@@ -623,11 +627,11 @@ impl Recorder {
         end: &retie_ledger::provider::SessionEnd,
     ) -> Result<(), Error> {
         let mut entries = self.opening();
-        let mut payload = end.to_payload();
-        if let Some(o) = payload.as_object_mut() {
-            o.insert("pending".into(), Value::Null);
-            o.insert("pid".into(), json!(std::process::id()));
-        }
+        let payload = payload::to_value(&payload::Suspended {
+            pending: None,
+            pid: Some(std::process::id()),
+            end: Some(end.clone()),
+        });
         entries.push(self.entry(Actor::Agent, Kind::Suspended, payload));
         self.ledger.append_batch(|_| entries)?;
         self.ledger.checkpoint(&self.user)?;
@@ -802,13 +806,15 @@ impl Recorder {
     /// Close the session this invocation opened (with the pending outcome,
     /// in one transaction) and checkpoint.
     pub fn finish(mut self) -> Result<(), Error> {
-        self.close_out(json!({}))
+        self.close_out(payload::to_value(&payload::SessionClosed::default()))
     }
 
     /// [`finish`](Self::finish), the close entry carrying how the session
     /// ended (its outcome, why, its turns).
     pub fn finish_as(mut self, end: &retie_ledger::provider::SessionEnd) -> Result<(), Error> {
-        self.close_out(end.to_payload())
+        self.close_out(payload::to_value(&payload::SessionClosed {
+            end: Some(end.clone()),
+        }))
     }
 
     /// [`finish`](Self::finish) in a process that exits right after: the
@@ -821,7 +827,7 @@ impl Recorder {
     /// (the user key, zeroed as it drops, and the ledger's own copy of it;
     /// the session's lock) drops here.
     pub fn finish_at_exit(mut self) -> Result<(), Error> {
-        let r = self.close_out(json!({}));
+        let r = self.close_out(payload::to_value(&payload::SessionClosed::default()));
         let Recorder { ledger, .. } = self;
         ledger.leave_to_exit();
         r

@@ -72,6 +72,16 @@ pub struct NetProxy {
 
 pub use crate::overlay::{JobUi, Review};
 
+/// Start the proxy on a networked sandbox's listening socket: the one way,
+/// whether the sandbox was started in process or through the helper.
+fn serve_proxy(
+    np: &NetProxy,
+    listener: std::os::fd::OwnedFd,
+) -> Result<retie_net::Running, String> {
+    retie_net::spawn(&np.exe, listener, &np.allow, &np.hosts)
+        .map_err(|e| format!("the network proxy: {e}"))
+}
+
 /// One sandboxed command.
 pub struct SandboxJob<'u> {
     /// The sandbox, described but for its workspace mode.
@@ -194,6 +204,18 @@ impl<'u> SandboxJob<'u> {
             .builder
             .take()
             .ok_or_else(|| Error::Invalid("a sandbox job runs once".into()))?;
+        // A networked run (ADR 0310): the sandbox's only socket is the
+        // proxy's, and every client's proxy setting points at it. Set here,
+        // for every caller (`sandbox exec`, the agent's bash).
+        if self.net.is_some() {
+            let port = retie_net::PROXY_PORT;
+            builder = builder.network(retie_runtime::NetMode::Proxy(retie_runtime::ProxyNet {
+                port,
+            }));
+            for (k, v) in retie_net::proxy_env(port) {
+                builder = builder.env(k, v);
+            }
+        }
         // In direct mode the command works on the real tree: it cannot see
         // a masked directory, but it can rename one of its ancestors, and
         // the next run would then start a new ledger and key where the
@@ -301,9 +323,11 @@ impl<'u> SandboxJob<'u> {
             run,
             started,
         } = setup;
-        // A proxied network is served from this process's side: the
-        // sandbox is started here (never through the helper, which would
-        // leave its socket unserved) and the proxy is given its socket.
+        // A proxied network is served from this process's side, one way
+        // whichever runner starts the sandbox: the listening socket init
+        // made is taken (in process from `Started`, through the helper
+        // from its reply socket, ADR 0313) and given to the proxy before
+        // the command is released.
         let early = match (early, &self.runner, &self.net) {
             (None, Runner::InProcess, Some(_)) => Some(retie_runtime::start(
                 &spec,
@@ -312,20 +336,15 @@ impl<'u> SandboxJob<'u> {
             (e, _, _) => e,
         };
         let mut proxy = None;
-        if let Some(np) = &self.net {
-            let Some(mut s) = early else {
-                return Err(Error::Invalid(
-                    "a networked run (--net allow: or registries) runs in retie's own process only; through the sandbox helper its proxy would not be served".into(),
-                ));
-            };
-            if let Some(listener) = s.take_net_listener()? {
-                proxy = Some(
-                    retie_net::spawn(&np.exe, listener, &np.allow, &np.hosts)
-                        .map_err(|e| Error::Invalid(format!("the network proxy: {e}")))?,
-                );
+        let early = match (&self.net, early) {
+            (Some(np), Some(mut s)) => {
+                if let Some(listener) = s.take_net_listener()? {
+                    proxy = Some(serve_proxy(np, listener).map_err(Error::Invalid)?);
+                }
+                Some(s)
             }
-            return self.run_started_or_not(Some(s), proxy, spec, run, started, step, tidying);
-        }
+            (_, e) => e,
+        };
         self.run_started_or_not(early, proxy, spec, run, started, step, tidying)
     }
 
@@ -349,6 +368,7 @@ impl<'u> SandboxJob<'u> {
         // PASSIVE checkpoint runs), and the run directories it touches are
         // earlier runs'.
         let state = self.state.as_path();
+        let mut served = None;
         let ran = match (early, &self.runner) {
             (Some(s), _) => s.run_while(|| {
                 let (state, owner) = (self.state.clone(), self.owner);
@@ -375,10 +395,22 @@ impl<'u> SandboxJob<'u> {
                 // may have threads, and the sweep is joined before return.
                 std::thread::scope(|sc| {
                     sc.spawn(|| overlay::sweep_trash(state));
-                    retie_runtime::helper::run_via_helper_with(exe, &spec, stdio)
+                    match &self.net {
+                        None => retie_runtime::helper::run_via_helper_with(exe, &spec, stdio),
+                        Some(np) => retie_runtime::helper::run_via_helper_serving(
+                            exe,
+                            &spec,
+                            stdio,
+                            &mut |listener| {
+                                served = Some(serve_proxy(np, listener)?);
+                                Ok(())
+                            },
+                        ),
+                    }
                 })
             }
         };
+        let proxy = proxy.or(served);
         // The proxy stops with the run; what it saw goes to the outcome. A
         // proxy that ended by itself cut the command off mid-transfer.
         let net = proxy.map(retie_net::Running::finish);

@@ -358,7 +358,9 @@ pub fn sessions(rows: &[Row]) -> Vec<Session> {
             }
             Kind::Suspended => {
                 s.suspended += 1;
-                s.end = crate::provider::SessionEnd::from_payload(&p);
+                s.end = crate::payload::parse::<crate::payload::Suspended>(&p)
+                    .ok()
+                    .and_then(|x| x.end);
             }
             Kind::Resumed => {
                 s.resumed += 1;
@@ -366,7 +368,9 @@ pub fn sessions(rows: &[Row]) -> Vec<Session> {
             }
             Kind::SessionClosed => {
                 s.closed_ms = Some(r.time_ms);
-                s.end = crate::provider::SessionEnd::from_payload(&p);
+                s.end = crate::payload::parse::<crate::payload::SessionClosed>(&p)
+                    .ok()
+                    .and_then(|x| x.end);
             }
             Kind::ProviderAttempt => {
                 if let Some(a) = crate::provider::ProviderAttempt::from_payload(&p) {

@@ -263,9 +263,48 @@ pub struct Changes {
     pub rest: Map<String, Value>,
 }
 
+/// `session_closed`: how the session ended. Sessions closed by `retie
+/// sandbox exec` and older ones carry nothing (`{}`): `end` is `None`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SessionClosed {
+    #[serde(flatten)]
+    pub end: Option<crate::provider::SessionEnd>,
+}
+
+/// `suspended`: the session stopped, to be resumed (`retie run
+/// --resume`). Older entries may lack any field.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Suspended {
+    /// The pending approval it waits on; `None` when it stopped for
+    /// another reason (its provider stayed unavailable: `end` says).
+    #[serde(default)]
+    pub pending: Option<i64>,
+    /// The process that suspended it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// How the session ended for now, when it was not an approval.
+    #[serde(flatten)]
+    pub end: Option<crate::provider::SessionEnd>,
+}
+
+/// `resumed`: a process took the session up again. Older entries may lack
+/// any field.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Resumed {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// The pending approval it resumed with, if any.
+    #[serde(default)]
+    pub pending: Option<i64>,
+    /// It took up a session that had been closed (`retie run --resume` of
+    /// a finished session); older entries: absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reopened: Option<bool>,
+}
+
 /// `revoke`, `grant`... have their structs; kinds whose fields differ by
 /// writer and version (intent, proposal, refusal, note, message, the
-/// session's opening and close...) must at least be a JSON object.
+/// session's opening) must at least be a JSON object.
 pub type Object = Map<String, Value>;
 
 /// `member`: another machine's user key admitted to a shared ledger by
@@ -288,6 +327,20 @@ pub fn parse<T: DeserializeOwned>(payload: &Value) -> Result<T, String> {
 /// `T` as the stored JSON.
 pub fn to_value<T: Serialize>(t: &T) -> Value {
     serde_json::to_value(t).unwrap_or(Value::Null)
+}
+
+/// A flattened `Option<SessionEnd>` reads as `None` when its fields do
+/// not fit; a payload that carries any of them must carry all, well
+/// typed.
+fn end_fields(v: &Value) -> Result<(), String> {
+    if ["outcome", "message", "turns"]
+        .iter()
+        .any(|k| v.get(k).is_some())
+    {
+        parse::<crate::provider::SessionEnd>(v).map(|_| ())
+    } else {
+        Ok(())
+    }
 }
 
 /// Check one entry's payload against its kind. `Err` says what is wrong.
@@ -315,17 +368,21 @@ pub fn check(kind: Kind, payload: &[u8]) -> Result<(), String> {
         Kind::ProviderAttempt => crate::provider::ProviderAttempt::from_payload(&v)
             .map(|_| ())
             .ok_or_else(|| "not a provider attempt".into()),
+        Kind::SessionClosed => obj(&v)
+            .and_then(|_| end_fields(&v))
+            .and_then(|_| parse::<SessionClosed>(&v).map(|_| ())),
+        Kind::Suspended => obj(&v)
+            .and_then(|_| end_fields(&v))
+            .and_then(|_| parse::<Suspended>(&v).map(|_| ())),
+        Kind::Resumed => obj(&v).and_then(|_| parse::<Resumed>(&v).map(|_| ())),
         Kind::LedgerOpened
         | Kind::SessionOpened
-        | Kind::SessionClosed
         | Kind::Delegation
         | Kind::Proposed
         | Kind::Intent
         | Kind::Refusal
         | Kind::Note
-        | Kind::Message
-        | Kind::Suspended
-        | Kind::Resumed => obj(&v),
+        | Kind::Message => obj(&v),
     }
 }
 
@@ -350,6 +407,102 @@ mod tests {
         d.as_object_mut().expect("object").remove("shown_digest");
         let e = check(Kind::Decision, d.to_string().as_bytes()).expect_err("ill-typed");
         assert!(e.contains("shown_digest"), "{e}");
+    }
+
+    /// The session's lifecycle kinds, typed: what this version writes
+    /// reads back as itself; what older versions wrote (`{}`, or a
+    /// suspension without its end) still reads; a field of the wrong type
+    /// is ill-typed.
+    #[test]
+    fn lifecycle_entries_are_typed_and_old_shapes_still_read() {
+        use crate::provider::SessionEnd;
+        let end = SessionEnd {
+            outcome: "provider_failed".into(),
+            message: "the provider stayed unavailable".into(),
+            turns: 3,
+        };
+        let written = [
+            (
+                Kind::Suspended,
+                to_value(&Suspended {
+                    pending: None,
+                    pid: Some(42),
+                    end: Some(end.clone()),
+                }),
+            ),
+            (
+                Kind::Suspended,
+                to_value(&Suspended {
+                    pending: Some(7),
+                    pid: Some(42),
+                    end: None,
+                }),
+            ),
+            (
+                Kind::Resumed,
+                to_value(&Resumed {
+                    pid: Some(43),
+                    pending: Some(7),
+                    reopened: Some(false),
+                }),
+            ),
+            (
+                Kind::SessionClosed,
+                to_value(&SessionClosed {
+                    end: Some(end.clone()),
+                }),
+            ),
+            (Kind::SessionClosed, to_value(&SessionClosed::default())),
+        ];
+        for (kind, v) in &written {
+            check(*kind, v.to_string().as_bytes()).unwrap_or_else(|e| panic!("{kind:?} {v}: {e}"));
+        }
+        // The exact JSON the writers spelled by hand before.
+        assert_eq!(
+            written[0].1,
+            json!({"pending": null, "pid": 42, "outcome": "provider_failed", "message": "the provider stayed unavailable", "turns": 3})
+        );
+        assert_eq!(written[1].1, json!({"pending": 7, "pid": 42}));
+        assert_eq!(
+            written[2].1,
+            json!({"pid": 43, "pending": 7, "reopened": false})
+        );
+        assert_eq!(written[4].1, json!({}));
+        assert_eq!(
+            parse::<Suspended>(&written[0].1).expect("reads").end,
+            Some(end.clone())
+        );
+        // Older shapes.
+        for kind in [Kind::Suspended, Kind::Resumed, Kind::SessionClosed] {
+            check(kind, b"{}").unwrap_or_else(|e| panic!("{kind:?}: {e}"));
+        }
+        assert_eq!(
+            parse::<Suspended>(&json!({"pending": 5})).expect("old suspension"),
+            Suspended {
+                pending: Some(5),
+                pid: None,
+                end: None
+            }
+        );
+        assert_eq!(
+            parse::<SessionClosed>(&json!({})).expect("old close").end,
+            None
+        );
+        // Ill-typed.
+        for (kind, bad) in [
+            (Kind::Suspended, json!({"pending": "seven"})),
+            (Kind::Resumed, json!({"pid": -1})),
+            (
+                Kind::SessionClosed,
+                json!({"outcome": "finished", "message": "x", "turns": "many"}),
+            ),
+            (Kind::Resumed, json!([1])),
+        ] {
+            assert!(
+                check(kind, bad.to_string().as_bytes()).is_err(),
+                "{kind:?} {bad}"
+            );
+        }
     }
 
     #[test]

@@ -16,7 +16,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use serde::Serialize;
 
@@ -55,6 +55,20 @@ impl AllowEntry {
                 None => *n == self.host,
             },
             _ => false,
+        }
+    }
+}
+
+impl AllowEntry {
+    /// How it is printed at start and recorded: what the entry lets
+    /// through.
+    pub fn describe(&self) -> String {
+        match self.literal.map(non_public) {
+            Some(Some(kind)) => format!(
+                "{self} (an address literal that is {kind}; honoured because given as a literal)"
+            ),
+            Some(None) => format!("{self} (an address literal)"),
+            None => format!("{self} (a name: every address it resolves to must be public)"),
         }
     }
 }
@@ -200,43 +214,94 @@ impl fmt::Display for EntryError {
     }
 }
 
-/// Split `host[:port]` / `[v6][:port]` and read the host.
+/// Split `host[:port]` / `[v6][:port]` and read the host: the proxy's
+/// reading of a request's authority. [`parse_authority`] with the error
+/// as a [`NetRefusal`].
 pub fn split_authority(s: &str) -> Result<(Host, Option<u16>), NetRefusal> {
-    let bad = |problem: &str| NetRefusal::BadTarget {
+    parse_authority(s).map_err(|problem| NetRefusal::BadTarget {
         problem: format!("{s:?}: {problem}"),
-    };
+    })
+}
+
+/// The one `HOST[:PORT]` reader (ADR 0312), for every allow-list
+/// (`--net allow:`, `[network] allow`, `--fetch-allow`) and for the
+/// proxy's request targets:
+///
+/// - a name is ASCII, lower-cased, one trailing dot dropped, labels of
+///   letters, digits, `-` and `_` (1-63 bytes, 253 in all); a non-ASCII
+///   (international) name is refused with its IDNA (punycode) spelling,
+///   which is what clients send and what is compared;
+/// - an IPv4 literal is plain dotted decimal; numeric forms a resolver
+///   would read as an address (`127.1`, `0x7f.1`, `2130706433`) are
+///   refused, not taken as names;
+/// - an IPv6 literal is bracketed, `[ADDR]` or `[ADDR]:PORT`; an
+///   unbracketed one is refused (`::1:80` could be either);
+/// - the port is decimal digits, 1-65535;
+/// - anything with `/`, `?`, `#` or `@` is a URL, not an entry; nor is
+///   anything with whitespace.
+pub fn parse_authority(s: &str) -> Result<(Host, Option<u16>), String> {
+    if s.is_empty() {
+        return Err("empty; expected HOST[:PORT]".into());
+    }
+    if s.contains(['/', '?', '#', '@']) {
+        return Err("expected HOST[:PORT], not a URL".into());
+    }
+    if s.contains(char::is_whitespace) {
+        return Err("not a host name: it holds whitespace".into());
+    }
     let (host, port) = if let Some(rest) = s.strip_prefix('[') {
-        let (h, tail) = rest.split_once(']').ok_or_else(|| bad("unclosed `[`"))?;
+        let (h, tail) = rest.split_once(']').ok_or("an unclosed `[`")?;
         let port = match tail {
             "" => None,
-            t => Some(t.strip_prefix(':').ok_or_else(|| bad("junk after `]`"))?),
+            t => Some(t.strip_prefix(':').ok_or("expected :PORT after `]`")?),
         };
-        let a: std::net::Ipv6Addr = h.parse().map_err(|_| bad("not an IPv6 literal"))?;
+        let a: Ipv6Addr = h
+            .parse()
+            .map_err(|_| format!("{h:?} inside `[...]` is not an IPv6 literal"))?;
         (Host::Literal(IpAddr::V6(a)), port)
     } else {
-        let (h, port) = match s.rsplit_once(':') {
-            Some((h, p)) => (h, Some(p)),
-            None => (s, None),
-        };
-        (host_of(h).map_err(|e| bad(&e))?, port)
+        match s.split_once(':') {
+            None => (parse_host(s)?, None),
+            Some((h, p)) if !p.contains(':') => (parse_host(h)?, Some(p)),
+            Some(_) => return Err(
+                "an IPv6 literal goes in brackets ([ADDR] or [ADDR]:PORT); a name takes one :PORT"
+                    .into(),
+            ),
+        }
     };
     let port = match port {
         None => None,
-        Some(p) => Some(
-            p.parse::<u16>()
-                .ok()
-                .filter(|p| *p != 0)
-                .ok_or_else(|| bad("the port must be 1-65535"))?,
-        ),
+        Some(p) => Some(parse_port(p)?),
     };
     Ok((host, port))
 }
 
-fn host_of(h: &str) -> Result<Host, String> {
-    if let Ok(a) = h.parse::<std::net::Ipv4Addr>() {
+fn parse_port(p: &str) -> Result<u16, String> {
+    let bad = || format!("the port {p:?} must be a number 1-65535");
+    if p.is_empty() || p.len() > 5 || !p.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
+    }
+    p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(bad)
+}
+
+/// Read a host alone (no port, no brackets): a plain dotted IPv4 literal
+/// or an ASCII name, by the rules of [`parse_authority`].
+pub fn parse_host(h: &str) -> Result<Host, String> {
+    if h.is_empty() {
+        return Err("no host".into());
+    }
+    if !h.is_ascii() {
+        return Err(match url::Host::parse(h) {
+            Ok(url::Host::Domain(d)) => {
+                format!("{h:?} is not ASCII: write an international name in its IDNA form, {d:?}")
+            }
+            _ => format!("{h:?} is not ASCII and not a valid international name"),
+        });
+    }
+    if let Ok(a) = h.parse::<Ipv4Addr>() {
         return Ok(Host::Literal(IpAddr::V4(a)));
     }
-    let n = h.trim_end_matches('.').to_ascii_lowercase();
+    let n = h.strip_suffix('.').unwrap_or(h).to_ascii_lowercase();
     let label_ok = |l: &str| {
         !l.is_empty()
             && l.len() <= 63
@@ -244,7 +309,7 @@ fn host_of(h: &str) -> Result<Host, String> {
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
     };
     if n.is_empty() || n.len() > 253 || !n.split('.').all(label_ok) {
-        return Err("not a host name".into());
+        return Err(format!("{h:?} is not a host name"));
     }
     // A dotted-number form getaddrinfo would read as an address
     // (`0x7f.1`, `2130706433`): a literal in disguise, refused.
@@ -252,7 +317,9 @@ fn host_of(h: &str) -> Result<Host, String> {
         l.bytes().all(|b| b.is_ascii_digit())
             || (l.starts_with("0x") && l[2..].bytes().all(|b| b.is_ascii_hexdigit()))
     }) {
-        return Err("a numeric host that is not a plain dotted IPv4 literal".into());
+        return Err(format!(
+            "{h:?} is a numeric host that is not a plain dotted IPv4 literal"
+        ));
     }
     Ok(Host::Name(n))
 }
@@ -268,7 +335,7 @@ impl AllowList {
                 None => (false, s),
             };
             let (host, port) =
-                split_authority(rest).map_err(|e| EntryError(format!("allow entry {s:?}: {e}")))?;
+                parse_authority(rest).map_err(|e| EntryError(format!("allow entry {s:?}: {e}")))?;
             let entry = match host {
                 Host::Literal(_) if wild => {
                     return Err(EntryError(format!(
@@ -377,7 +444,7 @@ pub fn parse_hosts(s: &str) -> Result<BTreeMap<String, IpAddr>, EntryError> {
         let (n, a) = item.split_once('=').ok_or_else(|| {
             EntryError(format!("resolver override {item:?}: expected NAME=ADDRESS"))
         })?;
-        let name = match host_of(n) {
+        let name = match parse_host(n) {
             Ok(Host::Name(n)) => n,
             _ => {
                 return Err(EntryError(format!(
@@ -550,6 +617,62 @@ mod tests {
         assert_eq!(h.len(), 2);
         assert!(parse_hosts("pypi.test").is_err());
         assert!(parse_hosts("pypi.test=nope").is_err());
+    }
+
+    /// The rules of the one `HOST[:PORT]` reader (ADR 0312), entry by
+    /// entry: what each input reads as, or that it is refused.
+    #[test]
+    fn one_host_port_reader_edge_cases() {
+        let ok = |s: &str| parse_authority(s).unwrap_or_else(|e| panic!("{s}: {e}"));
+        let lit = |s: &str| Host::Literal(s.parse().expect("addr"));
+        // Lower case, one trailing dot dropped.
+        assert_eq!(ok("PyPI.Org."), (name("pypi.org"), None));
+        assert_eq!(ok("pypi.org:8080"), (name("pypi.org"), Some(8080)));
+        assert_eq!(ok("a_b.test:1"), (name("a_b.test"), Some(1)));
+        assert_eq!(ok("127.0.0.1:65535"), (lit("127.0.0.1"), Some(65535)));
+        // IPv6 in brackets only.
+        assert_eq!(ok("[::1]"), (lit("::1"), None));
+        assert_eq!(ok("[::1]:9"), (lit("::1"), Some(9)));
+        assert_eq!(ok("[FE80::1]:443"), (lit("fe80::1"), Some(443)));
+        for (bad, why) in [
+            ("", "empty"),
+            ("::1", "brackets"),
+            ("::1:80", "brackets"),
+            ("2001:db8::1", "brackets"),
+            ("[::1", "unclosed"),
+            ("[::1]80", "after `]`"),
+            ("[pypi.org]:80", "not an IPv6"),
+            ("[1.2.3.4]:80", "not an IPv6"),
+            ("pypi.org:", "port"),
+            ("pypi.org:0", "port"),
+            ("pypi.org:65536", "port"),
+            ("pypi.org:+80", "port"),
+            ("pypi.org:0x50", "port"),
+            ("pypi.org:080000", "port"),
+            ("pypi.org..", "not a host name"),
+            (".pypi.org", "not a host name"),
+            ("pypi..org", "not a host name"),
+            ("a b", "whitespace"),
+            ("http://pypi.org/", "URL"),
+            ("user@pypi.org", "URL"),
+            ("pypi.org/simple", "URL"),
+            ("bücher.example", "xn--bcher-kva.example"),
+            ("127.1", "numeric"),
+            ("0x7f.1:80", "numeric"),
+            ("2130706433", "numeric"),
+            ("x:y", "port"),
+        ] {
+            let e = parse_authority(bad).expect_err(bad);
+            assert!(e.contains(why), "{bad:?}: {e}");
+        }
+        let long = format!("{}.test", "a".repeat(64));
+        assert!(parse_authority(&long).is_err());
+        // The forms the old `--fetch-allow` parser read otherwise: it took
+        // `::1:80` as the address ::1:80 (no port), `0x7f.1` as 127.0.0.1
+        // and `bücher.example` as its punycode; each is refused now.
+        for old in ["::1:80", "0x7f.1:8080", "bücher.example"] {
+            assert!(AllowList::parse(&[old]).is_err(), "{old}");
+        }
     }
 
     #[test]

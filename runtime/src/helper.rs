@@ -13,7 +13,16 @@
 //! - the helper is single-threaded, runs [`crate::host::supervisor::run`], and
 //!   writes one [`Reply`] as JSON on fd 3 (`--reply-fd`): the [`Outcome`],
 //!   or the [`RuntimeError`] itself (typed, with its exit code, step and
-//!   hint), so the caller gets exactly what an in-process run returns.
+//!   hint), so the caller gets exactly what an in-process run returns;
+//! - a proxied network (`NetMode::Proxy`, ADR 0310): the caller shuts its
+//!   side of the request socket for writing instead of closing it; the
+//!   helper starts the sandbox and sends back on that socket one byte `L`
+//!   with two descriptors as `SCM_RIGHTS`: the listening socket init made,
+//!   and one end of a fresh socket pair on which the caller answers `S`
+//!   once it serves the listener. The helper releases the command only on
+//!   that `S`; EOF instead (the caller failed or died): the sandbox is
+//!   dropped and the command never runs ([`run_via_helper_serving`],
+//!   ADR 0313).
 
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -74,6 +83,40 @@ pub fn run_via_helper(helper_exe: &Path, spec: &SandboxSpec) -> Result<Outcome> 
 /// [`Stdio::Fds`] the given descriptors (`None` = /dev/null). Returns what
 /// [`crate::run`] would: the outcome, or the same typed error.
 pub fn run_via_helper_with(helper_exe: &Path, spec: &SandboxSpec, stdio: Stdio) -> Result<Outcome> {
+    if let crate::spec::NetMode::Proxy(_) = spec.net {
+        return Err(RuntimeError::InvalidSpec(
+            "a proxied network needs its caller to serve the proxy: use run_via_helper_serving()"
+                .into(),
+        ));
+    }
+    via_helper(helper_exe, spec, stdio, None)
+}
+
+/// What serves a proxied sandbox's listening socket
+/// ([`run_via_helper_serving`]): `Err` says why it could not.
+pub type Serve<'a> = &'a mut dyn FnMut(OwnedFd) -> std::result::Result<(), String>;
+
+/// [`run_via_helper_with`] for a spec with a proxied network: the helper
+/// hands the sandbox's listening socket back and `serve` is given it
+/// (while the command waits); the command is released only when `serve`
+/// returned `Ok`. When it fails, the helper aborts the sandbox and the
+/// run is an error naming why; when the sandbox's set-up failed first,
+/// `serve` is never called and the error is the set-up's.
+pub fn run_via_helper_serving(
+    helper_exe: &Path,
+    spec: &SandboxSpec,
+    stdio: Stdio,
+    serve: Serve<'_>,
+) -> Result<Outcome> {
+    via_helper(helper_exe, spec, stdio, Some(serve))
+}
+
+fn via_helper(
+    helper_exe: &Path,
+    spec: &SandboxSpec,
+    stdio: Stdio,
+    serve: Option<Serve<'_>>,
+) -> Result<Outcome> {
     let request = serde_json::to_vec(&Request::from(spec))
         .map_err(|e| RuntimeError::Helper(format!("encoding the request: {e}")))?;
     let (reply_r, reply_w) =
@@ -130,6 +173,40 @@ pub fn run_via_helper_with(helper_exe: &Path, spec: &SandboxSpec, stdio: Stdio) 
     // this write cannot wait on the reply. A helper that died at once
     // leaves a broken pipe: its (missing) reply tells the story.
     let _ = crate::sys::send_all(std::os::fd::AsFd::as_fd(&request_w), &request);
+    let mut serve_failed = None;
+    if let Some(serve) = serve {
+        // End of request; the socket stays open for the listener and
+        // the go-ahead.
+        let _ = rustix::net::shutdown(&request_w, rustix::net::Shutdown::Write);
+        match crate::sys::recv_fds(std::os::fd::AsFd::as_fd(&request_w), b'L') {
+            // The helper ended first (its set-up failed): its reply says why.
+            Ok(None) => {}
+            Ok(Some(fds)) if fds.len() == 2 => {
+                let mut fds = fds.into_iter();
+                let (listener, go) = (fds.next(), fds.next());
+                if let (Some(listener), Some(go)) = (listener, go) {
+                    match serve(listener) {
+                        // Release the command. A helper gone meanwhile
+                        // has its own reply.
+                        Ok(()) => {
+                            let _ = crate::sys::send_all(std::os::fd::AsFd::as_fd(&go), b"S");
+                        }
+                        // `go` closes unanswered: the helper aborts.
+                        Err(why) => serve_failed = Some(why),
+                    }
+                }
+            }
+            Ok(Some(fds)) => {
+                serve_failed = Some(format!(
+                    "the helper sent {} descriptors where 2 were due",
+                    fds.len()
+                ))
+            }
+            Err(e) => serve_failed = Some(format!("receiving the sandbox's listening socket: {e}")),
+        }
+    }
+    // Closed with no go-ahead after a failure: the helper aborts the
+    // sandbox and the command never runs.
     drop(request_w);
     let mut reply = String::new();
     std::fs::File::from(reply_r)
@@ -138,6 +215,11 @@ pub fn run_via_helper_with(helper_exe: &Path, spec: &SandboxSpec, stdio: Stdio) 
     let status = child
         .wait()
         .map_err(|e| RuntimeError::host("waiting for the helper", e))?;
+    if let Some(why) = serve_failed {
+        return Err(RuntimeError::Helper(format!(
+            "the proxied network could not be served, so the command never ran: {why}"
+        )));
+    }
     match serde_json::from_str::<Reply>(reply.trim()) {
         Ok(Reply::Ok { outcome }) => Ok(outcome),
         Ok(Reply::Err { error }) => Err(error),
@@ -389,7 +471,8 @@ pub fn serve(reply_fd: i32, request_fd: i32) -> i32 {
     // process for this one use, and nothing else in it owns or closes it.
     let request = unsafe { OwnedFd::from_raw_fd(request_fd) };
     let mut text = Vec::new();
-    let reply = std::fs::File::from(request)
+    let mut request = std::fs::File::from(request);
+    let reply = request
         .read_to_end(&mut text)
         .map_err(|e| RuntimeError::host("reading the request", e))
         .and_then(|_| {
@@ -397,7 +480,10 @@ pub fn serve(reply_fd: i32, request_fd: i32) -> i32 {
                 .map_err(|e| RuntimeError::Helper(format!("bad request: {e}")))
         })
         .and_then(SpecWire::into_spec)
-        .and_then(|spec| crate::host::supervisor::run(&spec, Stdio::Inherit));
+        .and_then(|spec| match spec.net {
+            crate::spec::NetMode::Proxy(_) => run_served(&spec, OwnedFd::from(request)),
+            _ => crate::host::supervisor::run(&spec, Stdio::Inherit),
+        });
     let (code, reply) = match reply {
         Ok(outcome) => (outcome.exit_code, Reply::Ok { outcome }),
         Err(error) => (error.exit_code(), Reply::Err { error }),
@@ -408,6 +494,40 @@ pub fn serve(reply_fd: i32, request_fd: i32) -> i32 {
     let reply_file = unsafe { std::fs::File::from_raw_fd(reply_fd) };
     let _ = crate::sys::write_all(std::os::fd::AsFd::as_fd(&reply_file), text.as_bytes());
     code
+}
+
+/// A proxied spec in the helper: start it, send the listening socket back
+/// on the request socket, and release the command only on the caller's
+/// `S` (it serves the socket); otherwise the sandbox is dropped (init
+/// killed) and the command never runs.
+fn run_served(spec: &SandboxSpec, sock: OwnedFd) -> Result<Outcome> {
+    use std::os::fd::AsFd;
+    let mut started = crate::host::supervisor::start(spec, Stdio::Inherit)?;
+    if let Some(listener) = started.take_net_listener()? {
+        let (go_r, go_w) =
+            crate::sys::go_channel().map_err(|e| RuntimeError::host("socketpair", e))?;
+        crate::sys::send_fds(sock.as_fd(), b'L', &[listener.as_fd(), go_w.as_fd()])
+            .map_err(|e| RuntimeError::host("handing the listening socket to the caller", e))?;
+        // This process keeps no copy: the caller's proxy is its only
+        // server, and only the caller can answer on `go`.
+        drop(listener);
+        drop(go_w);
+        let mut go = [0u8; 1];
+        let got = loop {
+            match rustix::io::read(&go_r, &mut go) {
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => break Err(e),
+                Ok(n) => break Ok(n),
+            }
+        };
+        if got.ok() != Some(1) || go != *b"S" {
+            return Err(RuntimeError::Helper(
+                "the caller did not serve the proxied network; the command never ran".into(),
+            ));
+        }
+    }
+    // No socket: init ended during set-up, and `run` reports why.
+    started.run()
 }
 
 #[cfg(test)]
@@ -678,6 +798,31 @@ mod tests {
                 assert_eq!(a.raw_os_error(), b.raw_os_error());
             }
         }
+    }
+
+    /// A proxied spec through the helper needs a caller that serves its
+    /// socket: the plain entry point refuses it before spawning anything
+    /// (the helper would otherwise leave the socket unserved).
+    #[test]
+    fn a_proxied_spec_needs_a_serving_caller() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let spec = Sandbox::builder(["true"])
+            .workspace(dir.path())
+            .network(NetMode::Proxy(crate::spec::ProxyNet { port: 3128 }))
+            .build()
+            .expect("spec");
+        let missing = dir.path().join("no-such-helper");
+        match run_via_helper_with(&missing, &spec, Stdio::Inherit) {
+            Err(RuntimeError::InvalidSpec(m)) => assert!(m.contains("serve"), "{m}"),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        // The serving entry point goes on to spawn (and fails here only
+        // because there is no helper to spawn).
+        let mut serve = |_: OwnedFd| -> std::result::Result<(), String> { Ok(()) };
+        assert!(matches!(
+            run_via_helper_serving(&missing, &spec, Stdio::Inherit, &mut serve),
+            Err(RuntimeError::Host { .. })
+        ));
     }
 
     #[test]

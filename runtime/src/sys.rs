@@ -239,6 +239,73 @@ pub fn go_channel() -> io::Result<(OwnedFd, OwnedFd)> {
     .map_err(io::Error::from)
 }
 
+/// Send descriptors (at most 2) over the UNIX socket `sock` as
+/// `SCM_RIGHTS`, with the one byte `tag`, without raising SIGPIPE.
+pub fn send_fds(sock: BorrowedFd<'_>, tag: u8, fds: &[BorrowedFd<'_>]) -> io::Result<()> {
+    use rustix::net::{sendmsg, SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+    let mut space = [std::mem::MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(2))];
+    let mut anc = SendAncillaryBuffer::new(&mut space);
+    if fds.len() > 2 || !anc.push(SendAncillaryMessage::ScmRights(fds)) {
+        return Err(io::Error::from_raw_os_error(libc::ENOBUFS));
+    }
+    loop {
+        match sendmsg(
+            sock,
+            &[io::IoSlice::new(&[tag])],
+            &mut anc,
+            SendFlags::NOSIGNAL,
+        ) {
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+            Ok(_) => return Ok(()),
+        }
+    }
+}
+
+/// Receive what [`send_fds`] sent (at most 2 descriptors): `Ok(None)` at
+/// end of stream (the peer closed first); an error when the byte is not
+/// `tag` or no descriptor came with it. Received descriptors are
+/// close-on-exec.
+pub fn recv_fds(sock: BorrowedFd<'_>, tag: u8) -> io::Result<Option<Vec<OwnedFd>>> {
+    use rustix::net::{recvmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+    let mut space = [std::mem::MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(2))];
+    let mut anc = RecvAncillaryBuffer::new(&mut space);
+    let mut byte = [0u8; 1];
+    let got = loop {
+        match recvmsg(
+            sock,
+            &mut [io::IoSliceMut::new(&mut byte)],
+            &mut anc,
+            RecvFlags::CMSG_CLOEXEC,
+        ) {
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+            Ok(r) => break r.bytes,
+        }
+    };
+    if got == 0 {
+        return Ok(None);
+    }
+    let mut fds = Vec::new();
+    for msg in anc.drain() {
+        if let RecvAncillaryMessage::ScmRights(got) = msg {
+            fds.extend(got);
+        }
+    }
+    if byte[0] != tag || fds.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "expected {:?} with descriptors, got {:?} with {}",
+                tag as char,
+                byte[0] as char,
+                fds.len()
+            ),
+        ));
+    }
+    Ok(Some(fds))
+}
+
 /// Send all of `buf` on the socket `fd` without raising SIGPIPE (a closed
 /// peer is the error EPIPE), retrying on EINTR.
 pub fn send_all(fd: BorrowedFd<'_>, mut buf: &[u8]) -> io::Result<()> {

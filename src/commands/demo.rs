@@ -144,6 +144,7 @@ fn demo(args: DemoArgs) -> Result<i32, CliError> {
             timeout: Some(60),
             bash_timeout: None,
             fetch_allow: Vec::new(),
+            net: None,
             ledger: None,
             json: false,
             resume_overrides: Vec::new(),

@@ -14,6 +14,14 @@ use crate::error::CliError;
 pub struct NetworkConfig {
     /// Replaces the shipped `--net registries` list (`HOST[:PORT]` each).
     pub registries: Option<Vec<String>>,
+    /// The person's own list (`HOST[:PORT]` each): what `--net allow`
+    /// (with no hosts after it) reaches. Never used unless asked for
+    /// (ADR 0313).
+    pub allow: Option<Vec<String>>,
+    /// The network `retie run`'s bash gets when `--net` is not given:
+    /// `none` (the default), `allow` (the `allow` list), `registries`, or
+    /// `allow:HOST[:PORT],...`. `retie sandbox exec` never reads it.
+    pub bash: Option<String>,
     /// The resolver override: `NAME = "ADDRESS"` (see `RETIE_NET_HOSTS`).
     #[serde(default)]
     pub hosts: std::collections::BTreeMap<String, String>,
@@ -33,6 +41,12 @@ pub fn allow_list(spec: &str) -> Result<Option<Vec<String>>, CliError> {
             Some(list) => list,
             None => REGISTRIES.iter().map(|r| r.entry.to_owned()).collect(),
         }
+    } else if spec == "allow" {
+        network_config()?.allow.ok_or_else(|| {
+            CliError::Usage(
+                "--net allow: no hosts given and no `[network] allow = [...]` in the config; use --net allow:HOST[:PORT],... or set the list in $XDG_CONFIG_HOME/retie/config.toml".into(),
+            )
+        })?
     } else if let Some(rest) = spec.strip_prefix("allow:") {
         rest.split(',')
             .map(str::trim)
@@ -50,6 +64,38 @@ pub fn allow_list(spec: &str) -> Result<Option<Vec<String>>, CliError> {
     let list =
         AllowList::parse(&items).map_err(|e| CliError::Usage(format!("--net {spec}: {e}")))?;
     Ok(Some(list.texts()))
+}
+
+/// The network `retie run`'s bash tool gets (ADR 0313): `--net` when
+/// given, else `[network] bash`, else none. `None`: no network. Lab modes
+/// are `retie sandbox exec`'s only.
+pub fn bash_net(flag: Option<&str>) -> Result<Option<retie_dispatch::sandbox::NetProxy>, CliError> {
+    let (spec, from) = match flag {
+        Some(f) => (f.to_owned(), "--net"),
+        None => match network_config()?.bash {
+            Some(b) => (b, "[network] bash"),
+            None => return Ok(None),
+        },
+    };
+    if spec == "none" {
+        return Ok(None);
+    }
+    let Some(allow) = allow_list(&spec).map_err(|e| match e {
+        CliError::Usage(m) => CliError::Usage(format!("{from}: {m}")),
+        e => e,
+    })?
+    else {
+        return Err(CliError::Usage(format!(
+            "{from} {spec:?}: retie run's bash takes none, allow, allow:HOST[:PORT],... or registries (a lab is reached with retie sandbox exec --net lab:NAME)"
+        )));
+    };
+    let exe = std::env::current_exe()
+        .map_err(|e| CliError::io("locating this binary, to start the network proxy", e))?;
+    Ok(Some(retie_dispatch::sandbox::NetProxy {
+        exe,
+        allow,
+        hosts: hosts_override()?,
+    }))
 }
 
 /// The person's resolver override, `[network] hosts` in the config with

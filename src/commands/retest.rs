@@ -125,6 +125,7 @@ fn run_args(a: &RetestArgs, dir: Option<PathBuf>) -> RunArgs {
         timeout: None,
         bash_timeout: None,
         fetch_allow: Vec::new(),
+        net: None,
         ledger: a.ledger.clone(),
         json: a.json,
         resume_overrides: Vec::new(),

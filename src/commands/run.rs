@@ -101,12 +101,20 @@ pub struct RunArgs {
     /// to it; its default (60 s) is cut to it.
     #[arg(long, value_name = "SECS")]
     pub bash_timeout: Option<u64>,
-    /// Allow the fetch tool to reach HOST (port 80) or HOST:PORT; repeatable.
+    /// Allow the fetch tool to reach HOST (ports 443 and 80) or HOST:PORT;
+    /// repeatable (`*.NAME` for every name below NAME; `[V6]:PORT`).
     /// Nothing else is fetched. A name must resolve to public addresses
     /// only; a loopback or private address is honoured only when given as
     /// an IP literal (`127.0.0.1:8080`). Printed at start and recorded.
     #[arg(long = "fetch-allow", value_name = "HOST[:PORT]")]
     pub fetch_allow: Vec<String>,
+    /// The network the bash tool's sandboxes get: `none`;
+    /// `allow:HOST[:PORT],...` or `registries` (through retie's filtering
+    /// proxy, nothing else reachable); `allow` for the config's `[network]
+    /// allow` list. Default: `[network] bash` in the config, else none.
+    /// Printed at start and recorded.
+    #[arg(long, value_name = "none|allow|allow:HOSTS|registries")]
+    pub net: Option<String>,
     /// The ledger (default: RETIE_LEDGER, else STATE/ledger.db).
     #[arg(long, value_name = "PATH")]
     pub ledger: Option<PathBuf>,
@@ -370,6 +378,8 @@ pub(super) struct Resolved {
     pub api_key: Option<String>,
     /// The fetch tool's allowance.
     pub fetch: FetchSettings,
+    /// The bash tool's network (ADR 0313); `None`: none.
+    pub bash_net: Option<retie_dispatch::sandbox::NetProxy>,
     /// Per-model prices from config.
     pub prices: std::collections::BTreeMap<String, Price>,
     /// The project's instructions read into the system prompt (a new
@@ -633,7 +643,15 @@ pub(super) fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
     }
     cfg.interrupt = Some(&INTERRUPTED);
     let fetch = FetchSettings::parse(&args.fetch_allow).map_err(CliError::Usage)?;
-    cfg.fetch_allow = fetch.allow.iter().map(|a| a.describe()).collect();
+    cfg.fetch_allow = fetch.allow.entries.iter().map(|a| a.describe()).collect();
+    let bash_net = super::net::bash_net(args.net.as_deref())?;
+    cfg.bash_net = bash_net.as_ref().map(|n| {
+        json!({
+            "mode": "allow",
+            "allow": n.allow,
+            "hosts": (!n.hosts.is_empty()).then_some(&n.hosts),
+        })
+    });
     cfg.base_url = base_url.clone();
     cfg.api_key_env = key_env.clone();
     let bash_timeout = args.bash_timeout.or(file.bash_timeout);
@@ -650,6 +668,7 @@ pub(super) fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
         prices: file.prices,
         instructions: Vec::new(),
         fetch,
+        bash_net,
         provider,
         model,
         tier,
@@ -769,6 +788,7 @@ pub(super) fn setup(
         };
     }
     bash.cancel_on_interrupt = cancel;
+    bash.net = r.bash_net.clone();
     if let Some(secs) = r.bash_timeout {
         bash.ceiling = Duration::from_secs(secs);
         bash.default_timeout = bash.default_timeout.min(bash.ceiling);
@@ -894,6 +914,13 @@ pub(super) fn print_start(provider_name: &str, r: &Resolved, ws: &std::path::Pat
             "retie: fetch may reach {}",
             retie_policy::escape_for_terminal(a)
         );
+    }
+    match &r.bash_net {
+        None => eprintln!("retie: bash has no network (no --net, no [network] bash)"),
+        Some(n) => eprintln!(
+            "retie: bash may reach, through the proxy only: {}",
+            retie_policy::escape_for_terminal(&n.allow.join(", "))
+        ),
     }
 }
 

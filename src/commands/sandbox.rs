@@ -271,16 +271,9 @@ fn exec_inner(args: ExecArgs) -> Result<Ran, CliError> {
         .transpose()?
         .flatten()
     {
-        // A networked run: the sandbox's only socket is the proxy's, and
-        // every client's proxy setting points at it (ADR 0310).
+        // A networked run: the job gives the sandbox the proxy as its only
+        // way out (ADR 0310).
         let hosts = super::net::hosts_override()?;
-        let port = retie_net::PROXY_PORT;
-        b = b.network(retie_runtime::NetMode::Proxy(retie_runtime::ProxyNet {
-            port,
-        }));
-        for (k, v) in retie_net::proxy_env(port) {
-            b = b.env(k, v);
-        }
         net = json!({
             "mode": "allow",
             "allow": allow,

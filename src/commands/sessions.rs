@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use clap::Args;
 use retie_dispatch::record::{SessionLock, SessionState};
 use retie_ledger::provider::SessionEnd;
-use retie_ledger::{Kind, Ledger};
+use retie_ledger::{payload, Kind, Ledger};
 use serde_json::{json, Value};
 
 use crate::error::CliError;
@@ -82,7 +82,16 @@ pub fn run(a: SessionsArgs) -> Result<i32, CliError> {
                     || r.kind == Kind::Suspended.as_bytes()
                     || r.kind == Kind::Resumed.as_bytes()
             })
-            .and_then(|r| SessionEnd::from_payload(&r.payload_json()));
+            .and_then(|r| {
+                let p = r.payload_json();
+                if r.kind == Kind::SessionClosed.as_bytes() {
+                    payload::parse::<payload::SessionClosed>(&p).ok()?.end
+                } else if r.kind == Kind::Suspended.as_bytes() {
+                    payload::parse::<payload::Suspended>(&p).ok()?.end
+                } else {
+                    None
+                }
+            });
         let state = if SessionLock::held(&path, &sid) {
             "running"
         } else if st.closed {

@@ -150,7 +150,13 @@ fn append(a: AppendArgs) -> Result<()> {
         )?;
     }
     if !a.no_checkpoint {
-        l.append(&s.id, Actor::Person, Kind::SessionClosed, &json!({}), &user)?;
+        l.append(
+            &s.id,
+            Actor::Person,
+            Kind::SessionClosed,
+            &retie_ledger::payload::to_value(&retie_ledger::payload::SessionClosed::default()),
+            &user,
+        )?;
         l.checkpoint(&user)?;
     }
     println!("{}", json!({"session": s.id}));

@@ -501,3 +501,71 @@ fn a_sigint_to_the_helper_kills_the_sandbox_when_asked_to() {
         "processes of the sandbox are left"
     );
 }
+
+/// A proxied sandbox through the helper (ADR 0313): the helper hands the
+/// listening socket init made back to its caller, and releases the
+/// command only once the caller serves it. Not served: the command never
+/// runs. Served: what the command sends to 127.0.0.1:3128 inside arrives
+/// at the socket the caller was given.
+#[test]
+fn a_proxied_sandbox_through_the_helper_hands_its_socket_back_and_waits_to_be_served() {
+    use std::io::Read;
+    use std::os::fd::OwnedFd;
+    let _threads = Threads::start(2);
+    let s = Scratch::new(Leg::Invoker);
+    let proxied = |argv: &[&str]| {
+        Sandbox::builder(argv)
+            .workspace(&s.ws)
+            .network(retie_runtime::NetMode::Proxy(retie_runtime::ProxyNet {
+                port: 3128,
+            }))
+            .build()
+            .expect("spec")
+    };
+    let spec = proxied(&["sh", "-c", "echo ran > ran.txt"]);
+    let mut refuse = |_: OwnedFd| -> Result<(), String> { Err("no proxy today".into()) };
+    match helper::run_via_helper_serving(
+        &bin(Leg::Invoker),
+        &spec,
+        retie_runtime::Stdio::Inherit,
+        &mut refuse,
+    ) {
+        Err(RuntimeError::Helper(m)) => assert!(m.contains("no proxy today"), "{m}"),
+        other => panic!("expected the run called off, got {other:?}"),
+    }
+    assert!(
+        !s.ws.join("ran.txt").exists(),
+        "the command ran with its socket unserved"
+    );
+
+    let spec = proxied(&[
+        "/usr/bin/python3",
+        "-c",
+        "import socket; c = socket.create_connection(('127.0.0.1', 3128), timeout=10); c.sendall(b'hello from inside'); c.close()",
+    ]);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut serve = |l: OwnedFd| -> Result<(), String> {
+        let tx = tx.clone();
+        let l = std::net::TcpListener::from(l);
+        std::thread::spawn(move || {
+            let mut got = String::new();
+            if let Ok((mut c, _)) = l.accept() {
+                let _ = c.read_to_string(&mut got);
+            }
+            let _ = tx.send(got);
+        });
+        Ok(())
+    };
+    let out = helper::run_via_helper_serving(
+        &bin(Leg::Invoker),
+        &spec,
+        retie_runtime::Stdio::Inherit,
+        &mut serve,
+    )
+    .expect("the served run");
+    assert_eq!(out.exit_code, 0, "{out:?}");
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(20)).as_deref(),
+        Ok("hello from inside")
+    );
+}

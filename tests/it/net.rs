@@ -538,3 +538,267 @@ fn registries_come_from_the_config_when_it_names_them() {
         );
     }
 }
+
+/// What the agent's bash runs: the listed stand-in, then an unlisted
+/// name, with Python's urllib (which honours HTTP_PROXY), results into
+/// `probe.txt` in the workspace.
+const AGENT_PROBE: &str = r#"
+import sys, urllib.request
+port = int(sys.argv[1])
+out = []
+for h in ("pypi.test", "unlisted.test"):
+    try:
+        body = urllib.request.urlopen("http://%s:%d/files/secret" % (h, port), timeout=20).read()
+        out.append("%s=%s" % (h, body.decode().strip()))
+    except Exception as e:
+        out.append("%s=refused:%s" % (h, getattr(e, "code", type(e).__name__)))
+open("probe.txt", "w").write("\n".join(out) + "\n")
+"#;
+
+/// How `retie run` gets its model in
+/// [`the_agents_bash_reaches_what_the_person_allowed_and_nothing_else`].
+#[derive(Clone, Copy, Debug)]
+enum Model {
+    /// The script provider: a single-threaded process, the sandbox
+    /// started in process.
+    Script,
+    /// An OpenAI-format server on loopback: the process talks HTTP, so
+    /// its sandboxes start through the helper process, which hands the
+    /// proxy socket back (ADR 0313).
+    OpenAi,
+}
+
+/// `retie run --autonomy auto` whose one bash call runs the probe;
+/// `extra`: `--net`, `--yes`.
+fn agent_probe(s: &Scratch, model: Model, port: u16, extra: &[&str]) -> Output {
+    let call = serde_json::json!({"command": format!("/usr/bin/python3 probe.py {port}")});
+    let mut c = s.retie();
+    c.env(
+        "RETIE_NET_HOSTS",
+        "pypi.test=127.0.0.1,unlisted.test=127.0.0.1",
+    )
+    .args(["run", "--json", "--autonomy", "auto", "-p", "probe"])
+    .args(extra)
+    .env_remove("RETIE_PROVIDER")
+    .stdin(Stdio::null());
+    // Held until the run ends: the model server's thread.
+    match model {
+        Model::Script => {
+            let script = s.root.path().join("script.json");
+            std::fs::write(
+                &script,
+                serde_json::json!({"turns": [
+                    {"tool_calls": [{"name": "bash", "arguments": call}]},
+                    {"text": "done"}
+                ]})
+                .to_string(),
+            )
+            .expect("script");
+            c.args(["--provider", "script", "--script"]).arg(&script);
+            c.output().expect("run retie")
+        }
+        Model::OpenAi => {
+            use crate::providers::{oa, oa_call, oa_finish, oa_text, ok, server};
+            let (addr, _seen) = server(vec![
+                ok(
+                    "text/event-stream",
+                    oa(
+                        &[
+                            oa_call("c1", "bash", &call.to_string()),
+                            oa_finish("tool_calls"),
+                        ],
+                        true,
+                    ),
+                ),
+                ok(
+                    "text/event-stream",
+                    oa(&[oa_text("done"), oa_finish("stop")], true),
+                ),
+            ]);
+            c.args([
+                "--provider",
+                "openai",
+                "--model",
+                "test-model",
+                "--base-url",
+            ])
+            .arg(format!("{addr}/v1"))
+            .env_remove("OPENAI_API_KEY");
+            c.output().expect("run retie")
+        }
+    }
+}
+
+/// `retie run`'s bash with the proxied network (issue 34, ADR 0313), in
+/// process (script provider) and through the sandbox helper (a provider
+/// over HTTP): the listed stand-in answers, an unlisted name is refused by
+/// the proxy, the ledger lists both connections, and the session's
+/// delegation and the action declare the network. Without `--net` (and
+/// with none in the config) the same call reaches nothing.
+#[test]
+fn the_agents_bash_reaches_what_the_person_allowed_and_nothing_else() {
+    let reg = Registry::start();
+    let port = reg.port;
+    for model in [Model::Script, Model::OpenAi] {
+        for leg in legs() {
+            let label = format!("{model:?} {leg:?}");
+            // Through `[network] bash = "allow"` and the config's list on
+            // one leg, `--net allow:` on the other: both ways in.
+            let s = Scratch::new(leg);
+            write(&s, "probe.py", AGENT_PROBE);
+            let net: Vec<String> = if leg == Leg::Invoker {
+                vec!["--net".into(), format!("allow:pypi.test:{port}")]
+            } else {
+                let dir = s.home.join(".config/retie");
+                std::fs::create_dir_all(&dir).expect("mkdir config");
+                std::fs::write(
+                    dir.join("config.toml"),
+                    format!("[network]\nbash = \"allow\"\nallow = [\"pypi.test:{port}\"]\n"),
+                )
+                .expect("write config");
+                for p in [s.home.join(".config"), dir.clone(), dir.join("config.toml")] {
+                    s.give(&p);
+                }
+                vec![]
+            };
+            let mut net: Vec<&str> = net.iter().map(String::as_str).collect();
+            // The policy sees the reach: network egress cannot be undone,
+            // so the auto tier asks (no one here: suspended, exit 5).
+            let o = agent_probe(&s, model, port, &net);
+            assert_code(&o, 5, &format!("{label}: a networked bash asks"));
+            assert!(
+                stdout(&o).contains("irreversible"),
+                "{label}: {}",
+                stdout(&o)
+            );
+            let s = Scratch::new(leg);
+            write(&s, "probe.py", AGENT_PROBE);
+            if leg == Leg::Nobody {
+                let dir = s.home.join(".config/retie");
+                std::fs::create_dir_all(&dir).expect("mkdir config");
+                std::fs::write(
+                    dir.join("config.toml"),
+                    format!("[network]\nbash = \"allow\"\nallow = [\"pypi.test:{port}\"]\n"),
+                )
+                .expect("write config");
+                for p in [s.home.join(".config"), dir.clone(), dir.join("config.toml")] {
+                    s.give(&p);
+                }
+            }
+            net.push("--yes");
+            let served = reg.requests().matches("/files/secret").count();
+            let o = agent_probe(&s, model, port, &net);
+            assert_code(&o, 0, &format!("{label}: retie run"));
+            assert!(
+                stderr(&o).contains(&format!(
+                    "bash may reach, through the proxy only: pypi.test:{port}"
+                )),
+                "{label}: the start says what bash may reach:\n{}",
+                stderr(&o)
+            );
+            let probe = std::fs::read_to_string(s.ws.join("probe.txt")).unwrap_or_default();
+            assert!(
+                probe.contains("pypi.test=secret"),
+                "{label}: the listed host answered through the proxy: {probe:?}\n{}",
+                stderr(&o)
+            );
+            assert!(
+                probe.contains("unlisted.test=refused:403"),
+                "{label}: the proxy refused the unlisted name: {probe:?}"
+            );
+            let out = last_outcome(&s);
+            let conns = connections(&out);
+            assert!(
+                conns.iter().any(|c| c["allowed"] == true
+                    && c["host"] == "pypi.test"
+                    && c["received"].as_u64().unwrap_or(0) > 0),
+                "{label}: the ledger lists the allowed connection: {out}"
+            );
+            assert!(
+                conns.iter().any(|c| c["allowed"] == false
+                    && c["reason"] == "not_listed"
+                    && c["target"].as_str().unwrap_or("").contains("unlisted.test")),
+                "{label}: the ledger lists the refused connection: {out}"
+            );
+            assert_eq!(
+                out["net"]["allow"],
+                serde_json::json!([format!("pypi.test:{port}")]),
+                "{label}"
+            );
+            let v = s.retie().arg("verify").output().expect("verify");
+            assert_code(&v, 0, &format!("{label}: retie verify"));
+            assert_eq!(
+                reg.requests().matches("/files/secret").count(),
+                served + 1,
+                "{label}: only the listed request reached the stand-in"
+            );
+
+            // No --net and no config: the same call reaches nothing.
+            let s = Scratch::new(leg);
+            write(&s, "probe.py", AGENT_PROBE);
+            let before = reg.requests().len();
+            let o = agent_probe(&s, model, port, &["--yes"]);
+            assert_code(&o, 0, &format!("{label}: retie run without --net"));
+            let probe = std::fs::read_to_string(s.ws.join("probe.txt")).unwrap_or_default();
+            assert!(
+                probe.contains("pypi.test=refused:URLError")
+                    && probe.contains("unlisted.test=refused:URLError"),
+                "{label}: without --net nothing is reachable: {probe:?}"
+            );
+            assert_eq!(reg.requests().len(), before, "{label}: nothing reached");
+        }
+    }
+}
+
+/// The config's network widens only what the person asked for (ADR
+/// 0313): `[network] allow` is reached by `sandbox exec --net allow`, and
+/// neither it nor `[network] bash` gives a `sandbox exec` without `--net`
+/// any network.
+#[test]
+fn the_configs_allow_list_is_used_only_when_asked_for() {
+    let reg = Registry::start();
+    let port = reg.port;
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let dir = s.home.join(".config/retie");
+        std::fs::create_dir_all(&dir).expect("mkdir config");
+        std::fs::write(
+            dir.join("config.toml"),
+            format!("[network]\nbash = \"allow\"\nallow = [\"pypi.test:{port}\"]\n"),
+        )
+        .expect("write config");
+        for p in [s.home.join(".config"), dir.clone(), dir.join("config.toml")] {
+            s.give(&p);
+        }
+        let script = format!(
+            "curl -s -o /dev/null -w 'listed=%{{http_code}}\\n' http://pypi.test:{port}/files/secret; \
+             curl -s -o /dev/null -w 'unlisted=%{{http_code}}\\n' http://unlisted.test:{port}/files/secret; exit 0"
+        );
+        let o = exec_net(
+            &s,
+            "allow",
+            &["--changes", "discard"],
+            &["sh", "-c", &script],
+        );
+        assert_code(&o, 0, &format!("{leg:?}: --net allow"));
+        let r = lines(&o);
+        assert_eq!(
+            r.get("listed").map(String::as_str),
+            Some("200"),
+            "{leg:?}: {}",
+            stderr(&o)
+        );
+        assert_eq!(
+            r.get("unlisted").map(String::as_str),
+            Some("403"),
+            "{leg:?}"
+        );
+        // No --net: no network, whatever the config says.
+        let served = reg.requests().len();
+        let o = s.exec(&["--changes", "discard"], &["sh", "-c", &script]);
+        assert_code(&o, 0, &format!("{leg:?}: no --net"));
+        let r = lines(&o);
+        assert_eq!(r.get("listed").map(String::as_str), Some("000"), "{leg:?}");
+        assert_eq!(reg.requests().len(), served, "{leg:?}: nothing reached");
+    }
+}

@@ -18,14 +18,14 @@ use crate::harness::*;
 /// One reply: status, headers, body; `drop` closes the connection before
 /// the body's announced length was sent (a dropped connection).
 #[derive(Clone)]
-struct Reply {
+pub(crate) struct Reply {
     status: u16,
     headers: Vec<(&'static str, String)>,
     body: String,
     drop: bool,
 }
 
-fn ok(content_type: &str, body: String) -> Reply {
+pub(crate) fn ok(content_type: &str, body: String) -> Reply {
     Reply {
         status: 200,
         headers: vec![("content-type", content_type.to_string())],
@@ -46,11 +46,11 @@ fn status(code: u16, headers: Vec<(&'static str, String)>, body: Value) -> Reply
 }
 
 /// Each request seen: when, and its body.
-type Seen = Arc<Mutex<Vec<(Instant, String)>>>;
+pub(crate) type Seen = Arc<Mutex<Vec<(Instant, String)>>>;
 
 /// A loopback server answering the n-th request with the n-th reply (a
 /// 500 once they run out).
-fn server(replies: Vec<Reply>) -> (String, Seen) {
+pub(crate) fn server(replies: Vec<Reply>) -> (String, Seen) {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = l.local_addr().expect("addr").to_string();
     let seen: Seen = Arc::new(Mutex::new(Vec::new()));
@@ -104,7 +104,7 @@ fn server(replies: Vec<Reply>) -> (String, Seen) {
 // ------------------------------------------------------------ wire formats
 
 /// OpenAI: SSE chunks; `done` adds the end marker.
-fn oa(chunks: &[Value], done: bool) -> String {
+pub(crate) fn oa(chunks: &[Value], done: bool) -> String {
     let mut s: String = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
     if done {
         s.push_str("data: [DONE]\n\n");
@@ -112,15 +112,15 @@ fn oa(chunks: &[Value], done: bool) -> String {
     s
 }
 
-fn oa_text(t: &str) -> Value {
+pub(crate) fn oa_text(t: &str) -> Value {
     json!({"choices":[{"index":0,"delta":{"content":t}}]})
 }
 
-fn oa_call(id: &str, name: &str, args: &str) -> Value {
+pub(crate) fn oa_call(id: &str, name: &str, args: &str) -> Value {
     json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":id,"type":"function","function":{"name":name,"arguments":args}}]}}]})
 }
 
-fn oa_finish(reason: &str) -> Value {
+pub(crate) fn oa_finish(reason: &str) -> Value {
     json!({"choices":[{"index":0,"delta":{},"finish_reason":reason}],"usage":{"prompt_tokens":30,"completion_tokens":5}})
 }
 

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use retie_dispatch::overlay::{ChangesMode, Snapshots};
-use retie_dispatch::sandbox::{JobMode, JobUi, Runner, SandboxJob};
+use retie_dispatch::sandbox::{JobMode, JobUi, NetProxy, Runner, SandboxJob};
 use retie_dispatch::{Error, Executor, Step, UndoPlan};
 use retie_policy::Action;
 use retie_runtime::{Interrupt, Profile, Sandbox, Stdio};
@@ -48,6 +48,10 @@ pub struct BashSettings {
     /// that happened, so the session stops the turn (a person's Ctrl-C in
     /// the interactive terminal). None: SIGINT is forwarded.
     pub cancel_on_interrupt: Option<&'static AtomicBool>,
+    /// The network its sandboxes get, the person's (`retie run --net`,
+    /// `[network] bash`; ADR 0313): the proxy as the only way out, served
+    /// by the job whichever runner starts the sandbox. `None`: none.
+    pub net: Option<NetProxy>,
 }
 
 impl BashSettings {
@@ -60,6 +64,7 @@ impl BashSettings {
             output_cap: 1 << 20,
             runner: BashRunner::InProcess,
             cancel_on_interrupt: None,
+            net: None,
         })
     }
 
@@ -144,7 +149,7 @@ impl<'u> BashExec<'u> {
                     BashRunner::InProcess => Runner::InProcess,
                     BashRunner::Helper { exe } => Runner::Helper { exe: exe.clone() },
                 },
-                net: None,
+                net: t.bash.net.clone(),
             },
             out,
             cap: t.bash.output_cap,
@@ -224,6 +229,7 @@ mod tests {
             output_cap: 10,
             runner: BashRunner::InProcess,
             cancel_on_interrupt: None,
+            net: None,
         };
         assert_eq!(s.timeout_for(None), Duration::from_secs(10));
         assert_eq!(s.timeout_for(Some(5)), Duration::from_secs(5));

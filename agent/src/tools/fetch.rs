@@ -25,6 +25,7 @@ use std::time::Duration;
 use retie_ledger::payload::Status;
 
 use retie_dispatch::{Error, Executor, Step, UndoPlan};
+use retie_policy::netguard::{AllowList, Host};
 use retie_policy::urlguard::{self, Target};
 use retie_policy::Action;
 use serde_json::{json, Map, Value};
@@ -57,110 +58,39 @@ pub const INJECTION_PHRASES: &[&str] = &[
     "exfiltrate",
 ];
 
-/// One `--fetch-allow` entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Allowed {
-    /// As the person wrote it.
-    pub spec: String,
-    /// The host: an ASCII lower-case name, or an address literal.
-    pub host: AllowedHost,
-    /// `None`: the scheme's default port only (80).
-    pub port: Option<u16>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AllowedHost {
-    Name(String),
-    Ip(IpAddr),
-}
-
-impl Allowed {
-    /// Parse `HOST[:PORT]` (`[v6]:PORT` for an IPv6 literal with a port).
-    pub fn parse(spec: &str) -> Result<Allowed, String> {
-        let s = spec.trim();
-        let bad = |why: &str| format!("--fetch-allow {spec:?}: {why}");
-        let (host, port) = if let Some(rest) = s.strip_prefix('[') {
-            let (h, after) = rest.split_once(']').ok_or_else(|| bad("an unclosed `[`"))?;
-            let port = match after {
-                "" => None,
-                p => Some(
-                    p.strip_prefix(':')
-                        .ok_or_else(|| bad("expected :PORT after ]"))?,
-                ),
-            };
-            (h, port)
-        } else if s.matches(':').count() == 1 {
-            let (h, p) = s.split_once(':').ok_or_else(|| bad("expected HOST:PORT"))?;
-            (h, Some(p))
-        } else {
-            (s, None)
-        };
-        let port = match port {
-            None => None,
-            Some(p) => Some(
-                p.parse::<u16>()
-                    .ok()
-                    .filter(|p| *p != 0)
-                    .ok_or_else(|| bad("the port is not a number from 1 to 65535"))?,
-            ),
-        };
-        if host.is_empty() || host.contains(['/', '?', '#', '@', ' ']) {
-            return Err(bad("expected HOST[:PORT], not a URL"));
-        }
-        let host = match host.parse::<IpAddr>() {
-            Ok(ip) => AllowedHost::Ip(ip),
-            Err(_) => match urlguard::target(&format!("http://{host}/")) {
-                Ok(Target::Name { host, .. }) => AllowedHost::Name(host),
-                Ok(Target::Literal(sa)) => AllowedHost::Ip(sa.ip()),
-                Err(e) => return Err(bad(&e.to_string())),
-            },
-        };
-        Ok(Allowed {
-            spec: s.to_string(),
-            host,
-            port,
-        })
-    }
-
-    fn matches(&self, t: &Target) -> bool {
-        let (ok, port) = match (t, &self.host) {
-            (Target::Name { host, port }, AllowedHost::Name(n)) => (host == n, *port),
-            (Target::Literal(sa), AllowedHost::Ip(ip)) => (sa.ip() == *ip, sa.port()),
-            _ => (false, 0),
-        };
-        ok && port == self.port.unwrap_or(80)
-    }
-
-    /// How it is printed at start and recorded.
-    pub fn describe(&self) -> String {
-        match &self.host {
-            AllowedHost::Ip(ip) if urlguard::non_public(*ip).is_some() => format!(
-                "{} (an address literal that is {}; honoured because given as a literal)",
-                self.spec,
-                urlguard::non_public(*ip).unwrap_or("not public")
-            ),
-            AllowedHost::Ip(_) => format!("{} (an address literal)", self.spec),
-            AllowedHost::Name(_) => format!(
-                "{} (a name: every address it resolves to must be public)",
-                self.spec
-            ),
-        }
-    }
-}
-
-/// The person's allowance for the fetch tool.
+/// The person's allowance for the fetch tool: `--fetch-allow HOST[:PORT]`
+/// entries, read by the one allow-list reader the network proxy uses
+/// (`retie_policy::netguard`, ADR 0312). An entry without a port allows
+/// 443 and 80.
 #[derive(Debug, Clone, Default)]
 pub struct FetchSettings {
-    pub allow: Vec<Allowed>,
+    pub allow: AllowList,
 }
 
 impl FetchSettings {
     pub fn parse(specs: &[String]) -> Result<FetchSettings, String> {
         Ok(FetchSettings {
-            allow: specs
-                .iter()
-                .map(|s| Allowed::parse(s))
-                .collect::<Result<_, _>>()?,
+            allow: AllowList::parse(specs).map_err(|e| format!("--fetch-allow: {e}"))?,
+        })
+    }
+
+    /// Whether the allowance lets the fetch reach this target at all
+    /// (before anything is resolved): the proxy's own check.
+    fn permits(&self, t: &Target) -> Result<(), String> {
+        let (host, port) = match t {
+            Target::Name { host, port } => (Host::Name(host.clone()), *port),
+            Target::Literal(sa) => (Host::Literal(sa.ip()), sa.port()),
+        };
+        self.allow.permits(&host, port).map_err(|e| {
+            format!(
+                "{}:{port} is not allowed ({e}): the person allows only {}",
+                host,
+                if self.allow.is_empty() {
+                    "no host (no --fetch-allow given)".to_string()
+                } else {
+                    self.allow.texts().join(", ")
+                }
+            )
         })
     }
 }
@@ -177,27 +107,10 @@ struct Hop {
 /// why not; nothing was connected.
 fn guard(settings: &FetchSettings, url: &str) -> Result<urlguard::Pinned, String> {
     let t = urlguard::target(url).map_err(|e| e.to_string())?;
-    let Some(entry) = settings.allow.iter().find(|a| a.matches(&t)) else {
-        let what = match &t {
-            Target::Name { host, port } => format!("{host}:{port}"),
-            Target::Literal(sa) => sa.to_string(),
-        };
-        return Err(format!(
-            "{what} is not allowed: the person allows only {}",
-            if settings.allow.is_empty() {
-                "no host (no --fetch-allow given)".to_string()
-            } else {
-                settings
-                    .allow
-                    .iter()
-                    .map(|a| a.spec.clone())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            }
-        ));
-    };
-    match (&t, &entry.host) {
-        (Target::Literal(sa), AllowedHost::Ip(_)) => match urlguard::check(url, &[]) {
+    settings.permits(&t)?;
+    match &t {
+        // Listed literally (`permits` matched the literal itself).
+        Target::Literal(sa) => match urlguard::check(url, &[]) {
             Ok(p) => Ok(p),
             // The person gave this non-public address as a literal.
             Err(urlguard::Refusal::Address { .. }) => Ok(urlguard::Pinned {
@@ -210,7 +123,7 @@ fn guard(settings: &FetchSettings, url: &str) -> Result<urlguard::Pinned, String
             }),
             Err(e) => Err(e.to_string()),
         },
-        (Target::Name { host, port }, _) => {
+        Target::Name { host, port } => {
             let resolved: Vec<IpAddr> = (host.as_str(), *port)
                 .to_socket_addrs()
                 .map_err(|e| format!("{host} does not resolve: {e}"))?
@@ -218,7 +131,6 @@ fn guard(settings: &FetchSettings, url: &str) -> Result<urlguard::Pinned, String
                 .collect();
             urlguard::check(url, &resolved).map_err(|e| e.to_string())
         }
-        _ => Err("the allowance does not match this host".into()),
     }
 }
 
@@ -594,29 +506,91 @@ impl Executor for FetchExec<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use retie_policy::netguard;
 
     fn settings(s: &[&str]) -> FetchSettings {
         FetchSettings::parse(&s.iter().map(|s| s.to_string()).collect::<Vec<_>>()).expect("parse")
     }
 
+    fn entries(s: &FetchSettings) -> Vec<String> {
+        s.allow.entries.iter().map(|e| e.describe()).collect()
+    }
+
     #[test]
     fn allow_entries_parse() {
-        let a = Allowed::parse("127.0.0.1:8080").expect("v4");
-        assert_eq!(a.host, AllowedHost::Ip("127.0.0.1".parse().expect("ip")));
-        assert_eq!(a.port, Some(8080));
-        let a = Allowed::parse("[::1]:9").expect("v6");
-        assert_eq!(a.port, Some(9));
-        let a = Allowed::parse("Docs.Example.COM").expect("name");
-        assert_eq!(a.host, AllowedHost::Name("docs.example.com".into()));
-        assert_eq!(a.port, None);
+        let s = settings(&["127.0.0.1:8080", "[::1]:9", "Docs.Example.COM", "1.1.1.1"]);
+        let lit = |a: &str| Some(a.parse::<IpAddr>().expect("ip"));
+        assert_eq!(s.allow.entries[0].literal, lit("127.0.0.1"));
+        assert_eq!(s.allow.entries[0].port, Some(8080));
+        assert_eq!(s.allow.entries[1].literal, lit("::1"));
+        assert_eq!(s.allow.entries[1].port, Some(9));
+        assert_eq!(s.allow.entries[2].host, "docs.example.com");
+        assert_eq!(s.allow.entries[2].port, None);
         for bad in ["", "http://x/", "x:0", "x:99999", "a b", "[::1"] {
-            assert!(Allowed::parse(bad).is_err(), "{bad}");
+            assert!(FetchSettings::parse(&[bad.to_string()]).is_err(), "{bad}");
         }
-        assert!(a.describe().contains("must be public"));
-        assert!(Allowed::parse("127.0.0.1:1")
-            .expect("lit")
-            .describe()
-            .contains("loopback"));
+        let d = entries(&s);
+        assert!(d[0].contains("loopback"), "{d:?}");
+        assert!(d[2].contains("must be public"), "{d:?}");
+        assert!(d[3].ends_with("(an address literal)"), "{d:?}");
+    }
+
+    /// What the old `--fetch-allow` parser read otherwise than the
+    /// proxy: `::1:80` was the address ::1:80 (any `:` beyond one made
+    /// the whole an address), `0x7f.1` was 127.0.0.1, `bücher.example`
+    /// was its punycode. One reader now (ADR 0312): each is refused, with
+    /// the spelling to use.
+    #[test]
+    fn fetch_allow_reads_entries_as_the_proxy_does() {
+        for (old, says) in [
+            ("::1:80", "[ADDR]:PORT"),
+            ("0x7f.1:8080", "numeric"),
+            ("bücher.example", "xn--bcher-kva.example"),
+        ] {
+            let e = FetchSettings::parse(&[old.to_string()]).expect_err(old);
+            assert!(e.contains(says), "{old}: {e}");
+        }
+    }
+
+    /// The fetch tool and the proxy decide alike: the same entries, and
+    /// for each request (as a URL for fetch, as a CONNECT authority for
+    /// the proxy) the same yes or no before anything is resolved.
+    #[test]
+    fn fetch_and_proxy_agree_on_a_table() {
+        let list = [
+            "pypi.test:8080",
+            "Docs.Example.COM.",
+            "*.cdn.test:443",
+            "127.0.0.1:9000",
+            "[::1]:9001",
+        ];
+        let fetch = settings(&list);
+        let proxy = AllowList::parse(&list).expect("proxy list");
+        assert_eq!(fetch.allow, proxy);
+        for (authority, allowed) in [
+            ("pypi.test:8080", true),
+            ("PYPI.test.:8080", true),
+            ("pypi.test:8081", false),
+            ("docs.example.com:443", true),
+            ("docs.example.com:80", true),
+            ("docs.example.com:8443", false),
+            ("a.cdn.test:443", true),
+            ("cdn.test:443", false),
+            ("a.cdn.test:80", false),
+            ("127.0.0.1:9000", true),
+            ("127.0.0.2:9000", false),
+            ("10.0.0.1:9000", false),
+            ("[::1]:9001", true),
+            ("[::1]:9000", false),
+            ("evil.test:8080", false),
+        ] {
+            let t = urlguard::target(&format!("http://{authority}/")).expect(authority);
+            let by_fetch = fetch.permits(&t).is_ok();
+            let (h, p) = netguard::split_authority(authority).expect(authority);
+            let by_proxy = proxy.permits(&h, p.expect("port")).is_ok();
+            assert_eq!(by_fetch, allowed, "fetch: {authority}");
+            assert_eq!(by_proxy, allowed, "proxy: {authority}");
+        }
     }
 
     #[test]
@@ -642,8 +616,11 @@ mod tests {
         // Not allowed, never resolved.
         let e = guard(&s, "http://leak.invalid/?d=SECRET").expect_err("leak");
         assert!(e.contains("not allowed"), "{e}");
-        // localhost always names this machine: not even allowable.
-        assert!(Allowed::parse("localhost:8080").is_err());
+        // localhost always names this machine: listed or not, the URL
+        // guard refuses it (an address here is allowed by its literal).
+        let e =
+            guard(&settings(&["localhost:8080"]), "http://localhost:8080/").expect_err("localhost");
+        assert!(e.contains("localhost"), "{e}");
         // No allowance: nothing passes.
         assert!(guard(&settings(&[]), "http://127.0.0.1:8080/").is_err());
         // https to the allowed literal port passes the guard (443 is not

@@ -28,9 +28,7 @@ use serde_json::{json, Map, Value};
 use crate::model::ToolSpec;
 
 pub use bash::{BashRunner, BashSettings};
-pub use fetch::{
-    fence_for, injection_phrases, Allowed, AllowedHost, FetchSettings, INJECTION_PHRASES,
-};
+pub use fetch::{fence_for, injection_phrases, FetchSettings, INJECTION_PHRASES};
 pub use recall::Recall;
 pub use schema::{check_args, ArgKind, Param};
 
@@ -356,7 +354,18 @@ impl Tools {
         check_args(decl.params, args).map_err(|e| format!("{name}: {e}; nothing was run"))?;
         let frozen = retie_policy::Value::from_json(&Value::Object(args.clone()))
             .ok_or_else(|| format!("{name}: an argument holds a number that is not finite"))?;
-        let action = Action::new(name, frozen, decl.effects.iter().copied())
+        // A networked bash sends out and takes in what the network
+        // answers (ADR 0313): the policy sees it, as for `sandbox exec
+        // --net allow:`.
+        let networked: &[retie_policy::Effect] = if name == "bash" && self.bash.net.is_some() {
+            &[
+                retie_policy::Effect::NetworkEgress,
+                retie_policy::Effect::ReadsUntrusted,
+            ]
+        } else {
+            &[]
+        };
+        let action = Action::new(name, frozen, decl.effects.iter().chain(networked).copied())
             .map_err(|e| format!("{name}: {e}"))?;
         let mut prepared = Prepared {
             action,

@@ -215,47 +215,20 @@ impl Started {
     /// `Ok(None)` in the other modes, and when init ended first (its
     /// set-up failed: [`Started::run`] reports why). Taken once.
     pub fn take_net_listener(&mut self) -> Result<Option<OwnedFd>> {
-        use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
         if !std::mem::take(&mut self.proxy_socket) {
             return Ok(None);
         }
         let Some(go) = &self.go_w else {
             return Ok(None);
         };
-        let mut space = [std::mem::MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(1))];
-        let mut anc = RecvAncillaryBuffer::new(&mut space);
-        let mut byte = [0u8; 1];
-        let got = loop {
-            match rustix::net::recvmsg(
-                go,
-                &mut [std::io::IoSliceMut::new(&mut byte)],
-                &mut anc,
-                RecvFlags::CMSG_CLOEXEC,
-            ) {
-                Err(rustix::io::Errno::INTR) => continue,
-                Err(e) => return Err(RuntimeError::host("receiving the proxy socket", e.into())),
-                Ok(r) => break r.bytes,
-            }
-        };
-        if got == 0 {
-            return Ok(None);
-        }
-        let mut fd = None;
-        for msg in anc.drain() {
-            if let RecvAncillaryMessage::ScmRights(fds) = msg {
-                for f in fds {
-                    if fd.is_none() && byte == *b"L" {
-                        fd = Some(f);
-                    }
-                }
-            }
-        }
-        match fd {
-            Some(f) => Ok(Some(f)),
-            None => Err(RuntimeError::Channel {
-                why: "init's proxy-socket message carried no descriptor".into(),
-            }),
-        }
+        let fds = sys::recv_fds(go.as_fd(), b'L').map_err(|e| match e.kind() {
+            std::io::ErrorKind::InvalidData => RuntimeError::Channel {
+                why: format!("init's proxy-socket message: {e}"),
+            },
+            _ => RuntimeError::host("receiving the proxy socket", e),
+        })?;
+        // Init sends exactly one; any other is closed here.
+        Ok(fds.and_then(|f| f.into_iter().next()))
     }
 
     /// Start the command (init may still be setting up: it goes on to the
