@@ -1167,7 +1167,7 @@ impl<P: Provider> Session<P> {
                         tool: call.name.clone(),
                         action: None,
                         status: "invalid",
-                        summary: call.name.clone(),
+                        summary: retie_dispatch::display::shell_line(&[&call.name]),
                         said: msg,
                     }
                 }
@@ -1294,7 +1294,7 @@ impl Stop {
                     Some(p) => format!(
                         "suspended: approval {} is pending ({}); decide it with `retie approve {}` or `retie deny {} --reason TEXT`, then `retie run --resume {}`",
                         p.pending,
-                        visible(&p.summary),
+                        retie_dispatch::display::visible_again(&p.summary, false),
                         s.id(),
                         s.id(),
                         s.id()
@@ -1334,10 +1334,9 @@ pub fn pending_info(seq: i64, p: &Value) -> PendingInfo {
             .get("command")
             .and_then(Value::as_array)
             .map(|a| {
-                a.iter()
-                    .filter_map(Value::as_str)
-                    .collect::<Vec<_>>()
-                    .join(" ")
+                retie_dispatch::display::shell_line(
+                    &a.iter().filter_map(Value::as_str).collect::<Vec<_>>(),
+                )
             })
             .unwrap_or_default(),
         reason: p

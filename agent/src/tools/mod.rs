@@ -739,8 +739,11 @@ pub struct Prepared {
 /// start...).
 pub type ToolOutput = Result<String, String>;
 
-/// The intent's `command`: an argv-like array for `retie log`.
-fn command_of(tool: &str, args: &Map<String, Value>) -> Vec<String> {
+/// The intent's `command`: an argv-like array for `retie log`. Every
+/// screen shows it as [`retie_dispatch::display::shell_line`] of this
+/// (the live line, the approval prompt, `retie pending`, replay and log:
+/// issue 31).
+pub fn command_of(tool: &str, args: &Map<String, Value>) -> Vec<String> {
     let s = |k: &str| {
         args.get(k)
             .and_then(Value::as_str)
@@ -761,8 +764,13 @@ fn command_of(tool: &str, args: &Map<String, Value>) -> Vec<String> {
 /// Longest one-line summary of a call shown on the terminal.
 const SUMMARY_MAX: usize = 240;
 
-fn summary_of(tool: &str, args: &Map<String, Value>) -> String {
-    let mut s = command_of(tool, args).join(" ");
+/// The call as the terminal shows it: its [`command_of`] quoted as a
+/// shell reads it back ([`retie_dispatch::display::shell_line`], the one
+/// command-line rendering; nothing in it acts on a terminal), cut.
+pub fn summary_of(tool: &str, args: &Map<String, Value>) -> String {
+    let argv = command_of(tool, args);
+    let mut s =
+        retie_dispatch::display::shell_line(&argv.iter().map(String::as_str).collect::<Vec<_>>());
     if s.len() > SUMMARY_MAX {
         let mut end = SUMMARY_MAX;
         while !s.is_char_boundary(end) {

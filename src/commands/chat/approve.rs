@@ -34,6 +34,15 @@ pub fn editable(req: &ApprovalRequest<'_>) -> String {
     }
 }
 
+/// The call as every screen shows it (the live line, replay, log,
+/// `retie pending`): [`crate::ui::shell_line`] of the intent's command.
+fn command_line(req: &ApprovalRequest<'_>) -> String {
+    let args = req.action.args().to_json();
+    let map = args.as_object().cloned().unwrap_or_default();
+    let argv = retie_agent::tools::command_of(req.action.tool(), &map);
+    crate::ui::shell_line(&argv.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
 impl TerminalApprover {
     fn show(&self, req: &ApprovalRequest<'_>) {
         let st = self.style;
@@ -49,10 +58,7 @@ impl TerminalApprover {
         );
         match &ev.shell {
             Some(s) => {
-                eprintln!(
-                    "{bar} command: {}",
-                    visible(args.get("command").and_then(Value::as_str).unwrap_or(""))
-                );
+                eprintln!("{bar} command: {}", command_line(req));
                 for p in &s.parts {
                     eprintln!("{bar}   runs: {}", visible(p));
                 }

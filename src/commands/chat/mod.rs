@@ -154,10 +154,9 @@ fn chat(mut args: RunArgs) -> Result<i32, CliError> {
         }
         if let Some(p) = session.resumed_pending() {
             eprintln!(
-                "retie: resumed at pending approval {}: {} {}\n  digest: {}",
+                "retie: resumed at pending approval {}: {}\n  digest: {}",
                 p.pending,
-                visible(&p.tool),
-                visible(&p.arguments.to_string()),
+                crate::ui::visible_again(&p.summary, false),
                 p.digest
             );
         } else {

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use retie_agent::session::{CallRecord, Render};
 use retie_agent::{StreamEvent, ToolCall};
 
-use crate::ui::{visible, Gutter, Style, MODEL_MARK, REASONING_MARK};
+use crate::ui::{preview, visible, visible_again, Gutter, Style, MODEL_MARK, REASONING_MARK};
 
 const FRAMES: &[&str] = &["|", "/", "-", "\\"];
 
@@ -179,9 +179,9 @@ impl Render for ChatRender {
         eprintln!(
             "  {mark} {}{} {} {}",
             self.err.dim(&id),
-            visible(&c.summary),
+            visible_again(&c.summary, false),
             self.err.dim(c.status),
-            self.err.dim(&format!("— {}", visible(&said)))
+            self.err.dim(&format!("— {}", preview(&said)))
         );
         // The model thinks again after a call.
         start(&self.spin, "thinking");
@@ -266,9 +266,9 @@ impl Render for PlainRender {
             .collect();
         eprintln!(
             "\n  → {id}{}: {} — {}",
-            visible(&c.summary),
+            visible_again(&c.summary, false),
             c.status,
-            visible(&said)
+            preview(&said)
         );
     }
     fn retrying(&mut self, why: &str, wait: std::time::Duration) {
