@@ -145,6 +145,9 @@ pub struct CallRecord {
     pub summary: String,
     /// What the model was told (its first 2000 characters).
     pub said: String,
+    /// The files it changed, both contents (for the person's diff).
+    #[serde(skip)]
+    pub changes: Vec<retie_dispatch::diffs::FileChange>,
 }
 
 /// What a session did.
@@ -1169,6 +1172,7 @@ impl<P: Provider> Session<P> {
                         status: "invalid",
                         summary: retie_dispatch::display::shell_line(&[&call.name]),
                         said: msg,
+                        changes: Vec::new(),
                     }
                 }
                 Ok(prepared) => {
@@ -1234,6 +1238,7 @@ impl<P: Provider> Session<P> {
                         status: r.status,
                         summary: r.summary,
                         said: r.text.chars().take(SAID_CHARS).collect(),
+                        changes: r.changes,
                     }
                 }
             };

@@ -20,6 +20,7 @@
 //! decides; this crate only carries the decision out.
 
 pub mod approval;
+pub mod diffs;
 pub mod display;
 pub mod guard;
 pub mod overlay;

@@ -218,7 +218,7 @@ fn not_applied(j: &Value) -> String {
 
 /// The file's current content (`None`: no such file), through the
 /// boundary guard.
-fn current(ws: &Workspace, path: &RelPath) -> Result<Option<Vec<u8>>, String> {
+pub(crate) fn current(ws: &Workspace, path: &RelPath) -> Result<Option<Vec<u8>>, String> {
     match ws.read_file(path, SEEN_MAX) {
         Ok((b, size)) if size <= SEEN_MAX => Ok(Some(b)),
         Ok(_) => Err("too large to write here".into()),

@@ -143,6 +143,7 @@ fn demo(args: DemoArgs) -> Result<i32, CliError> {
             timeout: Some(60),
             bash_timeout: None,
             fetch_allow: Vec::new(),
+            diff_lines: None,
             ledger: None,
             json: false,
             resume_overrides: Vec::new(),
@@ -164,7 +165,12 @@ fn demo(args: DemoArgs) -> Result<i32, CliError> {
         .collect();
     say("What the gate and the guard refused:");
     for a in &refused {
-        eprintln!("   {} {}: {}", a.status, a.summary, a.said);
+        eprintln!(
+            "   {} {}: {}",
+            a.status,
+            crate::ui::visible_again(&a.summary, false),
+            crate::ui::preview(a.said.lines().next().unwrap_or(""))
+        );
     }
     let leaked = report
         .actions

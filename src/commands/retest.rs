@@ -124,6 +124,7 @@ fn run_args(a: &RetestArgs, dir: Option<PathBuf>) -> RunArgs {
         timeout: None,
         bash_timeout: None,
         fetch_allow: Vec::new(),
+        diff_lines: None,
         ledger: a.ledger.clone(),
         json: a.json,
         resume_overrides: Vec::new(),

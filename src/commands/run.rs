@@ -101,6 +101,11 @@ pub struct RunArgs {
     /// an IP literal (`127.0.0.1:8080`). Printed at start and recorded.
     #[arg(long = "fetch-allow", value_name = "HOST[:PORT]")]
     pub fetch_allow: Vec<String>,
+    /// Lines of a change's diff shown after an edit, a write or in an
+    /// approval prompt (default: `[agent] diff_lines`, else 40); the rest
+    /// is counted, and `/diff #ID` shows it all.
+    #[arg(long, value_name = "N")]
+    pub diff_lines: Option<usize>,
     /// The ledger (default: RETIE_LEDGER, else STATE/ledger.db).
     #[arg(long, value_name = "PATH")]
     pub ledger: Option<PathBuf>,
@@ -179,6 +184,8 @@ pub struct AgentConfig {
     timeout: Option<u64>,
     /// The longest one bash command may run, seconds (`--bash-timeout`).
     bash_timeout: Option<u64>,
+    /// Lines of a change's diff shown (`--diff-lines`, default 40).
+    diff_lines: Option<usize>,
     /// Attempts at one turn when the provider fails transiently (error
     /// event, 5xx, 429, dropped connection, cut stream), the first
     /// included; then the session suspends (default 4;
@@ -241,10 +248,11 @@ pub fn finish(r: &Report, json_out: bool) -> i32 {
     // The pending action, on stderr in both modes: what a person decides.
     if let Some(p) = &r.pending {
         eprintln!(
-            "retie: pending approval {} in session {}:\n  tool: {}\n  arguments: {}\n  digest: {}\n  why it asks: {}",
+            "retie: pending approval {} in session {}:\n  tool: {}\n  command: {}\n  arguments: {}\n  digest: {}\n  why it asks: {}",
             p.pending,
             crate::ui::visible(&r.session),
             crate::ui::visible(&p.tool),
+            crate::ui::visible_again(&p.summary, false),
             crate::ui::visible(&p.arguments.to_string()),
             p.digest,
             crate::ui::visible(&p.reason)
@@ -308,6 +316,8 @@ pub(super) struct Resolved {
     pub fetch: FetchSettings,
     /// Per-model prices from config.
     pub prices: std::collections::BTreeMap<String, Price>,
+    /// Lines of a change's diff shown (`--diff-lines`, `[agent] diff_lines`).
+    pub diff_lines: usize,
 }
 
 pub(super) fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
@@ -438,6 +448,10 @@ pub(super) fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
         ));
     }
     Ok(Resolved {
+        diff_lines: args
+            .diff_lines
+            .or(file.diff_lines)
+            .unwrap_or(retie_display::DEFAULT_DIFF_LINES),
         bash_timeout,
         base_url_is_default,
         key_env,
@@ -683,6 +697,7 @@ pub fn run_inner(
     // any thread exists; it replaces the default disposition of SIGINT.
     unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
     let mut ui = super::chat::PlainRender::new(args.json);
+    ui.diff_lines = r.diff_lines;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

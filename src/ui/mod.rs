@@ -1,5 +1,7 @@
 //! Terminal output helpers.
 
+pub mod changes;
+
 pub use retie_display::{preview, shell_line, visible, visible_again, visible_line};
 
 /// An error message as it reaches the terminal: every character

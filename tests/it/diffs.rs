@@ -67,3 +67,110 @@ fn one_command_line_everywhere_and_previews_keep_their_tabs() {
         );
     }
 }
+
+/// An edit prints the diff of the change it made; a command that changed
+/// files prints each with its `+added -removed`; a line of the file
+/// carrying an escape sequence or a bidi override is shown escaped; with
+/// `NO_COLOR` nothing is coloured, on a terminal without it the diff's
+/// lines are (green `+`, red `-`).
+#[test]
+fn an_edit_prints_its_diff_and_a_command_its_changed_files() {
+    for leg in legs() {
+        for no_color in [true, false] {
+            let s = Scratch::new(leg);
+            write(
+                &s,
+                "calc.py",
+                "def add(a, b):\n\treturn a - b\n\nprint(add(1, 2))\n",
+            );
+            let sc = script(
+                &s,
+                serde_json::json!([
+                    {"tool_calls": [{"name": "edit", "arguments": {
+                        "path": "calc.py", "old_string": "\treturn a - b\n",
+                        "new_string": "\treturn a + b\n# \u{1b}[2K\u{202e}evil\n"}}]},
+                    {"tool_calls": [{"name": "bash", "arguments": {
+                        "command": "printf 'x\\ny\\n' > two.txt; sed -i 's/print/echo/' calc.py"}}]},
+                    {"text": "Fixed."},
+                ]),
+            );
+            let mut c = s.retie();
+            c.arg("run")
+                .arg(&s.ws)
+                .args(["--provider", "script", "--script"])
+                .arg(&sc)
+                .env_remove("RETIE_PROVIDER");
+            if no_color {
+                c.env("NO_COLOR", "1");
+            } else {
+                c.env_remove("NO_COLOR");
+            }
+            let mut t = crate::pty::Pty::spawn(c);
+            t.expect("retie> ");
+            t.line("fix it");
+            t.expect("Fixed.");
+            end_with_ctrl_d(&s, &mut t);
+            let out = t.output();
+            let raw = t.bytes();
+            let plain = strip_sgr(&out);
+            for want in [
+                "@@ -1,4 +1,5 @@",
+                " def add(a, b):",
+                "-        return a - b",
+                "+        return a + b",
+                r"+# \e[2K\u{202e}evil",
+                "two.txt  +2 -0 (new)",
+                "calc.py  +1 -1",
+                "shows the diff",
+            ] {
+                assert!(
+                    plain.contains(want),
+                    "{leg:?} {no_color}: no {want:?} in\n{out}"
+                );
+            }
+            assert!(
+                !raw.windows(4).any(|w| w == b"\x1b[2K") && !out.contains('\u{202e}'),
+                "{leg:?}: the file's escape sequence or bidi override reached the terminal"
+            );
+            let coloured = out.contains("\x1b[32m+        return a + b");
+            assert_eq!(coloured, !no_color, "{leg:?} NO_COLOR={no_color}:\n{out}");
+            if no_color {
+                assert!(sgr_free(&raw), "{leg:?}: NO_COLOR, yet colours:\n{out}");
+            }
+        }
+    }
+}
+
+/// The text without SGR colour sequences.
+fn strip_sgr(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut it = s.chars().peekable();
+    while let Some(c) = it.next() {
+        if c == '\u{1b}' && it.peek() == Some(&'[') {
+            let mut seq = String::from("\u{1b}[");
+            it.next();
+            while let Some(&d) = it.peek() {
+                if d.is_ascii_digit() || d == ';' {
+                    seq.push(d);
+                    it.next();
+                } else {
+                    break;
+                }
+            }
+            if it.peek() == Some(&'m') {
+                it.next();
+                continue;
+            }
+            out.push_str(&seq);
+            continue;
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// No SGR colour sequence in the output.
+fn sgr_free(raw: &[u8]) -> bool {
+    let s = String::from_utf8_lossy(raw);
+    strip_sgr(&s) == s
+}

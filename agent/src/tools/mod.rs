@@ -216,6 +216,9 @@ pub struct CallResult {
     /// fetched page). A refused or failed fetch brought in nothing, and
     /// taints nothing (issue 35).
     pub took_in: bool,
+    /// The files an applied change changed, with their contents before
+    /// and after (the diff the person is shown; issue 31).
+    pub changes: Vec<retie_dispatch::diffs::FileChange>,
 }
 
 /// Approves exactly the arguments the person wrote in an edit, if the
@@ -418,6 +421,7 @@ impl Tools {
                     pending: None,
                     edited: None,
                     took_in: false,
+                    changes: Vec::new(),
                 });
             }
         };
@@ -648,6 +652,7 @@ impl Tools {
                     pending: None,
                     edited: None,
                     took_in: false,
+                    changes: Vec::new(),
                 });
             }
         };
@@ -672,6 +677,17 @@ impl Tools {
                 } else {
                     self.recall.shorten(text)
                 };
+                // What it changed, for the person's diff: read back from
+                // the changeset it recorded (the same pre-images `/diff`
+                // and an undo use).
+                let changes = match rec.changeset_of(action) {
+                    Some(id) if status == Status::Applied.word() => {
+                        retie_dispatch::diffs::Reader::open(&self.state, &self.workspace)
+                            .and_then(|r| r.changeset(id))
+                            .unwrap_or_default()
+                    }
+                    _ => Vec::new(),
+                };
                 CallResult {
                     text,
                     action: Some(action),
@@ -681,6 +697,7 @@ impl Tools {
                     pending: None,
                     edited: None,
                     took_in,
+                    changes,
                 }
             }
             Dispatched::Refused { reason, by } => CallResult {
@@ -692,6 +709,7 @@ impl Tools {
                 pending: None,
                 edited: None,
                 took_in: false,
+                changes: Vec::new(),
             },
             Dispatched::Suspended { pending } => CallResult {
                 text: String::new(),
@@ -702,6 +720,7 @@ impl Tools {
                 pending: Some(pending),
                 edited: None,
                 took_in: false,
+                changes: Vec::new(),
             },
             Dispatched::Edited {
                 pending,
@@ -716,6 +735,7 @@ impl Tools {
                 pending: None,
                 edited: Some((pending, by, arguments)),
                 took_in: false,
+                changes: Vec::new(),
             },
         })
     }

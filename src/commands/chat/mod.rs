@@ -147,6 +147,7 @@ fn chat(mut args: RunArgs) -> Result<i32, CliError> {
         visible(session.id())
     );
     let mut ui = render::ChatRender::new(spin.clone());
+    ui.diff_lines = s.r.diff_lines;
     let mut tasks = 0u64;
     if resuming {
         if let Some((was, now)) = session.tier_change() {

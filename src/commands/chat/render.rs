@@ -93,6 +93,8 @@ pub fn start(s: &SharedSpinner, label: &str) {
 /// The [`Render`] of the interactive terminal.
 pub struct ChatRender {
     pub err: Style,
+    /// Lines of a change's diff shown after an edit or a write.
+    pub diff_lines: usize,
     pub spin: SharedSpinner,
     /// The last thing printed on stdout ended a line (or nothing was).
     at_line_start: bool,
@@ -106,6 +108,7 @@ impl ChatRender {
     pub fn new(spin: SharedSpinner) -> ChatRender {
         ChatRender {
             err: Style::stderr(),
+            diff_lines: retie_display::DEFAULT_DIFF_LINES,
             spin,
             at_line_start: true,
             in_reasoning: false,
@@ -183,6 +186,11 @@ impl Render for ChatRender {
             self.err.dim(c.status),
             self.err.dim(&format!("— {}", preview(&said)))
         );
+        for l in
+            crate::ui::changes::after_call(&c.tool, c.action, &c.changes, self.err, self.diff_lines)
+        {
+            eprintln!("{l}");
+        }
         // The model thinks again after a call.
         start(&self.spin, "thinking");
     }
@@ -213,6 +221,8 @@ impl Render for ChatRender {
 /// per tool call on stderr.
 pub struct PlainRender {
     json: bool,
+    /// Lines of a change's diff shown after an edit or a write.
+    pub diff_lines: usize,
     err: Style,
     /// Every line of the model's text and reasoning marked.
     text: Gutter,
@@ -223,6 +233,7 @@ impl PlainRender {
     pub fn new(json: bool) -> PlainRender {
         PlainRender {
             json,
+            diff_lines: retie_display::DEFAULT_DIFF_LINES,
             err: Style::stderr(),
             text: Gutter::new(MODEL_MARK),
             reasoning: Gutter::new(REASONING_MARK),
@@ -270,6 +281,11 @@ impl Render for PlainRender {
             c.status,
             preview(&said)
         );
+        for l in
+            crate::ui::changes::after_call(&c.tool, c.action, &c.changes, self.err, self.diff_lines)
+        {
+            eprintln!("{l}");
+        }
     }
     fn retrying(&mut self, why: &str, wait: std::time::Duration) {
         eprintln!(
