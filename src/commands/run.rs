@@ -687,7 +687,9 @@ pub fn run_inner(
     } else if args.yes {
         Box::new(YesFlag)
     } else if std::io::stdin().is_terminal() {
-        Box::new(super::chat::terminal_approver(&INTERRUPTED)?)
+        let mut t = super::chat::terminal_approver(&INTERRUPTED)?;
+        t.diff_lines = r.diff_lines;
+        Box::new(t)
     } else if args.on_ask == Some(OnAskArg::Refuse) {
         Box::new(NoOneRefuses)
     } else {

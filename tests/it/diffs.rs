@@ -174,3 +174,65 @@ fn sgr_free(raw: &[u8]) -> bool {
     let s = String::from_utf8_lossy(raw);
     strip_sgr(&s) == s
 }
+
+/// A write's approval prompt shows the diff it would make against the
+/// file as it is now (beside the class and the digest, which still binds
+/// the frozen arguments); after `e` the edited write runs and its own
+/// diff is shown. A 10,000-line write is cut with the "more lines" note.
+#[test]
+fn a_writes_approval_shows_its_diff_and_after_an_edit_the_new_one() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        write(&s, "notes.txt", "alpha\nbeta\ngamma\n");
+        let big: String = (0..10_000).map(|i| format!("row {i}\n")).collect();
+        let sc = script(
+            &s,
+            serde_json::json!([
+                {"tool_calls": [{"name": "write", "arguments": {
+                    "path": "notes.txt", "content": "alpha\nBETA\ngamma\n"}}]},
+                {"tool_calls": [{"name": "write", "arguments": {"path": "big.txt", "content": big}}]},
+                {"text": "Written."},
+            ]),
+        );
+        let mut t = session(&s, &sc, &["--autonomy", "manual"]);
+        t.expect("retie> ");
+        t.line("write them");
+        t.expect("retie asks:");
+        t.expect("command: write notes.txt");
+        t.expect("-beta");
+        t.expect("+BETA");
+        t.expect("class:");
+        t.expect("digest ");
+        t.expect("approve?");
+        t.line("e");
+        t.expect("edit> ");
+        t.type_("\x15");
+        t.line(r#"{"path": "notes.txt", "content": "alpha\nbeta\ndelta\n"}"#);
+        // The edited write ran: its diff, not the proposal's.
+        t.expect("-gamma");
+        t.expect("+delta");
+        t.expect("retie asks:");
+        t.expect("command: write big.txt");
+        t.expect("+row 0");
+        t.expect("more lines: `e` shows the whole arguments");
+        t.expect("approve?");
+        t.line("y");
+        t.expect("Written.");
+        end_with_ctrl_d(&s, &mut t);
+        let out = t.output();
+        assert_eq!(read(&s, "notes.txt"), "alpha\nbeta\ndelta\n");
+        assert_eq!(read(&s, "big.txt"), big);
+        assert!(
+            out.contains("… 9961 more lines: /diff #"),
+            "{leg:?}: the 10,000-line write is cut after it ran:\n{out}"
+        );
+        assert!(
+            !out.contains("+row 100\r\n"),
+            "{leg:?}: more than the first lines shown"
+        );
+        assert!(
+            !out.contains("│ arguments: {"),
+            "{leg:?}: the prompt showed the JSON, not the diff:\n{out}"
+        );
+    }
+}

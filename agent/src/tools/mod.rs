@@ -834,6 +834,9 @@ impl<E: retie_dispatch::Executor<Output = ToolOutput>> retie_dispatch::Executor
     fn plan(&self, action: &Action) -> UndoPlan {
         self.0.plan(action)
     }
+    fn shown_change(&self) -> Option<retie_dispatch::diffs::FileChange> {
+        self.0.shown_change()
+    }
     fn execute(
         &mut self,
         action: &Action,

@@ -22,6 +22,8 @@ pub struct TerminalApprover {
     pub style: Style,
     /// Raised when the person cancels the turn at the prompt (Ctrl-C).
     pub cancel: &'static AtomicBool,
+    /// Lines of a write's diff shown (`--diff-lines`).
+    pub diff_lines: usize,
 }
 
 /// The command or arguments as the person edits them: a bash line as
@@ -75,7 +77,19 @@ impl TerminalApprover {
                     eprintln!("{bar}   with: {}", visible(&other.join(" ")));
                 }
             }
-            None => eprintln!("{bar} arguments: {}", visible(&args.to_string())),
+            None => match req.change {
+                // A write or an edit: the change it would make to the
+                // file as it is now, not its JSON (the digest below still
+                // binds exactly the frozen arguments).
+                Some(c) => {
+                    eprintln!("{bar} command: {}", command_line(req));
+                    let more = Some("`e` shows the whole arguments".to_string());
+                    for l in crate::ui::changes::file_lines(c, st, self.diff_lines, more) {
+                        eprintln!("{bar}{}", l.strip_prefix(' ').unwrap_or(&l));
+                    }
+                }
+                None => eprintln!("{bar} arguments: {}", visible(&args.to_string())),
+            },
         }
         let effects: Vec<&str> = req.action.effects().iter().map(|e| e.name()).collect();
         let undo = req

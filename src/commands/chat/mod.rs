@@ -43,6 +43,7 @@ pub fn terminal_approver(
         spin: render::Spinner::shared(),
         style: Style::stderr(),
         cancel,
+        diff_lines: retie_display::DEFAULT_DIFF_LINES,
     })
 }
 
@@ -57,6 +58,7 @@ pub fn terminal_approver_on(
         spin: render::Spinner::shared(),
         style: Style::stderr(),
         cancel,
+        diff_lines: retie_display::DEFAULT_DIFF_LINES,
     }
 }
 
@@ -103,6 +105,7 @@ fn chat(mut args: RunArgs) -> Result<i32, CliError> {
         spin: spin.clone(),
         style: err,
         cancel: &CANCEL,
+        diff_lines: s.r.diff_lines,
     };
     let mut yes = YesFlag;
     if args.yes {
