@@ -10,6 +10,7 @@ pub mod lab;
 pub mod log;
 pub mod models;
 pub mod net;
+pub mod netdiff;
 pub mod pending;
 pub mod policy;
 pub mod probe;

@@ -72,6 +72,13 @@ pub struct Style {
 }
 
 impl Style {
+    /// For stdout (`/diff`, `retie replay --diff`).
+    pub fn stdout() -> Style {
+        use std::io::IsTerminal;
+        Style {
+            color: std::io::stdout().is_terminal() && !no_color(),
+        }
+    }
     /// For stderr (prompts, tool lines, reasoning).
     pub fn stderr() -> Style {
         use std::io::IsTerminal;

@@ -236,3 +236,79 @@ fn a_writes_approval_shows_its_diff_and_after_an_edit_the_new_one() {
         );
     }
 }
+
+/// `/diff` shows the session's net change as diffs (each file before the
+/// session against the workspace now), `/diff #ID` one action's, and
+/// `retie replay --diff` the same outside the session; an undone action
+/// counts for nothing.
+#[test]
+fn slash_diff_and_replay_diff_show_the_contents() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        write(&s, "a.txt", "one\ntwo\nthree\n");
+        let sc = script(
+            &s,
+            serde_json::json!([
+                {"tool_calls": [{"name": "edit", "arguments": {
+                    "path": "a.txt", "old_string": "two", "new_string": "TWO"}}]},
+                {"tool_calls": [{"name": "bash", "arguments": {"command": "echo new > b.txt"}}]},
+                {"tool_calls": [{"name": "edit", "arguments": {
+                    "path": "a.txt", "old_string": "three", "new_string": "THREE"}}]},
+                {"text": "Done."},
+            ]),
+        );
+        let mut t = session(&s, &sc, &[]);
+        t.expect("retie> ");
+        t.line("change them");
+        t.expect("Done.");
+        t.expect("retie> ");
+        t.line("/diff");
+        t.expect("net change");
+        t.expect("a.txt  +2 -2");
+        t.expect("-two");
+        t.expect("-three");
+        t.expect("+TWO");
+        t.expect("+THREE");
+        t.expect("b.txt  +1 -0 (new)");
+        t.expect("+new");
+        t.expect("retie> ");
+        t.line("/undo");
+        t.expect("undone");
+        t.expect("retie> ");
+        let out_before = t.output().len();
+        t.line("/diff");
+        t.expect("net change");
+        t.expect("+new");
+        t.expect("retie> ");
+        let after_undo = t.output()[out_before..].to_string();
+        assert!(
+            after_undo.contains("+TWO") && !after_undo.contains("+THREE"),
+            "{leg:?}: the undone edit still counted:\n{after_undo}"
+        );
+        t.line("/diff #1");
+        t.expect("no action #1");
+        end_with_ctrl_d(&s, &mut t);
+        let all = t.output();
+        let sid = all
+            .split("interactive session ")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .expect("the session's id")
+            .to_string();
+        let o = s
+            .retie()
+            .args(["replay", "--diff", &sid])
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .output()
+            .expect("replay --diff");
+        let text = stdout(&o);
+        for want in ["a.txt  +1 -1", "-two", "+TWO", "b.txt  +1 -0 (new)", "+new"] {
+            assert!(
+                text.contains(want),
+                "{leg:?}: no {want:?} in retie replay --diff:\n{text}"
+            );
+        }
+        assert!(!text.contains("THREE"), "{leg:?}:\n{text}");
+    }
+}
