@@ -312,3 +312,81 @@ fn slash_diff_and_replay_diff_show_the_contents() {
         assert!(!text.contains("THREE"), "{leg:?}:\n{text}");
     }
 }
+
+/// The status line before each prompt on a terminal: model, autonomy,
+/// turn, tokens, the cost with a price in config, pending approvals; off
+/// when stdout is not a terminal. `[agent] diff_lines` cuts a diff.
+#[test]
+fn the_status_line_shows_on_a_terminal_only_and_diff_lines_is_read() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let dir = s.home.join(".config/retie");
+        std::fs::create_dir_all(&dir).expect("config dir");
+        std::fs::write(
+            dir.join("config.toml"),
+            "[agent]\ndiff_lines = 5\n[agent.prices.\"script\"]\ninput_per_mtok = 1.0\noutput_per_mtok = 2.0\n",
+        )
+        .expect("config");
+        for p in [s.home.join(".config"), dir.clone(), dir.join("config.toml")] {
+            s.give(&p);
+        }
+        let lines: String = (0..20).map(|i| format!("l{i}\n")).collect();
+        let turns = serde_json::json!([
+            {"tool_calls": [{"name": "write", "arguments": {"path": "l.txt", "content": lines}}]},
+            {"text": "Wrote."},
+        ]);
+        let sc = script(&s, turns.clone());
+        let mut t = session(&s, &sc, &[]);
+        t.expect("── model script · autonomy gated · turn 0 · tokens 0 in / 0 out · $0.0000 · no approval pending");
+        t.expect("retie> ");
+        t.line("write");
+        t.expect("+l3");
+        t.expect("… 16 more lines: /diff #");
+        t.expect("Wrote.");
+        t.expect("── model script · autonomy gated · turn 2 · tokens ");
+        end_with_ctrl_d(&s, &mut t);
+        assert!(
+            !t.output().contains("+l4"),
+            "{leg:?}: diff_lines = 5 not honoured"
+        );
+
+        // stdout not a terminal: no status line.
+        let s = Scratch::new(leg);
+        let sc = script(&s, turns);
+        let mut inner = s.retie();
+        inner
+            .arg("run")
+            .arg(&s.ws)
+            .args(["--provider", "script", "--script"])
+            .arg(&sc);
+        let mut c = std::process::Command::new("sh");
+        c.arg("-c")
+            .arg("\"$0\" \"$@\" | cat")
+            .arg(inner.get_program())
+            .args(inner.get_args());
+        for (k, v) in inner.get_envs() {
+            match v {
+                Some(v) => c.env(k, v),
+                None => c.env_remove(k),
+            };
+        }
+        c.env_remove("RETIE_PROVIDER").env("NO_COLOR", "1");
+        if let Some(d) = inner.get_current_dir() {
+            c.current_dir(d);
+        }
+        let mut t = crate::pty::Pty::spawn(c);
+        // stdout is a pipe (to cat, which shows it on the terminal).
+        t.expect("retie> ");
+        t.line("write");
+        t.expect("Wrote.");
+        t.expect("retie> ");
+        t.type_("\x04");
+        t.expect("closed");
+        t.wait();
+        assert!(
+            !t.output().contains("── model"),
+            "{leg:?}: a status line with stdout not a terminal:\n{}",
+            t.output()
+        );
+    }
+}

@@ -14,6 +14,7 @@ mod approve;
 mod editor;
 mod render;
 mod slash;
+mod status;
 
 use std::cell::RefCell;
 use std::io::IsTerminal;
@@ -181,6 +182,10 @@ fn chat(mut args: RunArgs) -> Result<i32, CliError> {
     }
     let mut ctrl_c = false;
     loop {
+        let price = prices
+            .get(&session.config().model)
+            .map(|p| (p.input_per_mtok, p.output_per_mtok));
+        status::show(&mut session, price, err);
         let line = match editor.borrow_mut().read("retie> ", true) {
             editor::Read::Eof => break,
             editor::Read::Interrupted if ctrl_c => break,
@@ -200,9 +205,6 @@ fn chat(mut args: RunArgs) -> Result<i32, CliError> {
             break;
         }
         if task.starts_with('/') {
-            let price = prices
-                .get(&session.config().model)
-                .map(|p| (p.input_per_mtok, p.output_per_mtok));
             slash::run(
                 task,
                 slash::Ctx {
