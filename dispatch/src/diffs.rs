@@ -28,6 +28,9 @@ pub struct FileChange {
     /// What stands in for a side that is not a file's content: a symlink,
     /// a content no longer kept anywhere. `None` for two plain contents.
     pub note: Option<String>,
+    /// A side's content is no longer kept anywhere (`retie gc`): no diff
+    /// can be shown, only the note.
+    pub missing: bool,
 }
 
 /// The snapshot state of `workspace` under retie's `state` directory,
@@ -49,8 +52,9 @@ impl Reader {
     }
 
     /// The files changeset `id` changed, in path order; directories left
-    /// out. An entry of another workspace is an error.
-    pub fn changeset(&self, id: &str) -> Result<Vec<FileChange>, Error> {
+    /// out. Without `with_after` only the old side is read (`after` is
+    /// `None`): a caller pairing the pre-image with the workspace now.
+    pub fn changeset(&self, id: &str, with_after: bool) -> Result<Vec<FileChange>, Error> {
         let entry = self.journal.get(id)?;
         let mut out = Vec::new();
         for step in &entry.steps {
@@ -61,15 +65,19 @@ impl Reader {
                 continue;
             }
             let mut notes = Vec::new();
+            let mut missing = false;
             let before = match &step.before {
                 Some(Node::File { hash, .. }) => match &step.before_content {
                     Some(b) => Some(b.clone()),
-                    None => self.blob(hash, &mut notes, "old"),
+                    None => self.blob(hash, &mut notes, &mut missing, "old"),
                 },
                 other => self.not_a_file(other, &mut notes, "old"),
             };
             let after = match &step.after {
-                Some(Node::File { hash, .. }) => self.after(&step.path, hash, &mut notes),
+                _ if !with_after => None,
+                Some(Node::File { hash, .. }) => {
+                    self.after(&step.path, hash, &mut notes, &mut missing)
+                }
                 other => self.not_a_file(other, &mut notes, "new"),
             };
             out.push(FileChange {
@@ -77,6 +85,7 @@ impl Reader {
                 before,
                 after,
                 note: (!notes.is_empty()).then(|| notes.join("; ")),
+                missing,
             });
         }
         Ok(out)
@@ -94,10 +103,28 @@ impl Reader {
         self.store.read(hash).ok()
     }
 
-    fn blob(&self, h: &Hash, notes: &mut Vec<String>, side: &str) -> Option<Vec<u8>> {
-        let b = self.kept(h);
+    /// Content `h`: in the store, else carried in a journal entry as the
+    /// pre-image of a later change (small files are kept there, ADR 0408).
+    fn blob(
+        &self,
+        h: &Hash,
+        notes: &mut Vec<String>,
+        missing: &mut bool,
+        side: &str,
+    ) -> Option<Vec<u8>> {
+        let b = self.kept(h).or_else(|| {
+            self.journal.entries().ok()?.into_iter().find_map(|e| {
+                e.steps
+                    .into_iter()
+                    .find_map(|st| match (&st.before, st.before_content) {
+                        (Some(Node::File { hash, .. }), Some(c)) if hash == h => Some(c),
+                        _ => None,
+                    })
+            })
+        });
         if b.is_none() {
             notes.push(format!("the {side} content is no longer kept (retie gc)"));
+            *missing = true;
         }
         b
     }
@@ -107,13 +134,14 @@ impl Reader {
         path: &retie_snapshot::RelPath,
         h: &Hash,
         notes: &mut Vec<String>,
+        missing: &mut bool,
     ) -> Option<Vec<u8>> {
         if let Ok(Some(now)) = crate::write::current(&self.ws, path) {
             if Hash::of(&now) == *h {
                 return Some(now);
             }
         }
-        self.blob(h, notes, "new")
+        self.blob(h, notes, missing, "new")
     }
 
     fn not_a_file(&self, n: &Option<Node>, notes: &mut Vec<String>, side: &str) -> Option<Vec<u8>> {

@@ -84,6 +84,7 @@ impl Executor for WriteJob<'_> {
             before,
             after: Some(w.content.clone()),
             note,
+            missing: false,
         })
     }
 

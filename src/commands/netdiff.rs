@@ -34,14 +34,15 @@ pub fn print(s: &Session, action: Option<i64>, st: Style) -> bool {
                 println!("#{id} changed no file");
                 return false;
             };
-            let files =
-                match open(&state, a).and_then(|r| r.changeset(cs).map_err(|e| e.to_string())) {
-                    Ok(f) => f,
-                    Err(e) => {
-                        println!("#{id}: its changes could not be read: {}", visible(&e));
-                        return false;
-                    }
-                };
+            let files = match open(&state, a)
+                .and_then(|r| r.changeset(cs, true).map_err(|e| e.to_string()))
+            {
+                Ok(f) => f,
+                Err(e) => {
+                    println!("#{id}: its changes could not be read: {}", visible(&e));
+                    return false;
+                }
+            };
             let mark = if a.undone() { " (undone since)" } else { "" };
             println!(
                 "#{id} {} {}{}",
@@ -63,7 +64,9 @@ pub fn print(s: &Session, action: Option<i64>, st: Style) -> bool {
                     continue;
                 };
                 let ws = a.workspace_path().unwrap_or("").to_string();
-                match open(&state, a).and_then(|r| r.changeset(cs).map_err(|e| e.to_string())) {
+                match open(&state, a)
+                    .and_then(|r| r.changeset(cs, false).map_err(|e| e.to_string()))
+                {
                     Ok(files) => {
                         for f in files {
                             first.entry(f.path.clone()).or_insert((f, ws.clone()));
@@ -85,6 +88,7 @@ pub fn print(s: &Session, action: Option<i64>, st: Style) -> bool {
                     before: f.before,
                     after: now,
                     note: f.note,
+                    missing: f.missing,
                 });
             }
             if files.is_empty() {
@@ -108,7 +112,12 @@ fn open(state: &Path, a: &Action) -> Result<Reader, String> {
 fn show(files: &[FileChange], st: Style) {
     for (f, line) in files.iter().zip(changes::file_counts(files, st)) {
         println!("{}", st.bold(line.trim_start()));
-        for l in changes::file_lines(f, st, usize::MAX, None) {
+        // The note is on the line above already.
+        let f = FileChange {
+            note: None,
+            ..f.clone()
+        };
+        for l in changes::file_lines(&f, st, usize::MAX, None) {
             println!("{l}");
         }
     }

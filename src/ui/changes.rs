@@ -22,6 +22,9 @@ pub fn file_lines(c: &FileChange, st: Style, max: usize, more: Option<String>) -
         more,
         indent: "    ",
     };
+    if c.missing {
+        return out;
+    }
     out.extend(file_diff(c.before.as_deref(), c.after.as_deref(), &ds));
     out
 }
@@ -32,7 +35,8 @@ pub fn file_counts(changes: &[FileChange], st: Style) -> Vec<String> {
     changes
         .iter()
         .map(|c| {
-            let what = match line_counts(c.before.as_deref(), c.after.as_deref()) {
+            let counts = line_counts(c.before.as_deref(), c.after.as_deref());
+            let what = match counts.filter(|_| !c.missing) {
                 Some((a, r)) => {
                     let kind = match (&c.before, &c.after) {
                         (None, Some(_)) => " (new)",
@@ -45,6 +49,7 @@ pub fn file_counts(changes: &[FileChange], st: Style) -> Vec<String> {
                         st.red(&format!("-{r}"))
                     )
                 }
+                None if c.missing => String::new(),
                 None => {
                     let size = |b: &Option<Vec<u8>>| {
                         b.as_ref()

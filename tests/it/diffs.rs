@@ -272,6 +272,20 @@ fn slash_diff_and_replay_diff_show_the_contents() {
         t.expect("b.txt  +1 -0 (new)");
         t.expect("+new");
         t.expect("retie> ");
+        // One action's diff, though a later edit changed the file again:
+        // its new side is found among the later change's pre-images.
+        let first = t
+            .output()
+            .split("✓ #")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .expect("the first action's id")
+            .to_string();
+        t.line(&format!("/diff #{first}"));
+        t.expect("a.txt  +1 -1");
+        t.expect("-two");
+        t.expect("+TWO");
+        t.expect("retie> ");
         t.line("/undo");
         t.expect("undone");
         t.expect("retie> ");

@@ -683,7 +683,7 @@ impl Tools {
                 let changes = match rec.changeset_of(action) {
                     Some(id) if status == Status::Applied.word() => {
                         retie_dispatch::diffs::Reader::open(&self.state, &self.workspace)
-                            .and_then(|r| r.changeset(id))
+                            .and_then(|r| r.changeset(id, true))
                             .unwrap_or_default()
                     }
                     _ => Vec::new(),
