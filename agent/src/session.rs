@@ -150,6 +150,9 @@ pub struct CallRecord {
     pub summary: String,
     /// What the model was told (its first 2000 characters).
     pub said: String,
+    /// The files it changed, both contents (for the person's diff).
+    #[serde(skip)]
+    pub changes: Vec<retie_dispatch::diffs::FileChange>,
 }
 
 /// What a session did.
@@ -1177,8 +1180,9 @@ impl<P: Provider> Session<P> {
                         tool: call.name.clone(),
                         action: None,
                         status: "invalid",
-                        summary: call.name.clone(),
+                        summary: retie_dispatch::display::shell_line(&[&call.name]),
                         said: msg,
+                        changes: Vec::new(),
                     }
                 }
                 Ok(prepared) => {
@@ -1244,6 +1248,7 @@ impl<P: Provider> Session<P> {
                         status: r.status,
                         summary: r.summary,
                         said: r.text.chars().take(SAID_CHARS).collect(),
+                        changes: r.changes,
                     }
                 }
             };
@@ -1304,7 +1309,7 @@ impl Stop {
                     Some(p) => format!(
                         "suspended: approval {} is pending ({}); decide it with `retie approve {}` or `retie deny {} --reason TEXT`, then `retie run --resume {}`",
                         p.pending,
-                        visible(&p.summary),
+                        retie_dispatch::display::visible_again(&p.summary, false),
                         s.id(),
                         s.id(),
                         s.id()
@@ -1344,10 +1349,9 @@ pub fn pending_info(seq: i64, p: &Value) -> PendingInfo {
             .get("command")
             .and_then(Value::as_array)
             .map(|a| {
-                a.iter()
-                    .filter_map(Value::as_str)
-                    .collect::<Vec<_>>()
-                    .join(" ")
+                retie_dispatch::display::shell_line(
+                    &a.iter().filter_map(Value::as_str).collect::<Vec<_>>(),
+                )
             })
             .unwrap_or_default(),
         reason: p

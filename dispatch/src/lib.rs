@@ -20,6 +20,7 @@
 //! decides; this crate only carries the decision out.
 
 pub mod approval;
+pub mod diffs;
 pub mod display;
 pub mod guard;
 pub mod overlay;
@@ -112,6 +113,9 @@ pub struct ApprovalRequest<'a> {
     /// command of a shell line (`bash:git status`), else the tool and
     /// its exact arguments.
     pub grant_keys: &'a [String],
+    /// The change to a file it would make, as it is now
+    /// ([`Executor::shown_change`]): what the prompt shows as a diff.
+    pub change: Option<&'a diffs::FileChange>,
 }
 
 /// The answer.
@@ -225,6 +229,13 @@ impl Approver for CommandLine {
 pub trait Executor {
     type Output;
     fn plan(&self, action: &Action) -> UndoPlan;
+    /// The change it would make to one file, against the file as it is
+    /// now, for the approval prompt to show (a write or an edit; issue
+    /// 31). Shown only: the approval still binds the frozen arguments'
+    /// digest, nothing of this is hashed or recorded.
+    fn shown_change(&self) -> Option<diffs::FileChange> {
+        None
+    }
     fn execute(&mut self, action: &Action, step: &mut Step<'_>) -> Result<Self::Output, Error>;
 }
 
@@ -361,6 +372,11 @@ pub fn dispatch<E: Executor>(
     // effects: the intent records the action's own reach, never the
     // session's permissions (issue 35, item 3).
     let reach: Vec<&str> = action.effects().iter().map(|e| e.name()).collect();
+    // What a person asked about a write is shown (the diff), read once.
+    let shown = match ev.decision.verdict {
+        Verdict::Ask => exec.shown_change(),
+        _ => None,
+    };
     let intent = |by: &str| {
         json!({
             "decision": "allow",
@@ -393,6 +409,7 @@ pub fn dispatch<E: Executor>(
                 plan: &plan,
                 pending: None,
                 grant_keys: &keys,
+                change: shown.as_ref(),
             }) {
                 Approval::Approved { by, digest } => {
                     // What runs is exactly what was approved.
@@ -446,6 +463,7 @@ pub fn dispatch<E: Executor>(
                                 plan: &plan,
                                 pending: Some(pending_seq),
                                 grant_keys: &keys,
+                                change: shown.as_ref(),
                             }),
                             true,
                         ),

@@ -125,6 +125,9 @@ pub struct Recorder {
     last_pending: Option<(i64, Value)>,
     /// The status word of the last outcome recorded (what `--json` and
     /// the live line say of the call: the ledger's own word).
+    /// The action whose changes were recorded last, and its changeset
+    /// (the diff a person is shown after it).
+    last_changeset: Option<(i64, String)>,
     last_status: Option<String>,
 }
 
@@ -178,6 +181,7 @@ impl Recorder {
             lock: None,
             last_pending: None,
             last_status: None,
+            last_changeset: None,
         })
     }
 
@@ -275,6 +279,7 @@ impl Recorder {
             resume: state.open_pending,
             lock: Some(lock),
             last_status: None,
+            last_changeset: None,
         };
         if let Some(d) = renewal {
             let e = rec.entry(
@@ -657,6 +662,15 @@ impl Recorder {
         self.last_status.as_deref()
     }
 
+    /// The changeset whose changes action `action` recorded right before
+    /// making them, if it was the last to record any.
+    pub fn changeset_of(&self, action: i64) -> Option<&str> {
+        match &self.last_changeset {
+            Some((a, id)) if *a == action => Some(id),
+            _ => None,
+        }
+    }
+
     /// The session's id.
     pub fn session_id(&self) -> &str {
         &self.session.id
@@ -754,6 +768,10 @@ impl Recorder {
     /// Durable point 2: the exact changes about to be made.
     pub fn changes(&mut self, action: i64, mut changes: Value) -> Result<(), Error> {
         set(&mut changes, "action", json!(action));
+        self.last_changeset = changes
+            .pointer("/undo/changeset")
+            .and_then(Value::as_str)
+            .map(|id| (action, id.to_string()));
         let e = self.entry(Actor::Agent, Kind::Changes, changes);
         self.ledger.append_batch(|_| vec![e])?;
         stall("intent");

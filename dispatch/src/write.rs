@@ -66,6 +66,28 @@ pub struct WriteJob<'u> {
 impl Executor for WriteJob<'_> {
     type Output = WriteOutput;
 
+    fn shown_change(&self) -> Option<crate::diffs::FileChange> {
+        let w = self.write.as_ref()?;
+        // The file as it is now, through the same guarded read as the
+        // check before the write; what the write was worked out against
+        // (`seen`) is what it will insist on finding.
+        let (before, note) = match current(&self.snaps.ws, &w.path) {
+            Ok(now) if now == w.seen => (now, None),
+            Ok(now) => (
+                now,
+                Some("the file changed since this write was worked out from it: as it stands the write will be refused (the model reads it again)".to_string()),
+            ),
+            Err(why) => (w.seen.clone(), Some(why)),
+        };
+        Some(crate::diffs::FileChange {
+            path: w.path.as_str().to_string(),
+            before,
+            after: Some(w.content.clone()),
+            note,
+            missing: false,
+        })
+    }
+
     fn plan(&self, _: &Action) -> UndoPlan {
         let w = self.write.as_ref();
         UndoPlan {
@@ -218,7 +240,7 @@ fn not_applied(j: &Value) -> String {
 
 /// The file's current content (`None`: no such file), through the
 /// boundary guard.
-fn current(ws: &Workspace, path: &RelPath) -> Result<Option<Vec<u8>>, String> {
+pub(crate) fn current(ws: &Workspace, path: &RelPath) -> Result<Option<Vec<u8>>, String> {
     match ws.read_file(path, SEEN_MAX) {
         Ok((b, size)) if size <= SEEN_MAX => Ok(Some(b)),
         Ok(_) => Err("too large to write here".into()),

@@ -11,6 +11,68 @@
 
 use std::fmt::Write;
 
+mod diff;
+pub use diff::{content_line, file_diff, line_counts, DiffStyle, DEFAULT_DIFF_LINES};
+
+/// Columns of a tab stop when a tab is shown as spaces (a preview, a diff
+/// line): 8, as a terminal, `expand(1)` and `less` show them, so a file
+/// reads with the layout it has in the person's own pager (ADR 0540).
+pub const TAB: usize = 8;
+
+/// `s` with every tab replaced by spaces up to the next multiple of
+/// `width` columns (counted in characters from the start of `s`; a line
+/// break starts the count again). Nothing else changes: escape after.
+pub fn expand_tabs(s: &str, width: usize) -> String {
+    if !s.contains('\t') {
+        return s.to_string();
+    }
+    let width = width.max(1);
+    let mut out = String::with_capacity(s.len() + 16);
+    let mut col = 0usize;
+    for c in s.chars() {
+        match c {
+            '\t' => {
+                let n = width - col % width;
+                out.extend(std::iter::repeat(' ').take(n));
+                col += n;
+            }
+            '\n' => {
+                out.push(c);
+                col = 0;
+            }
+            c => {
+                out.push(c);
+                col += 1;
+            }
+        }
+    }
+    out
+}
+
+/// One line of a tool's result shown to a person (the preview after a
+/// call): tabs as spaces ([`expand_tabs`] to [`TAB`]), every control
+/// character, escape sequence and bidi character escaped ([`visible`]).
+pub fn preview(s: &str) -> String {
+    visible(&expand_tabs(s, TAB))
+}
+
+/// Text made of parts already made visible (a [`shell_line`], a message
+/// holding [`visible`] names) for a terminal: whatever could still act
+/// on the terminal is escaped like [`visible`] does, but a backslash is
+/// left alone (the parts' own escapes are not doubled). Line breaks are
+/// kept when `keep_newline`, else escaped.
+pub fn visible_again(s: &str, keep_newline: bool) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if c == '\\' || (keep_newline && c == '\n') || !needs_escape(c) {
+            out.push(c);
+        } else {
+            out.push_str(&escape(c.encode_utf8(&mut [0u8; 4]), false));
+        }
+    }
+    out
+}
+
 /// `s` with every control character (C0 including `\n` and `\t`, DEL,
 /// C1), bidirectional override and invisible format character shown as
 /// an escape (`\n`, `\r`, `\t`, `\e`, `\x7f`, `\u{202e}`), and the
@@ -115,6 +177,30 @@ mod tests {
         assert_eq!(visible("a\nb\\n"), "a\\nb\\\\n");
         assert_eq!(visible_line("\tx\u{1b}"), "\tx\\e");
         assert_eq!(visible("plain/ünïcode.txt"), "plain/ünïcode.txt");
+    }
+
+    /// Issue 31: a preview shows a file's tabs as the layout they are,
+    /// and still shows every control, escape sequence and bidi character
+    /// as an escape.
+    #[test]
+    fn previews_keep_whitespace_and_escape_the_rest() {
+        assert_eq!(
+            expand_tabs("1\tdef add(a, b):", 8),
+            "1       def add(a, b):"
+        );
+        assert_eq!(expand_tabs("\tx\n12\ty", 4), "    x\n12  y");
+        assert_eq!(preview("1\tdef add(a, b):"), "1       def add(a, b):");
+        let p = preview("7\tx = 1\u{1b}[2K\r\u{202e}\u{7}");
+        assert_eq!(p, r"7       x = 1\e[2K\r\u{202e}\x07");
+        assert!(!p.chars().any(needs_escape), "{p:?}");
+    }
+
+    #[test]
+    fn visible_again_escapes_what_acts_and_keeps_escapes_made() {
+        let line = shell_line(&["sh", "-c", "printf 'a\tb'\n"]);
+        assert_eq!(visible_again(&line, false), line);
+        assert_eq!(visible_again("a\u{1b}[2J\nb", false), r"a\e[2J\nb");
+        assert_eq!(visible_again("a\u{1b}[2J\nb", true), "a\\e[2J\nb");
     }
 
     #[test]

@@ -145,6 +145,7 @@ fn demo(args: DemoArgs) -> Result<i32, CliError> {
             bash_timeout: None,
             fetch_allow: Vec::new(),
             net: None,
+            diff_lines: None,
             ledger: None,
             json: false,
             resume_overrides: Vec::new(),
@@ -166,7 +167,12 @@ fn demo(args: DemoArgs) -> Result<i32, CliError> {
         .collect();
     say("What the gate and the guard refused:");
     for a in &refused {
-        eprintln!("   {} {}: {}", a.status, a.summary, a.said);
+        eprintln!(
+            "   {} {}: {}",
+            a.status,
+            crate::ui::visible_again(&a.summary, false),
+            crate::ui::preview(a.said.lines().next().unwrap_or(""))
+        );
     }
     let leaked = report
         .actions

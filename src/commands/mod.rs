@@ -11,6 +11,7 @@ pub mod ledger_cmd;
 pub mod log;
 pub mod models;
 pub mod net;
+pub mod netdiff;
 pub mod pending;
 pub mod policy;
 pub mod probe;

@@ -138,6 +138,7 @@ pub fn list(a: PendingArgs) -> Result<i32, CliError> {
             "session": sid,
             "pending": op.seq,
             "tool": op.payload.pointer("/action/tool"),
+            "command": op.payload.get("command"),
             "arguments": op.payload.pointer("/action/args"),
             "digest": op.digest,
             "reason": op.payload.get("reason"),
@@ -165,6 +166,10 @@ pub fn list(a: PendingArgs) -> Result<i32, CliError> {
             s("workspace")
         );
         println!("  tool: {}", s("tool"));
+        if let Some(argv) = p["command"].as_array() {
+            let argv: Vec<&str> = argv.iter().filter_map(Value::as_str).collect();
+            println!("  command: {}", crate::ui::shell_line(&argv));
+        }
         println!("  arguments: {}", visible(&p["arguments"].to_string()));
         println!("  digest: {}", s("digest"));
         println!("  why it asks: {}", s("reason"));

@@ -30,6 +30,10 @@ pub struct ReplayArgs {
     /// The session as JSON, on stdout.
     #[arg(long)]
     pub json: bool,
+    /// What the session changed, as diffs: each file's content before the
+    /// session against the workspace now (as `/diff` shows it).
+    #[arg(long, conflicts_with_all = ["json", "markdown"])]
+    pub diff: bool,
 }
 
 /// UTC time of a millisecond timestamp, `YYYY-MM-DD HH:MM:SS`.
@@ -119,6 +123,10 @@ pub fn run(a: ReplayArgs) -> i32 {
         );
         return crate::error::EXIT_FAILED;
     };
+    if a.diff {
+        crate::commands::netdiff::print(s, None, crate::ui::Style::stdout());
+        return 0;
+    }
     let t = totals(s);
     if a.json {
         let actions: Vec<Value> = s.actions.iter().map(action_json).collect();

@@ -126,6 +126,7 @@ fn run_args(a: &RetestArgs, dir: Option<PathBuf>) -> RunArgs {
         bash_timeout: None,
         fetch_allow: Vec::new(),
         net: None,
+        diff_lines: None,
         ledger: a.ledger.clone(),
         json: a.json,
         resume_overrides: Vec::new(),

@@ -115,6 +115,11 @@ pub struct RunArgs {
     /// Printed at start and recorded.
     #[arg(long, value_name = "none|allow|allow:HOSTS|registries")]
     pub net: Option<String>,
+    /// Lines of a change's diff shown after an edit, a write or in an
+    /// approval prompt (default: `[agent] diff_lines`, else 40); the rest
+    /// is counted, and `/diff #ID` shows it all.
+    #[arg(long, value_name = "N")]
+    pub diff_lines: Option<usize>,
     /// The ledger (default: RETIE_LEDGER, else STATE/ledger.db).
     #[arg(long, value_name = "PATH")]
     pub ledger: Option<PathBuf>,
@@ -197,6 +202,8 @@ pub struct AgentConfig {
     timeout: Option<u64>,
     /// The longest one bash command may run, seconds (`--bash-timeout`).
     bash_timeout: Option<u64>,
+    /// Lines of a change's diff shown (`--diff-lines`, default 40).
+    diff_lines: Option<usize>,
     /// Attempts at one turn when the provider fails transiently (error
     /// event, 5xx, 429, dropped connection, cut stream), the first
     /// included; then the session suspends (default 4;
@@ -313,10 +320,11 @@ pub fn finish(r: &Report, json_out: bool) -> i32 {
     // The pending action, on stderr in both modes: what a person decides.
     if let Some(p) = &r.pending {
         eprintln!(
-            "retie: pending approval {} in session {}:\n  tool: {}\n  arguments: {}\n  digest: {}\n  why it asks: {}",
+            "retie: pending approval {} in session {}:\n  tool: {}\n  command: {}\n  arguments: {}\n  digest: {}\n  why it asks: {}",
             p.pending,
             crate::ui::visible(&r.session),
             crate::ui::visible(&p.tool),
+            crate::ui::visible_again(&p.summary, false),
             crate::ui::visible(&p.arguments.to_string()),
             p.digest,
             crate::ui::visible(&p.reason)
@@ -382,6 +390,8 @@ pub(super) struct Resolved {
     pub bash_net: Option<retie_dispatch::sandbox::NetProxy>,
     /// Per-model prices from config.
     pub prices: std::collections::BTreeMap<String, Price>,
+    /// Lines of a change's diff shown (`--diff-lines`, `[agent] diff_lines`).
+    pub diff_lines: usize,
     /// The project's instructions read into the system prompt (a new
     /// session only; a resumed one keeps its recorded prompt).
     pub instructions: Vec<Instructions>,
@@ -662,6 +672,10 @@ pub(super) fn resolve(args: &RunArgs) -> Result<Resolved, CliError> {
         ));
     }
     Ok(Resolved {
+        diff_lines: args
+            .diff_lines
+            .or(file.diff_lines)
+            .unwrap_or(retie_display::DEFAULT_DIFF_LINES),
         bash_timeout,
         base_url_is_default,
         key_env,
@@ -960,7 +974,9 @@ pub fn run_inner(
     } else if args.yes {
         Box::new(YesFlag)
     } else if std::io::stdin().is_terminal() {
-        Box::new(super::chat::terminal_approver(&INTERRUPTED)?)
+        let mut t = super::chat::terminal_approver(&INTERRUPTED)?;
+        t.diff_lines = r.diff_lines;
+        Box::new(t)
     } else if args.on_ask == Some(OnAskArg::Refuse) {
         Box::new(NoOneRefuses)
     } else {
@@ -971,6 +987,7 @@ pub fn run_inner(
     unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
     let mut ui = super::chat::PlainRender::new(args.json);
     ui.progress = progress;
+    ui.diff_lines = r.diff_lines;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

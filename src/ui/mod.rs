@@ -1,6 +1,8 @@
 //! Terminal output helpers.
 
-pub use retie_display::{shell_line, visible, visible_line};
+pub mod changes;
+
+pub use retie_display::{preview, shell_line, visible, visible_again, visible_line};
 
 /// An error message as it reaches the terminal: every character
 /// [`visible`] would escape is escaped, so that a name inside it (a file
@@ -10,17 +12,7 @@ pub use retie_display::{shell_line, visible, visible_line};
 /// were escaped where they were put in the message (a second doubling
 /// would show `\\e` for an escape).
 pub fn error_text(msg: &str) -> String {
-    let mut out = String::with_capacity(msg.len());
-    let mut buf = [0u8; 4];
-    for c in msg.chars() {
-        let one: &str = c.encode_utf8(&mut buf);
-        if c == '\n' || c == '\\' || visible(one) == one {
-            out.push(c);
-        } else {
-            out.push_str(&visible(one));
-        }
-    }
-    out
+    retie_display::visible_again(msg, true)
 }
 
 /// `retie: MESSAGE` on standard error, through [`error_text`].
@@ -80,6 +72,13 @@ pub struct Style {
 }
 
 impl Style {
+    /// For stdout (`/diff`, `retie replay --diff`).
+    pub fn stdout() -> Style {
+        use std::io::IsTerminal;
+        Style {
+            color: std::io::stdout().is_terminal() && !no_color(),
+        }
+    }
     /// For stderr (prompts, tool lines, reasoning).
     pub fn stderr() -> Style {
         use std::io::IsTerminal;

@@ -11,6 +11,7 @@ mod pty;
 mod agent;
 mod bigchange;
 mod cli;
+mod diffs;
 mod escapes;
 mod exec;
 mod firsthour;

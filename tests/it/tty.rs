@@ -11,7 +11,7 @@ use std::process::Stdio;
 use crate::harness::*;
 use crate::pty::Pty;
 
-fn script(s: &Scratch, turns: serde_json::Value) -> PathBuf {
+pub(crate) fn script(s: &Scratch, turns: serde_json::Value) -> PathBuf {
     let p = s.root.path().join("script.json");
     std::fs::write(&p, serde_json::json!({ "turns": turns }).to_string()).expect("script");
     s.give(&p);
@@ -19,7 +19,7 @@ fn script(s: &Scratch, turns: serde_json::Value) -> PathBuf {
 }
 
 /// `retie run WS --provider script --script FILE [extra]` on a terminal.
-fn session(s: &Scratch, script: &std::path::Path, extra: &[&str]) -> Pty {
+pub(crate) fn session(s: &Scratch, script: &std::path::Path, extra: &[&str]) -> Pty {
     let mut c = s.retie();
     c.arg("run")
         .arg(&s.ws)
@@ -56,13 +56,13 @@ fn verify(s: &Scratch) {
     assert_code(&o, 0, "retie verify after the session");
 }
 
-fn read(s: &Scratch, rel: &str) -> String {
+pub(crate) fn read(s: &Scratch, rel: &str) -> String {
     std::fs::read_to_string(s.ws.join(rel)).unwrap_or_default()
 }
 
 /// Ctrl-D ends the session: closed in the ledger, which verifies.
 #[track_caller]
-fn end_with_ctrl_d(s: &Scratch, t: &mut Pty) {
+pub(crate) fn end_with_ctrl_d(s: &Scratch, t: &mut Pty) {
     t.expect("retie> ");
     t.type_("\x04");
     t.expect("closed");

@@ -214,6 +214,9 @@ pub struct CallResult {
     /// fetched page). A refused or failed fetch brought in nothing, and
     /// taints nothing (issue 35).
     pub took_in: bool,
+    /// The files an applied change changed, with their contents before
+    /// and after (the diff the person is shown; issue 31).
+    pub changes: Vec<retie_dispatch::diffs::FileChange>,
 }
 
 /// Approves exactly the arguments the person wrote in an edit, if the
@@ -427,6 +430,7 @@ impl Tools {
                     pending: None,
                     edited: None,
                     took_in: false,
+                    changes: Vec::new(),
                 });
             }
         };
@@ -657,6 +661,7 @@ impl Tools {
                     pending: None,
                     edited: None,
                     took_in: false,
+                    changes: Vec::new(),
                 });
             }
         };
@@ -681,6 +686,17 @@ impl Tools {
                 } else {
                     self.recall.shorten(text)
                 };
+                // What it changed, for the person's diff: read back from
+                // the changeset it recorded (the same pre-images `/diff`
+                // and an undo use).
+                let changes = match rec.changeset_of(action) {
+                    Some(id) if status == Status::Applied.word() => {
+                        retie_dispatch::diffs::Reader::open(&self.state, &self.workspace)
+                            .and_then(|r| r.changeset(id, true))
+                            .unwrap_or_default()
+                    }
+                    _ => Vec::new(),
+                };
                 CallResult {
                     text,
                     action: Some(action),
@@ -690,6 +706,7 @@ impl Tools {
                     pending: None,
                     edited: None,
                     took_in,
+                    changes,
                 }
             }
             Dispatched::Refused { reason, by } => CallResult {
@@ -701,6 +718,7 @@ impl Tools {
                 pending: None,
                 edited: None,
                 took_in: false,
+                changes: Vec::new(),
             },
             Dispatched::Suspended { pending } => CallResult {
                 text: String::new(),
@@ -711,6 +729,7 @@ impl Tools {
                 pending: Some(pending),
                 edited: None,
                 took_in: false,
+                changes: Vec::new(),
             },
             Dispatched::Edited {
                 pending,
@@ -725,6 +744,7 @@ impl Tools {
                 pending: None,
                 edited: Some((pending, by, arguments)),
                 took_in: false,
+                changes: Vec::new(),
             },
         })
     }
@@ -748,8 +768,11 @@ pub struct Prepared {
 /// start...).
 pub type ToolOutput = Result<String, String>;
 
-/// The intent's `command`: an argv-like array for `retie log`.
-fn command_of(tool: &str, args: &Map<String, Value>) -> Vec<String> {
+/// The intent's `command`: an argv-like array for `retie log`. Every
+/// screen shows it as [`retie_dispatch::display::shell_line`] of this
+/// (the live line, the approval prompt, `retie pending`, replay and log:
+/// issue 31).
+pub fn command_of(tool: &str, args: &Map<String, Value>) -> Vec<String> {
     let s = |k: &str| {
         args.get(k)
             .and_then(Value::as_str)
@@ -770,8 +793,13 @@ fn command_of(tool: &str, args: &Map<String, Value>) -> Vec<String> {
 /// Longest one-line summary of a call shown on the terminal.
 const SUMMARY_MAX: usize = 240;
 
-fn summary_of(tool: &str, args: &Map<String, Value>) -> String {
-    let mut s = command_of(tool, args).join(" ");
+/// The call as the terminal shows it: its [`command_of`] quoted as a
+/// shell reads it back ([`retie_dispatch::display::shell_line`], the one
+/// command-line rendering; nothing in it acts on a terminal), cut.
+pub fn summary_of(tool: &str, args: &Map<String, Value>) -> String {
+    let argv = command_of(tool, args);
+    let mut s =
+        retie_dispatch::display::shell_line(&argv.iter().map(String::as_str).collect::<Vec<_>>());
     if s.len() > SUMMARY_MAX {
         let mut end = SUMMARY_MAX;
         while !s.is_char_boundary(end) {
@@ -814,6 +842,9 @@ impl<E: retie_dispatch::Executor<Output = ToolOutput>> retie_dispatch::Executor
     type Output = ToolOutput;
     fn plan(&self, action: &Action) -> UndoPlan {
         self.0.plan(action)
+    }
+    fn shown_change(&self) -> Option<retie_dispatch::diffs::FileChange> {
+        self.0.shown_change()
     }
     fn execute(
         &mut self,

@@ -22,6 +22,8 @@ pub struct TerminalApprover {
     pub style: Style,
     /// Raised when the person cancels the turn at the prompt (Ctrl-C).
     pub cancel: &'static AtomicBool,
+    /// Lines of a write's diff shown (`--diff-lines`).
+    pub diff_lines: usize,
 }
 
 /// The command or arguments as the person edits them: a bash line as
@@ -32,6 +34,15 @@ pub fn editable(req: &ApprovalRequest<'_>) -> String {
         Some(c) if req.evaluation.shell.is_some() => c.to_string(),
         _ => args.to_string(),
     }
+}
+
+/// The call as every screen shows it (the live line, replay, log,
+/// `retie pending`): [`crate::ui::shell_line`] of the intent's command.
+fn command_line(req: &ApprovalRequest<'_>) -> String {
+    let args = req.action.args().to_json();
+    let map = args.as_object().cloned().unwrap_or_default();
+    let argv = retie_agent::tools::command_of(req.action.tool(), &map);
+    crate::ui::shell_line(&argv.iter().map(String::as_str).collect::<Vec<_>>())
 }
 
 impl TerminalApprover {
@@ -49,10 +60,7 @@ impl TerminalApprover {
         );
         match &ev.shell {
             Some(s) => {
-                eprintln!(
-                    "{bar} command: {}",
-                    visible(args.get("command").and_then(Value::as_str).unwrap_or(""))
-                );
+                eprintln!("{bar} command: {}", command_line(req));
                 for p in &s.parts {
                     eprintln!("{bar}   runs: {}", visible(p));
                 }
@@ -69,7 +77,19 @@ impl TerminalApprover {
                     eprintln!("{bar}   with: {}", visible(&other.join(" ")));
                 }
             }
-            None => eprintln!("{bar} arguments: {}", visible(&args.to_string())),
+            None => match req.change {
+                // A write or an edit: the change it would make to the
+                // file as it is now, not its JSON (the digest below still
+                // binds exactly the frozen arguments).
+                Some(c) => {
+                    eprintln!("{bar} command: {}", command_line(req));
+                    let more = Some("`e` shows the whole arguments".to_string());
+                    for l in crate::ui::changes::file_lines(c, st, self.diff_lines, more) {
+                        eprintln!("{bar}{}", l.strip_prefix(' ').unwrap_or(&l));
+                    }
+                }
+                None => eprintln!("{bar} arguments: {}", visible(&args.to_string())),
+            },
         }
         let effects: Vec<&str> = req.action.effects().iter().map(|e| e.name()).collect();
         let undo = req

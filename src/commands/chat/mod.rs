@@ -14,6 +14,7 @@ mod approve;
 mod editor;
 mod render;
 mod slash;
+mod status;
 
 use std::cell::RefCell;
 use std::io::IsTerminal;
@@ -43,6 +44,7 @@ pub fn terminal_approver(
         spin: render::Spinner::shared(),
         style: Style::stderr(),
         cancel,
+        diff_lines: retie_display::DEFAULT_DIFF_LINES,
     })
 }
 
@@ -57,6 +59,7 @@ pub fn terminal_approver_on(
         spin: render::Spinner::shared(),
         style: Style::stderr(),
         cancel,
+        diff_lines: retie_display::DEFAULT_DIFF_LINES,
     }
 }
 
@@ -103,6 +106,7 @@ fn chat(mut args: RunArgs) -> Result<i32, CliError> {
         spin: spin.clone(),
         style: err,
         cancel: &CANCEL,
+        diff_lines: s.r.diff_lines,
     };
     let mut yes = YesFlag;
     if args.yes {
@@ -147,6 +151,7 @@ fn chat(mut args: RunArgs) -> Result<i32, CliError> {
         visible(session.id())
     );
     let mut ui = render::ChatRender::new(spin.clone());
+    ui.diff_lines = s.r.diff_lines;
     let mut tasks = 0u64;
     if resuming {
         if let Some((was, now)) = session.tier_change() {
@@ -154,10 +159,9 @@ fn chat(mut args: RunArgs) -> Result<i32, CliError> {
         }
         if let Some(p) = session.resumed_pending() {
             eprintln!(
-                "retie: resumed at pending approval {}: {} {}\n  digest: {}",
+                "retie: resumed at pending approval {}: {}\n  digest: {}",
                 p.pending,
-                visible(&p.tool),
-                visible(&p.arguments.to_string()),
+                crate::ui::visible_again(&p.summary, false),
                 p.digest
             );
         } else {
@@ -178,6 +182,10 @@ fn chat(mut args: RunArgs) -> Result<i32, CliError> {
     }
     let mut ctrl_c = false;
     loop {
+        let price = prices
+            .get(&session.config().model)
+            .map(|p| (p.input_per_mtok, p.output_per_mtok));
+        status::show(&mut session, price, err);
         let line = match editor.borrow_mut().read("retie> ", true) {
             editor::Read::Eof => break,
             editor::Read::Interrupted if ctrl_c => break,
@@ -197,9 +205,6 @@ fn chat(mut args: RunArgs) -> Result<i32, CliError> {
             break;
         }
         if task.starts_with('/') {
-            let price = prices
-                .get(&session.config().model)
-                .map(|p| (p.input_per_mtok, p.output_per_mtok));
             slash::run(
                 task,
                 slash::Ctx {

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use retie_agent::session::{CallRecord, Render};
 use retie_agent::{StreamEvent, ToolCall};
 
-use crate::ui::{visible, Gutter, Style, MODEL_MARK, REASONING_MARK};
+use crate::ui::{preview, visible, visible_again, Gutter, Style, MODEL_MARK, REASONING_MARK};
 
 const FRAMES: &[&str] = &["|", "/", "-", "\\"];
 
@@ -93,6 +93,8 @@ pub fn start(s: &SharedSpinner, label: &str) {
 /// The [`Render`] of the interactive terminal.
 pub struct ChatRender {
     pub err: Style,
+    /// Lines of a change's diff shown after an edit or a write.
+    pub diff_lines: usize,
     pub spin: SharedSpinner,
     /// The last thing printed on stdout ended a line (or nothing was).
     at_line_start: bool,
@@ -106,6 +108,7 @@ impl ChatRender {
     pub fn new(spin: SharedSpinner) -> ChatRender {
         ChatRender {
             err: Style::stderr(),
+            diff_lines: retie_display::DEFAULT_DIFF_LINES,
             spin,
             at_line_start: true,
             in_reasoning: false,
@@ -179,10 +182,15 @@ impl Render for ChatRender {
         eprintln!(
             "  {mark} {}{} {} {}",
             self.err.dim(&id),
-            visible(&c.summary),
+            visible_again(&c.summary, false),
             self.err.dim(c.status),
-            self.err.dim(&format!("— {}", visible(&said)))
+            self.err.dim(&format!("— {}", preview(&said)))
         );
+        for l in
+            crate::ui::changes::after_call(&c.tool, c.action, &c.changes, self.err, self.diff_lines)
+        {
+            eprintln!("{l}");
+        }
         // The model thinks again after a call.
         start(&self.spin, "thinking");
     }
@@ -217,6 +225,8 @@ pub struct PlainRender {
     /// terminal meanwhile).
     pub progress: bool,
     ticker: super::super::progress::Ticker,
+    /// Lines of a change's diff shown after an edit or a write.
+    pub diff_lines: usize,
     err: Style,
     /// Every line of the model's text and reasoning marked.
     text: Gutter,
@@ -229,6 +239,7 @@ impl PlainRender {
             json,
             progress: false,
             ticker: Default::default(),
+            diff_lines: retie_display::DEFAULT_DIFF_LINES,
             err: Style::stderr(),
             text: Gutter::new(MODEL_MARK),
             reasoning: Gutter::new(REASONING_MARK),
@@ -279,10 +290,15 @@ impl Render for PlainRender {
             .collect();
         eprintln!(
             "\n  → {id}{}: {} — {}",
-            visible(&c.summary),
+            visible_again(&c.summary, false),
             c.status,
-            visible(&said)
+            preview(&said)
         );
+        for l in
+            crate::ui::changes::after_call(&c.tool, c.action, &c.changes, self.err, self.diff_lines)
+        {
+            eprintln!("{l}");
+        }
     }
     fn retrying(&mut self, why: &str, wait: std::time::Duration) {
         eprintln!(

@@ -17,7 +17,7 @@ pub const HELP: &str = "\
 /undo [ACTION]     undo one action (default: the last undoable one)
 /undo-all          undo every action of this session, newest first
 /replay            this session's actions, decisions and outcomes
-/diff              what this session changed so far
+/diff [ACTION]     what this session changed so far, as diffs (or one action's: /diff #13)
 /approvals         the \"always\" grants of this session
 /approvals revoke N  revoke grant N
 /autonomy [LEVEL]  show, or set manual, gated or auto from the next task on
@@ -76,9 +76,18 @@ pub fn run(line: &str, cx: Ctx<'_>) {
                 ledger,
                 markdown: false,
                 json: false,
+                diff: false,
             });
         }
-        ("/diff", []) => diff(cx.ledger_path, &id, cx.style),
+        ("/diff", []) => {
+            if list(cx.ledger_path, &id, cx.style) {
+                diff(cx.ledger_path, &id, None);
+            }
+        }
+        ("/diff", [a]) => match a.trim_start_matches('#').parse::<i64>() {
+            Ok(n) => diff(cx.ledger_path, &id, Some(n)),
+            Err(_) => println!("/diff takes an action's number (/diff #13; see /replay)"),
+        },
         ("/approvals", []) => {
             let grants = cx.session.grants();
             if grants.is_empty() {
@@ -173,9 +182,9 @@ pub fn run(line: &str, cx: Ctx<'_>) {
     }
 }
 
-/// What the session changed so far, from the ledger: each action that
-/// changed the workspace, with the paths, marked when undone.
-fn diff(path: &Path, session: &str, st: Style) {
+/// What the session changed so far (or one action), as diffs: the same
+/// as `retie replay --diff`.
+fn diff(path: &Path, session: &str, action: Option<i64>) {
     let rows = match Ledger::open(path, false, None).and_then(|l| l.rows()) {
         Ok(r) => r,
         Err(e) => {
@@ -184,9 +193,31 @@ fn diff(path: &Path, session: &str, st: Style) {
         }
     };
     let sessions = model::sessions(&rows);
+    if let Some(s) = sessions.iter().find(|s| s.id == session) {
+        if action.is_none() {
+            println!(
+                "{}",
+                Style::stdout().bold("net change (before the session → now):")
+            );
+        }
+        crate::commands::netdiff::print(s, action, Style::stdout());
+    }
+}
+
+/// What the session changed so far, from the ledger: each action that
+/// changed the workspace, with the paths, marked when undone.
+fn list(path: &Path, session: &str, st: Style) -> bool {
+    let rows = match Ledger::open(path, false, None).and_then(|l| l.rows()) {
+        Ok(r) => r,
+        Err(e) => {
+            println!("the ledger could not be read: {e}");
+            return false;
+        }
+    };
+    let sessions = model::sessions(&rows);
     let Some(s) = sessions.iter().find(|s| s.id == session) else {
         println!("nothing changed yet");
-        return;
+        return false;
     };
     let mut any = false;
     for a in &s.actions {
@@ -207,6 +238,9 @@ fn diff(path: &Path, session: &str, st: Style) {
         if !changed || (paths.is_empty() && file.is_none()) {
             continue;
         }
+        if !any {
+            println!("{}", st.bold("actions that changed files:"));
+        }
         any = true;
         let mark = if a.undone() { " (undone)" } else { "" };
         println!(
@@ -223,4 +257,5 @@ fn diff(path: &Path, session: &str, st: Style) {
     if !any {
         println!("nothing changed yet");
     }
+    any
 }
