@@ -113,14 +113,25 @@ fn escape(s: &str, keep_tab: bool) -> String {
     out
 }
 
-fn needs_escape(c: char) -> bool {
+/// Whether a terminal would act on `c`, or a person could not see it:
+/// the one table of such characters for every crate (the policy crate's
+/// gate question uses it too, with its own rendering). C0 and C1 controls
+/// and DEL; the soft hyphen; zero-width spaces, joiners and direction
+/// marks; line and paragraph separators; bidirectional embeddings,
+/// overrides and isolates; word joiner, invisible operators and the
+/// deprecated format characters; the byte-order mark; interlinear
+/// annotation characters.
+pub fn needs_escape(c: char) -> bool {
     c.is_control()
         || matches!(c,
-            // bidirectional embeddings, overrides and isolates
-            '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
-            // zero-width and direction marks, line/paragraph separators,
-            // the byte-order mark
-            | '\u{200b}'..='\u{200f}' | '\u{2028}' | '\u{2029}' | '\u{feff}')
+            '\u{ad}'
+            | '\u{200b}'..='\u{200f}'
+            // separators, then bidirectional embeddings and overrides
+            | '\u{2028}'..='\u{202e}'
+            // word joiner ... isolates ... deprecated format characters
+            | '\u{2060}'..='\u{206f}'
+            | '\u{feff}'
+            | '\u{fff9}'..='\u{fffb}')
 }
 
 /// A command line as a shell would read it back: each argument quoted
@@ -182,6 +193,30 @@ mod tests {
     /// Issue 31: a preview shows a file's tabs as the layout they are,
     /// and still shows every control, escape sequence and bidi character
     /// as an escape.
+    /// One table for every crate: each character either escaper caught
+    /// before they shared it (the policy's soft hyphen, word joiner,
+    /// invisible operators and annotation characters were missing here)
+    /// is escaped by `visible`, `visible_line` and `shell_line`.
+    #[test]
+    fn every_invisible_character_is_escaped_everywhere() {
+        let chars = (0u32..0x20)
+            .chain(0x7f..=0x9f)
+            .chain([0xad, 0xfeff])
+            .chain(0x200b..=0x200f)
+            .chain(0x2028..=0x202e)
+            .chain(0x2060..=0x206f)
+            .chain(0xfff9..=0xfffb)
+            .filter_map(char::from_u32)
+            .filter(|&c| c != '\t');
+        for c in chars {
+            let s = format!("a{c}b");
+            for shown in [visible(&s), visible_line(&s), shell_line(&["echo", &s])] {
+                assert!(!shown.contains(c), "U+{:04X} passed: {shown:?}", c as u32);
+            }
+        }
+        assert_eq!(visible("caf\u{e9} \u{2713}"), "caf\u{e9} \u{2713}");
+    }
+
     #[test]
     fn previews_keep_whitespace_and_escape_the_rest() {
         assert_eq!(

@@ -39,16 +39,11 @@ pub fn escape_for_terminal(text: &str) -> String {
 }
 
 /// C1 controls, zero-width and bidirectional formatting characters, line and
-/// paragraph separators, and the byte-order mark.
+/// paragraph separators, and the byte-order mark: the display crate's one
+/// table (`retie_display::needs_escape`), less the C0 controls and DEL,
+/// which [`escape_for_terminal`] writes its own way.
 fn is_invisible(c: char) -> bool {
-    matches!(c as u32,
-        0x80..=0x9f
-        | 0xad
-        | 0x200b..=0x200f
-        | 0x2028..=0x202e
-        | 0x2060..=0x206f
-        | 0xfeff
-        | 0xfff9..=0xfffb)
+    (c as u32) >= 0x80 && retie_display::needs_escape(c)
 }
 
 /// Whether `text` holds a character [`escape_for_terminal`] would escape.
