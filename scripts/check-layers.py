@@ -621,7 +621,7 @@ def check_policy(sources: list[Source]) -> list[Violation]:
 
 PROVIDER_EXEC = re.compile(
     r"\bstd::process::Command\b|\bCommand::new\b|\bretie_runtime\b|\bretie_snapshot\b|\bcrate::tools\b"
-    r"|\bsuper::super::tools\b|\bretie_dispatch::(?!display\b)\w+|\bdispatch\s*\("
+    r"|\bsuper::super::tools\b|\bretie_dispatch\b|\bdispatch\s*\("
 )
 
 
@@ -723,6 +723,9 @@ SELF_TEST_FIRES = [
     ("a provider that executes",
      {"agent/src/provider/a.rs": 'fn f() {\n    let _ = std::process::Command::new("sh");\n}\n'},
      ("providers", "agent/src/provider/a.rs", 2)),
+    ("a provider that reaches into the chokepoint",
+     {"agent/src/provider/a.rs": 'use retie_dispatch::display::visible;\nfn f() {}\n'},
+     ("providers", "agent/src/provider/a.rs", 1)),
     ("a crate that depends upward",
      {"policy/Cargo.toml": _CARGO.format(name="retie-policy", deps='retie-ledger = { path = "../ledger" }\n'),
       "ledger/Cargo.toml": _CARGO.format(name="retie-ledger", deps="")},

@@ -1020,27 +1020,10 @@ fn session_through_server(
     let start = tree(&s.ws);
     let label = format!("{provider} {:?}", s.leg);
     let o = s
-        .retie()
-        .args([
-            "run",
-            "--provider",
-            provider,
-            "--model",
-            "test-model",
-            "--base-url",
-            url,
-        ])
-        .args([
-            "--autonomy",
-            "auto",
-            "--json",
-            "-p",
-            "write hello.txt and combine",
-        ])
-        .env_remove("RETIE_PROVIDER")
-        .env_remove("OPENAI_API_KEY")
+        .agent("run", provider, "test-model", url)
+        .args(["--autonomy", "auto", "--json"])
+        .args(["-p", "write hello.txt and combine"])
         .env("ANTHROPIC_API_KEY", "test-key-not-real")
-        .stdin(Stdio::null())
         .output()
         .expect("run");
     assert_code(&o, 0, &format!("{label}: retie run"));

@@ -174,13 +174,7 @@ fn the_bash_timeout_is_the_persons_ceiling_flag_and_config() {
                 .env_remove("RETIE_PROVIDER")
                 .stdin(std::process::Stdio::null());
             if via_config {
-                let dir = s.home.join(".config/retie");
-                std::fs::create_dir_all(&dir).expect("config dir");
-                std::fs::write(dir.join("config.toml"), "[agent]\nbash_timeout = 1\n")
-                    .expect("config");
-                for p in [s.home.join(".config"), dir.clone(), dir.join("config.toml")] {
-                    s.give(&p);
-                }
+                s.write_config("[agent]\nbash_timeout = 1\n");
             } else {
                 c.args(["--bash-timeout", "1"]);
             }

@@ -334,16 +334,7 @@ fn slash_diff_and_replay_diff_show_the_contents() {
 fn the_status_line_shows_on_a_terminal_only_and_diff_lines_is_read() {
     for leg in legs() {
         let s = Scratch::new(leg);
-        let dir = s.home.join(".config/retie");
-        std::fs::create_dir_all(&dir).expect("config dir");
-        std::fs::write(
-            dir.join("config.toml"),
-            "[agent]\ndiff_lines = 5\n[agent.prices.\"script\"]\ninput_per_mtok = 1.0\noutput_per_mtok = 2.0\n",
-        )
-        .expect("config");
-        for p in [s.home.join(".config"), dir.clone(), dir.join("config.toml")] {
-            s.give(&p);
-        }
+        s.write_config("[agent]\ndiff_lines = 5\n[agent.prices.\"script\"]\ninput_per_mtok = 1.0\noutput_per_mtok = 2.0\n");
         let lines: String = (0..20).map(|i| format!("l{i}\n")).collect();
         let turns = serde_json::json!([
             {"tool_calls": [{"name": "write", "arguments": {"path": "l.txt", "content": lines}}]},

@@ -23,21 +23,9 @@ fn report(o: &Output) -> serde_json::Value {
 /// `retie run [DIR] ARGS` against the OpenAI-format server at `url`, no
 /// terminal, cwd the workspace.
 fn run_openai(s: &Scratch, url: &str, args: &[&str]) -> Output {
-    s.retie()
-        .args([
-            "run",
-            "--provider",
-            "openai",
-            "--model",
-            "m",
-            "--base-url",
-            url,
-        ])
+    s.agent("run", "openai", "m", url)
         .args(["--json", "--autonomy", "auto"])
         .args(args)
-        .env_remove("RETIE_PROVIDER")
-        .env_remove("OPENAI_API_KEY")
-        .stdin(Stdio::null())
         .output()
         .expect("run retie")
 }
@@ -283,13 +271,9 @@ fn sessions_and_log_tell_kinds_apart_and_fold_sessions_that_never_started() {
         let agent = report(&o)["session"].as_str().expect("sid").to_string();
         // A provider that does not answer (nothing listens on port 1).
         let o = s
-            .retie()
-            .args(["run", "--provider", "openai", "--model", "m"])
-            .args(["--base-url", "http://127.0.0.1:1/v1", "--json", "-p", "hi"])
+            .agent("run", "openai", "m", "http://127.0.0.1:1/v1")
+            .args(["--json", "-p", "hi"])
             .env("RETIE_MAX_ATTEMPTS", "1")
-            .env_remove("RETIE_PROVIDER")
-            .env_remove("OPENAI_API_KEY")
-            .stdin(Stdio::null())
             .output()
             .expect("run");
         assert_code(&o, 5, "the provider failed before the first turn");
@@ -415,16 +399,7 @@ fn a_named_key_variable_that_is_unset_is_said_before_the_first_request() {
         let s = Scratch::new(leg);
         let (url, seen) = crate::agent::openai_server(vec![text_turn("ok")]);
         let o = s
-            .retie()
-            .args([
-                "run",
-                "--provider",
-                "openai",
-                "--model",
-                "m",
-                "--base-url",
-                &url,
-            ])
+            .agent("run", "openai", "m", &url)
             .args([
                 "--api-key-env",
                 "RETIE_TEST_NO_SUCH_KEY",
@@ -433,8 +408,6 @@ fn a_named_key_variable_that_is_unset_is_said_before_the_first_request() {
                 "hi",
             ])
             .env_remove("RETIE_TEST_NO_SUCH_KEY")
-            .env_remove("RETIE_PROVIDER")
-            .stdin(Stdio::null())
             .output()
             .expect("run");
         assert_code(&o, 125, "an unset key variable");
@@ -448,16 +421,7 @@ fn a_named_key_variable_that_is_unset_is_said_before_the_first_request() {
             "{leg:?}: a request went out"
         );
         let o = s
-            .retie()
-            .args([
-                "run",
-                "--provider",
-                "openai",
-                "--model",
-                "m",
-                "--base-url",
-                &url,
-            ])
+            .agent("run", "openai", "m", &url)
             .args([
                 "--api-key-env",
                 "RETIE_TEST_NO_SUCH_KEY",
@@ -466,8 +430,6 @@ fn a_named_key_variable_that_is_unset_is_said_before_the_first_request() {
                 "hi",
             ])
             .env("RETIE_TEST_NO_SUCH_KEY", "k-test")
-            .env_remove("RETIE_PROVIDER")
-            .stdin(Stdio::null())
             .output()
             .expect("run");
         assert_code(&o, 0, "the key variable set");

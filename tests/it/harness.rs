@@ -140,6 +140,18 @@ impl Scratch {
         }
     }
 
+    /// Write retie's config file (`$XDG_CONFIG_HOME/retie/config.toml`,
+    /// replacing any) with `toml`, owned by the leg's user.
+    pub fn write_config(&self, toml: &str) {
+        let dir = self.home.join(".config/retie");
+        std::fs::create_dir_all(&dir).expect("config dir");
+        let cfg = dir.join("config.toml");
+        std::fs::write(&cfg, toml).expect("write config");
+        for p in [self.home.join(".config"), dir, cfg] {
+            self.give(&p);
+        }
+    }
+
     pub fn new(leg: Leg) -> Scratch {
         Self::with_ws_name(leg, "ws")
     }
@@ -195,6 +207,29 @@ impl Scratch {
         };
         cmd.current_dir(&self.ws);
         cmd
+    }
+
+    /// `retie SUB --provider PROVIDER --model MODEL --base-url URL`, an agent
+    /// run against a test server: no provider, base URL, attempt count or
+    /// OpenAI key from the environment, stdin closed. The caller adds the
+    /// rest.
+    pub fn agent(&self, sub: &str, provider: &str, model: &str, url: &str) -> Command {
+        let mut c = self.retie();
+        c.args([
+            sub,
+            "--provider",
+            provider,
+            "--model",
+            model,
+            "--base-url",
+            url,
+        ])
+        .env_remove("RETIE_PROVIDER")
+        .env_remove("RETIE_BASE_URL")
+        .env_remove("RETIE_MAX_ATTEMPTS")
+        .env_remove("OPENAI_API_KEY")
+        .stdin(Stdio::null());
+        c
     }
 
     /// `retie sandbox exec -w WS [extra] -- argv`, collected.

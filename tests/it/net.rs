@@ -502,19 +502,10 @@ fn registries_come_from_the_config_when_it_names_them() {
     let port = reg.port;
     for leg in legs() {
         let s = Scratch::new(leg);
-        let dir = s.home.join(".config/retie");
-        std::fs::create_dir_all(&dir).expect("mkdir config");
-        std::fs::write(
-            dir.join("config.toml"),
-            format!("[network]\nregistries = [\"pypi.test:{port}\"]\nhosts = {{ \"pypi.test\" = \"127.0.0.1\", \"registry.npmjs.org\" = \"127.0.0.1\" }}\n"),
-        )
-        .expect("write config");
         // registry.npmjs.org (on the shipped list) is mapped to this
         // machine too: were the config not read, the proxy would dial
         // 127.0.0.1:443, never the real registry.
-        for p in [s.home.join(".config"), dir.clone(), dir.join("config.toml")] {
-            s.give(&p);
-        }
+        s.write_config(&format!("[network]\nregistries = [\"pypi.test:{port}\"]\nhosts = {{ \"pypi.test\" = \"127.0.0.1\", \"registry.npmjs.org\" = \"127.0.0.1\" }}\n"));
         let script = format!(
             "curl -s -o /dev/null -w 'listed=%{{http_code}}\\n' http://pypi.test:{port}/files/secret; \
              curl -s -o /dev/null -w 'shipped=%{{http_code}}/%{{http_connect}}\\n' https://registry.npmjs.org/; exit 0"
@@ -649,16 +640,9 @@ fn the_agents_bash_reaches_what_the_person_allowed_and_nothing_else() {
             let net: Vec<String> = if leg == Leg::Invoker {
                 vec!["--net".into(), format!("allow:pypi.test:{port}")]
             } else {
-                let dir = s.home.join(".config/retie");
-                std::fs::create_dir_all(&dir).expect("mkdir config");
-                std::fs::write(
-                    dir.join("config.toml"),
-                    format!("[network]\nbash = \"allow\"\nallow = [\"pypi.test:{port}\"]\n"),
-                )
-                .expect("write config");
-                for p in [s.home.join(".config"), dir.clone(), dir.join("config.toml")] {
-                    s.give(&p);
-                }
+                s.write_config(&format!(
+                    "[network]\nbash = \"allow\"\nallow = [\"pypi.test:{port}\"]\n"
+                ));
                 vec![]
             };
             let mut net: Vec<&str> = net.iter().map(String::as_str).collect();
@@ -674,16 +658,9 @@ fn the_agents_bash_reaches_what_the_person_allowed_and_nothing_else() {
             let s = Scratch::new(leg);
             write(&s, "probe.py", AGENT_PROBE);
             if leg == Leg::Nobody {
-                let dir = s.home.join(".config/retie");
-                std::fs::create_dir_all(&dir).expect("mkdir config");
-                std::fs::write(
-                    dir.join("config.toml"),
-                    format!("[network]\nbash = \"allow\"\nallow = [\"pypi.test:{port}\"]\n"),
-                )
-                .expect("write config");
-                for p in [s.home.join(".config"), dir.clone(), dir.join("config.toml")] {
-                    s.give(&p);
-                }
+                s.write_config(&format!(
+                    "[network]\nbash = \"allow\"\nallow = [\"pypi.test:{port}\"]\n"
+                ));
             }
             net.push("--yes");
             let served = reg.requests().matches("/files/secret").count();
@@ -760,16 +737,9 @@ fn the_configs_allow_list_is_used_only_when_asked_for() {
     let port = reg.port;
     for leg in legs() {
         let s = Scratch::new(leg);
-        let dir = s.home.join(".config/retie");
-        std::fs::create_dir_all(&dir).expect("mkdir config");
-        std::fs::write(
-            dir.join("config.toml"),
-            format!("[network]\nbash = \"allow\"\nallow = [\"pypi.test:{port}\"]\n"),
-        )
-        .expect("write config");
-        for p in [s.home.join(".config"), dir.clone(), dir.join("config.toml")] {
-            s.give(&p);
-        }
+        s.write_config(&format!(
+            "[network]\nbash = \"allow\"\nallow = [\"pypi.test:{port}\"]\n"
+        ));
         let script = format!(
             "curl -s -o /dev/null -w 'listed=%{{http_code}}\\n' http://pypi.test:{port}/files/secret; \
              curl -s -o /dev/null -w 'unlisted=%{{http_code}}\\n' http://unlisted.test:{port}/files/secret; exit 0"

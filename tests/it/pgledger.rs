@@ -30,13 +30,7 @@ fn retie(s: &Scratch, args: &[&str]) -> Output {
 
 /// This "machine" keeps its ledger at `url` (`[ledger] url`).
 fn use_shared(s: &Scratch, url: &str) {
-    let dir = s.home.join(".config/retie");
-    std::fs::create_dir_all(&dir).expect("config dir");
-    s.give(&s.home.join(".config"));
-    s.give(&dir);
-    let cfg = dir.join("config.toml");
-    std::fs::write(&cfg, format!("[ledger]\nurl = \"{url}\"\n")).expect("config");
-    s.give(&cfg);
+    s.write_config(&format!("[ledger]\nurl = \"{url}\"\n"));
 }
 
 fn json_of(o: &Output) -> serde_json::Value {
@@ -153,6 +147,37 @@ fn pg_shown(url: &str) -> String {
     url.replace(":hunter2@", ":***@")
 }
 
+/// A script-provider session in `a` that asks to run `echo ran >> log.txt`
+/// under manual autonomy and suspends (exit 5): its id, the pending
+/// action's digest and the script (for the resume).
+fn suspend_at_append(a: &Scratch) -> (String, String, PathBuf) {
+    let sc = script(
+        a,
+        "s.json",
+        serde_json::json!([
+            {"tool_calls": [{"name": "bash", "arguments": {"command": "echo ran >> log.txt"}}]},
+            {"expect": ["exit code 0"], "text": "appended"}
+        ]),
+    );
+    let o = run_agent(
+        a,
+        &[
+            "--provider",
+            "script",
+            "--autonomy",
+            "manual",
+            "-p",
+            "append a line",
+        ],
+        &sc,
+    );
+    assert_code(&o, 5, "A suspends");
+    let r = json_of(&o);
+    let sid = r["session"].as_str().expect("session").to_string();
+    let digest = r["pending"]["digest"].as_str().expect("digest").to_string();
+    (sid, digest, sc)
+}
+
 fn script(s: &Scratch, name: &str, turns: serde_json::Value) -> PathBuf {
     let p = s.root.path().join(name);
     std::fs::write(&p, serde_json::json!({ "turns": turns }).to_string()).expect("script");
@@ -187,30 +212,7 @@ fn approved_on_another_machine_runs_once_on_resume() {
         for m in [&a, &b, &c] {
             use_shared(m, &url);
         }
-        let sc = script(
-            &a,
-            "s.json",
-            serde_json::json!([
-                {"tool_calls": [{"name": "bash", "arguments": {"command": "echo ran >> log.txt"}}]},
-                {"expect": ["exit code 0"], "text": "appended"}
-            ]),
-        );
-        let o = run_agent(
-            &a,
-            &[
-                "--provider",
-                "script",
-                "--autonomy",
-                "manual",
-                "-p",
-                "append a line",
-            ],
-            &sc,
-        );
-        assert_code(&o, 5, "A suspends");
-        let r = json_of(&o);
-        let sid = r["session"].as_str().expect("session").to_string();
-        let digest = r["pending"]["digest"].as_str().expect("digest").to_string();
+        let (sid, digest, sc) = suspend_at_append(&a);
         // B is admitted by A.
         let o = retie(&b, &["ledger", "key"]);
         assert_code(&o, 0, "B's key");
@@ -340,30 +342,7 @@ fn a_decision_by_a_key_off_the_allow_list_is_refused_and_recorded() {
         };
         use_shared(&a, &url);
         with_list(&[&other]);
-        let sc = script(
-            &a,
-            "s.json",
-            serde_json::json!([
-                {"tool_calls": [{"name": "bash", "arguments": {"command": "echo ran >> log.txt"}}]},
-                {"expect": ["exit code 0"], "text": "appended"}
-            ]),
-        );
-        let o = run_agent(
-            &a,
-            &[
-                "--provider",
-                "script",
-                "--autonomy",
-                "manual",
-                "-p",
-                "append a line",
-            ],
-            &sc,
-        );
-        assert_code(&o, 5, "A suspends");
-        let r = json_of(&o);
-        let sid = r["session"].as_str().expect("session").to_string();
-        let digest = r["pending"]["digest"].as_str().expect("digest").to_string();
+        let (sid, digest, sc) = suspend_at_append(&a);
         let bkey = stdout(&retie(&b, &["ledger", "key"])).trim().to_string();
         assert_code(&retie(&a, &["ledger", "admit", &bkey]), 0, "admit B");
         assert_code(

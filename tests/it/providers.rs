@@ -253,23 +253,10 @@ fn formats() -> Vec<Format> {
 // ------------------------------------------------------------ helpers
 
 fn run(s: &Scratch, provider: &str, url: &str, extra: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut c = s.retie();
-    c.args([
-        "run",
-        "--provider",
-        provider,
-        "--model",
-        "test-model",
-        "--base-url",
-        url,
-    ])
-    .args(["--autonomy", "auto", "--json"])
-    .args(extra)
-    .env_remove("RETIE_PROVIDER")
-    .env_remove("RETIE_MAX_ATTEMPTS")
-    .env_remove("OPENAI_API_KEY")
-    .env("ANTHROPIC_API_KEY", "test-key-not-real")
-    .stdin(Stdio::null());
+    let mut c = s.agent("run", provider, "test-model", url);
+    c.args(["--autonomy", "auto", "--json"])
+        .args(extra)
+        .env("ANTHROPIC_API_KEY", "test-key-not-real");
     for (k, v) in env {
         c.env(k, v);
     }

@@ -605,21 +605,9 @@ fn resume_sends_the_model_the_exact_conversation_an_uninterrupted_session_would(
         ]
     };
     let run = |s: &Scratch, url: &str, extra: &[&str]| {
-        s.retie()
-            .args([
-                "run",
-                "--provider",
-                "openai",
-                "--model",
-                "m",
-                "--base-url",
-                url,
-            ])
+        s.agent("run", "openai", "m", url)
             .args(["--json", "-p", "read both files"])
             .args(extra)
-            .env_remove("RETIE_PROVIDER")
-            .env_remove("OPENAI_API_KEY")
-            .stdin(Stdio::null())
             .output()
             .expect("run")
     };
@@ -843,16 +831,7 @@ fn a_resumed_session_talks_to_the_endpoint_it_started_with() {
             text("appended"),
         ]);
         let o = s
-            .retie()
-            .args([
-                "run",
-                "--provider",
-                "openai",
-                "--model",
-                "m1",
-                "--base-url",
-                &url,
-            ])
+            .agent("run", "openai", "m1", &url)
             .args([
                 "--api-key-env",
                 "MY_KEY",
@@ -863,9 +842,6 @@ fn a_resumed_session_talks_to_the_endpoint_it_started_with() {
                 "append",
             ])
             .env("MY_KEY", "k-recorded-var")
-            .env_remove("RETIE_PROVIDER")
-            .env_remove("RETIE_BASE_URL")
-            .stdin(Stdio::null())
             .output()
             .expect("run");
         assert_code(&o, 5, "suspend against the loopback server");

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use retie_dispatch::display::visible;
+use retie_display::visible;
 use serde_json::Value;
 
 use crate::model::{Cause, ProviderError, Transient};
