@@ -29,9 +29,14 @@ action, function by function" and "No step goes back up"):
 4. policy: `policy/src` does no I/O (no files, processes, environment,
    sockets, printing).
 5. providers: `agent/src/provider/` never executes anything: no process,
-   no sandbox, no tool, no chokepoint (only its text helper).
+   no sandbox, no tool, no chokepoint (nothing of `retie_dispatch`).
 6. trace: every `path.rs:function` named in docs/architecture.md exists
    (the trace of one action cannot go stale silently).
+7. claims: every `module::test_name` (or `crate::module`, `mod::*`)
+   README.md and docs/*.md name exists as a function, module or file of
+   the tree, tests included: a claim cannot keep naming a test that was
+   renamed or removed. docs/performance.md and the ADRs are history and
+   are not read.
 
 What a grep cannot see (said, not hidden): a write reached through a
 function of another crate is judged where that function lives (the ledger's
@@ -666,6 +671,43 @@ def check_trace() -> list[Violation]:
     return out
 
 
+# A test or module a claim names: `module::test_name`, `crate::module`,
+# `plants::*`. Its last name must be a function, a module or a file of the
+# tree (tests included). docs/performance.md and the ADRs are history and
+# are not read.
+_CLAIM_REF = re.compile(r"`([a-z_][a-z0-9_]*(?:::[a-z_][a-z0-9_]*)+)(?:::\*)?`")
+
+
+def check_claims() -> list[Violation]:
+    out: list[Violation] = []
+    names: set[str] = set()
+    for dirpath, dirnames, filenames in os.walk(ROOT):
+        dirnames[:] = [d for d in dirnames if d not in ("target", ".git", "node_modules") and not d.startswith(".")]
+        for fn in filenames:
+            if not fn.endswith(".rs"):
+                continue
+            names.add(fn[:-3])
+            with open(os.path.join(dirpath, fn), encoding="utf-8", errors="replace") as f:
+                names.update(re.findall(r"\b(?:fn|mod)\s+([a-z_][a-z0-9_]*)", f.read()))
+    docs = ["README.md"]
+    ddir = os.path.join(ROOT, "docs")
+    if os.path.isdir(ddir):
+        docs += [os.path.join("docs", f) for f in sorted(os.listdir(ddir))
+                 if f.endswith(".md") and f != "performance.md"]
+    for doc in docs:
+        p = os.path.join(ROOT, doc)
+        if not os.path.isfile(p):
+            continue
+        with open(p, encoding="utf-8") as f:
+            text = f.read()
+        for m in _CLAIM_REF.finditer(text):
+            last = m.group(1).rsplit("::", 1)[1]
+            if last not in names:
+                line = text.count("\n", 0, m.start()) + 1
+                out.append((doc, line, "claims", f"`{m.group(1)}` names no function, module or file of the tree"))
+    return out
+
+
 def collect(stale: bool = True) -> tuple[list[Violation], int]:
     """Every violation under ROOT, and how many Rust files were read.
     `stale`: also report allow-list entries that match nothing."""
@@ -678,6 +720,7 @@ def collect(stale: bool = True) -> tuple[list[Violation], int]:
     violations += check_policy(sources)
     violations += check_providers(sources)
     violations += check_trace()
+    violations += check_claims()
     if stale:
         for key in sorted(set(WRITERS_ALLOWED) - used):
             path = key.rsplit(":", 1)[0]
@@ -726,6 +769,10 @@ SELF_TEST_FIRES = [
     ("a provider that reaches into the chokepoint",
      {"agent/src/provider/a.rs": 'use retie_dispatch::display::visible;\nfn f() {}\n'},
      ("providers", "agent/src/provider/a.rs", 1)),
+    ("a claim naming a test that does not exist",
+     {"README.md": "| a wall | `cases::no_such_test` |\n",
+      "snapshot/tests/it/cases.rs": "#[test]\nfn a_real_test() {}\n"},
+     ("claims", "README.md", 1)),
     ("a crate that depends upward",
      {"policy/Cargo.toml": _CARGO.format(name="retie-policy", deps='retie-ledger = { path = "../ledger" }\n'),
       "ledger/Cargo.toml": _CARGO.format(name="retie-ledger", deps="")},
@@ -744,6 +791,12 @@ SELF_TEST_QUIET = [
       "agent/src/b.rs": "#[cfg(test)]\nmod helpers;\n",
       "agent/src/b/helpers.rs": 'fn t() { std::fs::write("x", b"").ok(); }\n',
       "agent/tests/t.rs": 'fn t() { std::fs::write("x", b"").ok(); }\n'}),
+    ("claims naming real tests, modules and files",
+     {"README.md": "`cases::a_real_test`, `plants::*`, `retie_ledger::payload`, `run::key_tests`\n",
+      "snapshot/tests/it/cases.rs": "#[test]\nfn a_real_test() {}\n",
+      "snapshot/tests/it/plants.rs": "",
+      "ledger/src/payload.rs": "",
+      "src/commands/run.rs": "#[cfg(test)]\nmod key_tests {}\n"}),
     ("reading and read-only opens",
      {"agent/src/a.rs": 'fn f() { let _ = std::fs::read("x"); let _ = std::fs::OpenOptions::new().read(true).write(false).open("x"); }\n'}),
     ("the order kept",
@@ -800,7 +853,7 @@ def main() -> int:
     if violations:
         print(f"check-layers: {len(violations)} violation(s)", file=sys.stderr)
         return 1
-    print(f"check-layers: clean ({files} Rust files; ledger, writes, crates, policy, providers, trace)")
+    print(f"check-layers: clean ({files} Rust files; ledger, writes, crates, policy, providers, trace, claims)")
     return 0
 
 
