@@ -245,14 +245,14 @@ pub fn decide_pending(
 /// signed by the person.
 pub fn revoke(path: &Path, session: &str, grant: i64, by: &str) -> Result<(), Error> {
     let sid = visible(session);
-    if crate::record::SessionLock::held(path, session) {
+    let user = keys::user_key()?;
+    let mut l = Ledger::open(path, false, Some(&user))?;
+    l.check_user_key(&user)?;
+    if crate::record::SessionLock::held_in(&l, path, session) {
         return Err(Error::Invalid(format!(
             "session {sid} is running: revoke the grant in it (/approvals), or stop it first"
         )));
     }
-    let user = keys::user_key()?;
-    let mut l = Ledger::open(path, false, Some(&user))?;
-    l.check_user_key(&user)?;
     let rows = l.session_rows(session)?;
     let st = SessionState::of(&rows);
     if !st.grants.iter().any(|g| g.seq == grant) {

@@ -256,6 +256,7 @@ impl Recorder {
         let (mut session, renewal) = join_or_renew(&ledger, &user, id, true)?;
         session.joined = false;
         let lock = SessionLock::acquire(ledger_path, id)?;
+        claim_shared(&ledger, id)?;
         let rows = ledger.session_rows(id)?;
         let state = SessionState::of(&rows);
         if state.closed && !reopen {
@@ -360,6 +361,7 @@ impl Recorder {
     pub fn lock(&mut self, ledger_path: &Path) -> Result<(), Error> {
         if self.lock.is_none() {
             self.lock = Some(SessionLock::acquire(ledger_path, &self.session.id)?);
+            claim_shared(&self.ledger, &self.session.id)?;
         }
         Ok(())
     }
@@ -1084,7 +1086,16 @@ impl SessionLock {
         Ok(SessionLock { _file: f })
     }
 
-    /// Is the session's lock held by some process right now?
+    /// Is the session running in some process right now: its local lock
+    /// held, or, on a shared ledger, its claim held on the server (by a
+    /// process on any machine)? A server that cannot say is "not held",
+    /// as a lock file that cannot be opened is.
+    pub fn held_in(ledger: &Ledger, path: &Path, session: &str) -> bool {
+        Self::held(path, session) || ledger.session_claimed(session).unwrap_or(false)
+    }
+
+    /// Is the session's local lock held by some process of this machine
+    /// right now?
     pub fn held(ledger: &Path, session: &str) -> bool {
         let Ok(f) = std::fs::File::open(lock_path(ledger, session)) else {
             return false;
@@ -1094,6 +1105,20 @@ impl SessionLock {
             Err(e) => e == rustix::io::Errno::WOULDBLOCK,
         }
     }
+}
+
+/// On a shared ledger (PostgreSQL), the session's claim on the server
+/// beside the local `flock`: a process on another machine running the
+/// same session holds it, and this one is refused, so a decided approval
+/// is carried out once whichever machines resume it (ADR 0461).
+fn claim_shared(ledger: &Ledger, session: &str) -> Result<(), Error> {
+    if ledger.claim_session(session)? {
+        return Ok(());
+    }
+    Err(Error::Ledger(retie_ledger::Error::Session {
+        session: session.into(),
+        why: "it is running in another process on another machine (its lock on the shared ledger is held); wait for it to end or stop it first".into(),
+    }))
 }
 
 /// Rejoin a session (`--session S`): its delegation must not have expired.

@@ -1378,6 +1378,32 @@ impl Ledger {
         Ok(ids)
     }
 
+    /// Claim session `session` for this process on a shared ledger: on
+    /// PostgreSQL a session-level advisory lock on this connection, held
+    /// until it closes (the server drops it when the process dies, on any
+    /// machine); `false` when another connection holds it. On SQLite
+    /// always `true`: the ledger is one machine's, and the session's
+    /// `flock` beside it (dispatch's `SessionLock`) is the lock.
+    pub fn claim_session(&self, session: &str) -> Result<bool> {
+        match &self.store {
+            Store::Sqlite(_) => Ok(true),
+            Store::Postgres { client, url } => pg::claim_session(&mut client.borrow_mut(), session)
+                .map_err(|e| url.err("taking the session's lock", &e)),
+        }
+    }
+
+    /// Whether a process holds session `session`'s claim on this shared
+    /// ledger ([`Ledger::claim_session`]); always `false` on SQLite.
+    pub fn session_claimed(&self, session: &str) -> Result<bool> {
+        match &self.store {
+            Store::Sqlite(_) => Ok(false),
+            Store::Postgres { client, url } => {
+                pg::session_claimed(&mut client.borrow_mut(), session)
+                    .map_err(|e| url.err("looking for the session's lock", &e))
+            }
+        }
+    }
+
     /// Rows of one session (and the genesis), in seq order.
     pub fn session_rows(&self, session: &str) -> Result<Vec<Row>> {
         let c = match &self.store {

@@ -436,6 +436,53 @@ pub(crate) fn session_rows(
     })
 }
 
+/// The advisory-lock key of session `session`: the first 8 bytes of
+/// SHA-256("retie-session\0" || id), as PostgreSQL's bigint. Its two
+/// halves are what `pg_locks` shows as `classid` and `objid`.
+pub(crate) fn session_lock_key(session: &str) -> i64 {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    h.update(b"retie-session\0");
+    h.update(session.as_bytes());
+    let d = h.finalize();
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&d[..8]);
+    i64::from_be_bytes(b)
+}
+
+/// Take session `session`'s lock on this connection, if nobody holds it:
+/// a session-level advisory lock, held until the connection closes
+/// (however the process ends: the server drops it with the connection).
+pub(crate) fn claim_session(
+    c: &mut Client,
+    session: &str,
+) -> std::result::Result<bool, postgres::Error> {
+    let key = session_lock_key(session);
+    off_runtime(|| {
+        c.query_one("SELECT pg_try_advisory_lock($1)", &[&key])?
+            .try_get(0)
+    })
+}
+
+/// Whether some connection to this database holds session `session`'s
+/// lock (its process is running the session, on whatever machine).
+pub(crate) fn session_claimed(
+    c: &mut Client,
+    session: &str,
+) -> std::result::Result<bool, postgres::Error> {
+    let key = session_lock_key(session) as u64;
+    let (hi, lo) = ((key >> 32) as u32, key as u32);
+    off_runtime(|| {
+        c.query_one(
+            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted \
+             AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+             AND classid::text::bigint = $1 AND objid::text::bigint = $2 AND objsubid = 1)",
+            &[&i64::from(hi), &i64::from(lo)],
+        )?
+        .try_get(0)
+    })
+}
+
 /// Session ids starting with `prefix`.
 pub(crate) fn sessions_starting_with(
     c: &mut Client,

@@ -36,7 +36,8 @@ pub struct SessionsArgs {
 
 pub fn run(a: SessionsArgs) -> Result<i32, CliError> {
     let path = crate::ledger::resolve_path(a.ledger.as_deref())?;
-    let rows = Ledger::open(&path, false, None)?.rows()?;
+    let ledger = Ledger::open(&path, false, None)?;
+    let rows = ledger.rows()?;
     // Kind and "failed before its first turn", from the read model (one
     // definition for `sessions` and `log`).
     let read: std::collections::HashMap<String, (&'static str, bool)> =
@@ -92,7 +93,7 @@ pub fn run(a: SessionsArgs) -> Result<i32, CliError> {
                     None
                 }
             });
-        let state = if SessionLock::held(&path, &sid) {
+        let state = if SessionLock::held_in(&ledger, &path, &sid) {
             "running"
         } else if st.closed {
             end.as_ref().map_or("finished", SessionEnd::words)

@@ -147,15 +147,15 @@ fn pg_shown(url: &str) -> String {
     url.replace(":hunter2@", ":***@")
 }
 
-/// A script-provider session in `a` that asks to run `echo ran >> log.txt`
-/// under manual autonomy and suspends (exit 5): its id, the pending
+/// A script-provider session in `a` that asks to run `command` under
+/// manual autonomy and suspends (exit 5): its id, the pending
 /// action's digest and the script (for the resume).
-fn suspend_at_append(a: &Scratch) -> (String, String, PathBuf) {
+fn suspend_at_append(a: &Scratch, command: &str) -> (String, String, PathBuf) {
     let sc = script(
         a,
         "s.json",
         serde_json::json!([
-            {"tool_calls": [{"name": "bash", "arguments": {"command": "echo ran >> log.txt"}}]},
+            {"tool_calls": [{"name": "bash", "arguments": {"command": command}}]},
             {"expect": ["exit code 0"], "text": "appended"}
         ]),
     );
@@ -212,7 +212,7 @@ fn approved_on_another_machine_runs_once_on_resume() {
         for m in [&a, &b, &c] {
             use_shared(m, &url);
         }
-        let (sid, digest, sc) = suspend_at_append(&a);
+        let (sid, digest, sc) = suspend_at_append(&a, "echo ran >> log.txt");
         // B is admitted by A.
         let o = retie(&b, &["ledger", "key"]);
         assert_code(&o, 0, "B's key");
@@ -342,7 +342,7 @@ fn a_decision_by_a_key_off_the_allow_list_is_refused_and_recorded() {
         };
         use_shared(&a, &url);
         with_list(&[&other]);
-        let (sid, digest, sc) = suspend_at_append(&a);
+        let (sid, digest, sc) = suspend_at_append(&a, "echo ran >> log.txt");
         let bkey = stdout(&retie(&b, &["ledger", "key"])).trim().to_string();
         assert_code(&retie(&a, &["ledger", "admit", &bkey]), 0, "admit B");
         assert_code(
@@ -387,5 +387,91 @@ fn a_decision_by_a_key_off_the_allow_list_is_refused_and_recorded() {
             Some("ran\n"),
             "{leg:?}: not run exactly once"
         );
+    }
+}
+
+/// ADR 0461: a session runs in one process at a time on a shared ledger,
+/// whatever machine it is resumed on. A is resuming an approved session
+/// (its command takes a few seconds); "machine" D, with the same user key
+/// but its own state directory (so its own local session locks, as on
+/// another host), lists the session as running and is refused when it
+/// tries to resume it; the approved command ran exactly once.
+#[test]
+fn a_session_running_on_one_machine_is_not_resumed_on_another() {
+    let cluster = pgcluster::Cluster::start();
+    for (i, leg) in legs().into_iter().enumerate() {
+        let url = cluster.database(&format!("claim{i}"));
+        let a = Scratch::new(leg);
+        use_shared(&a, &url);
+        let (sid, _, sc) = suspend_at_append(&a, "sleep 4; echo ran >> log.txt");
+        assert_code(&retie(&a, &["approve", &sid]), 0, "approve");
+        // D: the same key (config), another state directory.
+        let d_state = a.home.join("machine-d-state");
+        std::fs::create_dir_all(&d_state).expect("mkdir");
+        a.give(&d_state);
+        let on_d = |args: &[&str]| {
+            a.retie()
+                .env("XDG_STATE_HOME", &d_state)
+                .env_remove("RETIE_LEDGER")
+                .env_remove("RETIE_PROVIDER")
+                .args(args)
+                .stdin(Stdio::null())
+                .output()
+                .expect("retie on D")
+        };
+        let mut running = a.retie();
+        running
+            .env_remove("RETIE_LEDGER")
+            .env_remove("RETIE_PROVIDER")
+            .args(["run", "--json", "--script"])
+            .arg(&sc)
+            .args(["--resume", &sid])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let child = running.spawn().expect("resume on A");
+        // D sees it running (the claim on the server, not a local lock).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let o = on_d(&["sessions", "--all", "--json"]);
+            assert_code(&o, 0, "sessions on D");
+            let state = json_of(&o)["sessions"]
+                .as_array()
+                .and_then(|l| l.iter().find(|s| s["session"] == sid.as_str()).cloned())
+                .map(|s| s["state"].clone());
+            if state == Some(serde_json::json!("running")) {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{leg:?}: D never lists the session as running: {state:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let mut resume_d = vec!["run", "--json", "--script"];
+        let sc_s = sc.to_str().expect("utf-8 path");
+        resume_d.push(sc_s);
+        resume_d.extend(["--resume", &sid]);
+        let o = on_d(&resume_d);
+        assert_ne!(
+            o.status.code(),
+            Some(0),
+            "{leg:?}: D resumed a running session"
+        );
+        assert!(
+            stderr(&o).contains("running in another process on another machine"),
+            "{leg:?}: {}",
+            stderr(&o)
+        );
+        let o = child.wait_with_output().expect("A's resume");
+        assert_code(&o, 0, "A's resume");
+        assert_eq!(
+            std::fs::read_to_string(a.ws.join("log.txt"))
+                .ok()
+                .as_deref(),
+            Some("ran\n"),
+            "{leg:?}: not run exactly once"
+        );
+        verify_intact(&a, "after the refused second resume");
     }
 }
