@@ -409,16 +409,36 @@ fn record_probe(
     let spec = retie_dispatch::record::SessionSpec {
         join: None,
         workspace: crate::state::dir()?,
-        opened: json!({"objective": format!("probe {} models", results.len()), "origin": "retie probe",
-                        "provider": ep.kind, "base_url": ep.base_url}),
+        opened: retie_ledger::payload::SessionOpened {
+            objective: Some(format!("probe {} models", results.len())),
+            origin: Some("retie probe".into()),
+            provider: Some(ep.kind.into()),
+            base_url: Some(ep.base_url.clone()),
+            ..Default::default()
+        },
         effects: Vec::new(),
         intent_base: json!({"tool": "probe"}),
     };
     let mut rec = retie_dispatch::Recorder::open(&ledger_path, spec)?;
     rec.record_note(
         true,
-        json!({"probe": results, "provider": ep.kind, "base_url": ep.base_url, "stopped": stopped,
-               "requests": results.len(), "usage": {"input_tokens": tin, "output_tokens": tout}}),
+        &retie_ledger::payload::Note {
+            probe: Some(
+                results
+                    .iter()
+                    .map(|r| r.as_object().cloned().unwrap_or_default())
+                    .collect(),
+            ),
+            provider: Some(ep.kind.into()),
+            base_url: Some(ep.base_url.clone()),
+            stopped: stopped.map(String::from),
+            requests: Some(results.len() as u64),
+            usage: Some(retie_ledger::payload::TokenUsage {
+                input_tokens: tin,
+                output_tokens: tout,
+            }),
+            ..Default::default()
+        },
     )?;
     rec.finish_as(&retie_ledger::provider::SessionEnd {
         outcome: if stopped.is_some() {

@@ -423,16 +423,21 @@ pub struct Instructions {
 
 impl Instructions {
     /// The ledger's record: name, size, digest of the bytes read.
-    fn record(&self) -> serde_json::Value {
+    fn record(&self) -> retie_ledger::payload::InstructionsRead {
         match &self.refused {
-            Some(why) => json!({"file": self.file, "refused": why}),
-            None => json!({
-                "file": self.file,
-                "size": self.size,
-                "read_bytes": self.text.len(),
-                "truncated": self.truncated,
-                "digest": blake3::hash(self.text.as_bytes()).to_hex().to_string(),
-            }),
+            Some(why) => retie_ledger::payload::InstructionsRead {
+                file: self.file.into(),
+                refused: Some(why.clone()),
+                ..Default::default()
+            },
+            None => retie_ledger::payload::InstructionsRead {
+                file: self.file.into(),
+                refused: None,
+                size: Some(self.size),
+                read_bytes: Some(self.text.len() as u64),
+                truncated: Some(self.truncated),
+                digest: Some(blake3::hash(self.text.as_bytes()).to_hex().to_string()),
+            },
         }
     }
 }
@@ -826,8 +831,8 @@ pub(super) fn setup(
         args.yes,
     );
     if !r.instructions.is_empty() {
-        spec.opened["project_instructions"] =
-            r.instructions.iter().map(Instructions::record).collect();
+        spec.opened.project_instructions =
+            Some(r.instructions.iter().map(Instructions::record).collect());
     }
     let (rec, rows) = match &args.resume {
         None => {

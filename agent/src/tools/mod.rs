@@ -20,7 +20,7 @@ use std::path::PathBuf;
 
 use retie_dispatch::overlay::Snapshots;
 use retie_dispatch::{dispatch, Approver, Dispatched, Proposal, Recorder, Step, UndoPlan};
-use retie_ledger::payload::Status;
+use retie_ledger::payload::{self, Status};
 use retie_policy::{Action, Context, Effect, Policy, RiskLevel};
 use retie_snapshot::Workspace;
 use serde_json::{json, Map, Value};
@@ -417,9 +417,22 @@ impl Tools {
                 let text =
                     format!("the person's edit of your call is not valid ({msg}); nothing ran");
                 rec.refuse(
-                    json!({"origin": "person (edit)", "edit_of": pending, "call": {"name": tool, "arguments": arguments}, "checked": false}),
-                    retie_ledger::payload::to_value(&retie_ledger::payload::Decision::refused_by_retie("retie (call check)", &msg)),
-                    json!({"reason": msg, "by": "retie (call check)"}),
+                    &payload::Proposed {
+                        edit_of: Some(pending),
+                        ..payload::Proposed::unchecked(
+                            "person (edit)",
+                            payload::ProposedCall {
+                                name: tool.clone(),
+                                arguments: Some(arguments.clone()),
+                                ..Default::default()
+                            },
+                        )
+                    },
+                    payload::to_value(&payload::Decision::refused_by_retie(
+                        "retie (call check)",
+                        &msg,
+                    )),
+                    &payload::Refusal::of_action(&msg, "retie (call check)"),
                 )?;
                 return Ok(CallResult {
                     text,
@@ -648,9 +661,17 @@ impl Tools {
             Err(e) => {
                 let why = format!("{tool} could not be started: {e}; nothing ran");
                 rec.refuse(
-                    json!({"origin": origin, "action": p.action.to_json(), "digest": p.action.digest().to_hex()}),
-                    retie_ledger::payload::to_value(&retie_ledger::payload::Decision::refused_by_retie("retie (tool set-up)", &why)),
-                    json!({"reason": why, "by": "retie (tool set-up)"}),
+                    &payload::Proposed {
+                        action: p.action.to_json().as_object().cloned(),
+                        digest: Some(p.action.digest().to_hex().to_string()),
+                        ..payload::Proposed::default()
+                    }
+                    .with_origin(origin),
+                    payload::to_value(&payload::Decision::refused_by_retie(
+                        "retie (tool set-up)",
+                        &why,
+                    )),
+                    &payload::Refusal::of_action(&why, "retie (tool set-up)"),
                 )?;
                 return Ok(CallResult {
                     text: why,
