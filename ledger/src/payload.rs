@@ -765,7 +765,17 @@ pub struct Note {
     pub requests: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<TokenUsage>,
-    /// Other fields (the dev ledger's counters, older versions).
+    /// The dev ledger's counters (`retie ledger dev`, the ledger bench):
+    /// the note's number, a sub-agent's, a rogue key's mark, the writer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sub: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rogue: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// Other fields (older versions).
     #[serde(flatten)]
     pub rest: Object,
 }
@@ -837,6 +847,18 @@ pub struct Member {
 /// Read `payload` as `T`.
 pub fn parse<T: DeserializeOwned>(payload: &Value) -> Result<T, String> {
     T::deserialize(payload).map_err(|e| e.to_string())
+}
+
+/// Read row `r`'s payload as `T`: the error names the entry (readers
+/// refuse an ill-typed entry, never read around it).
+pub fn of_row<T: DeserializeOwned>(r: &crate::Row) -> Result<T, String> {
+    parse(&r.payload_json()).map_err(|e| {
+        format!(
+            "entry #{} (a {} entry) is ill-typed ({e}); `retie verify` says more",
+            r.seq,
+            r.kind_str()
+        )
+    })
 }
 
 /// `T` as the stored JSON.
