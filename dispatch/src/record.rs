@@ -1029,12 +1029,13 @@ impl SessionState {
                     }
                 }
                 Kind::Intent | Kind::Refusal => {
-                    // The decision was carried out: no longer open.
-                    let p = r.payload_json();
-                    if pending
-                        .as_ref()
-                        .is_some_and(|op| p.get("pending").and_then(Value::as_i64) == Some(op.seq))
-                    {
+                    // The decision was carried out: no longer open. (Both
+                    // carry the session's call fields; verify checks the
+                    // kinds' own fields.)
+                    let bound = payload::parse::<payload::CallFields>(&r.payload_json())
+                        .ok()
+                        .and_then(|c| c.pending);
+                    if pending.as_ref().is_some_and(|op| bound == Some(op.seq)) {
                         pending = None;
                     }
                 }
@@ -1065,7 +1066,8 @@ impl SessionState {
                 && rows.iter().any(|r| {
                     r.seq > op.seq
                         && r.kind == Kind::Proposed.as_bytes()
-                        && r.payload_json().get("edit_of").and_then(Value::as_i64) == Some(op.seq)
+                        && payload::parse::<payload::Proposed>(&r.payload_json())
+                            .is_ok_and(|p| p.edit_of == Some(op.seq))
                 })
             {
                 pending = None;

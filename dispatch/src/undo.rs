@@ -191,7 +191,7 @@ impl UndoJob {
             workspace: ws.clone(),
             prepared: Some(p),
         };
-        if a.intent.get("tool").and_then(Value::as_str) == Some("undo") {
+        if a.typed_intent().and_then(|i| i.call.tool).as_deref() == Some("undo") {
             return job(Prepared::Skip(
                 "it is an undo; an undo is not undone (run the action again instead)".into(),
             ));

@@ -26,6 +26,11 @@ pub struct Action {
 }
 
 impl Action {
+    /// Its intent as the typed payload (`None`: ill-typed, which `retie
+    /// verify` names).
+    pub fn typed_intent(&self) -> Option<crate::payload::Intent> {
+        crate::payload::parse(&self.intent).ok()
+    }
     /// The tool, for display (control characters escaped).
     pub fn tool(&self) -> String {
         visible(
