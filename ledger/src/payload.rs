@@ -223,16 +223,6 @@ impl Status {
             Status::Ran | Status::Applied | Status::Unchanged | Status::Undone
         )
     }
-
-    /// The tool's error text, as the agent's tools word it: a guard's
-    /// refusal says `refused:` first; anything else failed.
-    pub fn of_tool_error(text: &str) -> Status {
-        if text.starts_with("refused") {
-            Status::RefusedByGuard
-        } else {
-            Status::Failed
-        }
-    }
 }
 
 /// `outcome`: how an action ended. `status` is its word; the rest
