@@ -32,7 +32,15 @@ action, function by function" and "No step goes back up"):
    no sandbox, no tool, no chokepoint (nothing of `retie_dispatch`).
 6. trace: every `path.rs:function` named in docs/architecture.md exists
    (the trace of one action cannot go stale silently).
-7. claims: every `module::test_name` (or `crate::module`, `mod::*`)
+7. payloads: outside `ledger/`, no statement that names a ledger entry
+   kind (`Kind::Note`, `Kind::Intent`...) builds its payload with `json!`:
+   every kind's payload is a struct of `retie_ledger::payload` (issue 27
+   item 3, ADR 0453), written with `payload::to_value`. What it cannot
+   see: a payload built with `json!` in one statement and handed to the
+   ledger in another (the recorder's entry points take the structs, so
+   the compiler sees those), and keys spelled on a `serde_json::Map`.
+
+8. claims: every `module::test_name` (or `crate::module`, `mod::*`)
    README.md and docs/*.md name exists as a function, module or file of
    the tree, tests included: a claim cannot keep naming a test that was
    renamed or removed. docs/performance.md and the ADRs are history and
@@ -671,6 +679,28 @@ def check_trace() -> list[Violation]:
     return out
 
 
+_KIND = re.compile(r"\bKind::[A-Z]\w*")
+
+
+def check_payloads(sources: list[Source]) -> list[Violation]:
+    out: list[Violation] = []
+    for s in sources:
+        if under(s.rel, "ledger"):
+            continue
+        for m in _KIND.finditer(s.code):
+            if s.in_test(m.start()):
+                continue
+            a = max(s.code.rfind(";", 0, m.start()), s.code.rfind("{\n", 0, m.start()))
+            b = s.code.find(";", m.end())
+            b = len(s.code) if b < 0 else b
+            j = s.code.find("json!", a + 1, b)
+            if j >= 0:
+                out.append((s.rel, s.line(m.start()), "payloads",
+                            f"{m.group(0)}'s payload spelled with json! (build its struct in "
+                            f"retie_ledger::payload): `{s.source_line(m.start())}`"))
+    return out
+
+
 # A test or module a claim names: `module::test_name`, `crate::module`,
 # `plants::*`. Its last name must be a function, a module or a file of the
 # tree (tests included). docs/performance.md and the ADRs are history and
@@ -720,6 +750,7 @@ def collect(stale: bool = True) -> tuple[list[Violation], int]:
     violations += check_policy(sources)
     violations += check_providers(sources)
     violations += check_trace()
+    violations += check_payloads(sources)
     violations += check_claims()
     if stale:
         for key in sorted(set(WRITERS_ALLOWED) - used):
@@ -777,6 +808,9 @@ SELF_TEST_FIRES = [
      {"policy/Cargo.toml": _CARGO.format(name="retie-policy", deps='retie-ledger = { path = "../ledger" }\n'),
       "ledger/Cargo.toml": _CARGO.format(name="retie-ledger", deps="")},
      ("crates", "policy/Cargo.toml", 6)),
+    ("a ledger payload spelled with json!",
+     {"dispatch/src/a.rs": 'fn f(r: &R) {\n    r.entry(\n        Actor::Agent,\n        Kind::Note,\n        json!({"n": 1}),\n    );\n}\n'},
+     ("payloads", "dispatch/src/a.rs", 4)),
     ("a trace naming a function that does not exist",
      {"agent/src/a.rs": "fn f() {}\n", "docs/architecture.md": "x\n1. `agent/src/a.rs:g`: gone\n"},
      ("trace", "docs/architecture.md", 2)),
@@ -799,6 +833,10 @@ SELF_TEST_QUIET = [
       "src/commands/run.rs": "#[cfg(test)]\nmod key_tests {}\n"}),
     ("reading and read-only opens",
      {"agent/src/a.rs": 'fn f() { let _ = std::fs::read("x"); let _ = std::fs::OpenOptions::new().read(true).write(false).open("x"); }\n'}),
+    ("a typed payload, and json! in the statements around it",
+     {"dispatch/src/a.rs": 'fn f(r: &R) {\n    let x = json!({"a": 1});\n    r.entry(Actor::Agent, Kind::Note, payload::to_value(&n));\n    let y = json!([]);\n}\n'
+                           '#[cfg(test)]\nmod tests {\n    fn t() { row(1, Kind::SessionOpened, json!({})); }\n}\n',
+      "ledger/src/lib.rs": 'fn g(l: &mut L) { l.genesis(Kind::LedgerOpened, &json!({"format": 1})); }\n'}),
     ("the order kept",
      {"policy/Cargo.toml": _CARGO.format(name="retie-policy", deps='retie-display = { path = "../display" }\n'),
       "display/Cargo.toml": _CARGO.format(name="retie-display", deps=""),
@@ -853,7 +891,7 @@ def main() -> int:
     if violations:
         print(f"check-layers: {len(violations)} violation(s)", file=sys.stderr)
         return 1
-    print(f"check-layers: clean ({files} Rust files; ledger, writes, crates, policy, providers, trace, claims)")
+    print(f"check-layers: clean ({files} Rust files; ledger, writes, crates, policy, providers, trace, payloads, claims)")
     return 0
 
 

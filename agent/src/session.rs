@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use retie_dispatch::record::{Grant, SessionSpec};
 use retie_dispatch::{Approval, ApprovalRequest, Approver, Cancel, Recorder};
-use retie_ledger::{Kind, Row};
+use retie_ledger::{payload, Kind, Row};
 use retie_policy::{Context, Tier};
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -213,23 +213,32 @@ pub fn session_spec(
     SessionSpec {
         join: None,
         workspace: workspace.to_path_buf(),
-        opened: json!({
-            "objective": prompt,
-            "origin": "retie run",
-            "provider": provider,
-            "model": cfg.model,
-            "system_prompt_digest": blake3::hash(cfg.system_prompt.as_bytes()).to_hex().to_string(),
-            "system_prompt": cfg.system_prompt,
-            "pid": std::process::id(),
-            "policy_digest": policy_digest,
-            "autonomy": cfg.tier.name(),
-            "approvals_from_yes_flag": yes_flag,
-            "fetch_allow": cfg.fetch_allow,
-            "bash_net": cfg.bash_net,
-            "base_url": cfg.base_url,
-            "api_key_env": cfg.api_key_env,
-            "budget": {"max_turns": cfg.max_turns, "max_tokens": cfg.max_tokens, "timeout_s": cfg.timeout.as_secs_f64()},
-        }),
+        opened: payload::SessionOpened {
+            objective: Some(prompt.into()),
+            origin: Some("retie run".into()),
+            provider: Some(provider.into()),
+            model: Some(cfg.model.clone()),
+            system_prompt_digest: Some(
+                blake3::hash(cfg.system_prompt.as_bytes())
+                    .to_hex()
+                    .to_string(),
+            ),
+            system_prompt: Some(cfg.system_prompt.clone()),
+            pid: Some(std::process::id()),
+            policy_digest: Some(policy_digest.into()),
+            autonomy: Some(cfg.tier.name().into()),
+            approvals_from_yes_flag: Some(yes_flag),
+            fetch_allow: Some(cfg.fetch_allow.clone()),
+            bash_net: cfg.bash_net.clone(),
+            base_url: cfg.base_url.clone(),
+            api_key_env: cfg.api_key_env.clone(),
+            budget: Some(payload::Budget {
+                max_turns: Some(cfg.max_turns),
+                max_tokens: Some(cfg.max_tokens),
+                timeout_s: Some(cfg.timeout.as_secs_f64()),
+            }),
+            ..payload::SessionOpened::default()
+        },
         effects: effects.iter().map(|e| e.to_string()).collect(),
         intent_base: json!({
             "tool": "agent",
@@ -397,7 +406,7 @@ impl<P: Provider> Session<P> {
         let mut turns = 0u32;
         let mut truncated_last = false;
         let mut ctx = Context::new(cfg.tier);
-        let mut proposals: HashMap<i64, Value> = HashMap::new();
+        let mut proposals: HashMap<i64, payload::Proposed> = HashMap::new();
         let mut intents_by_call: HashMap<String, i64> = HashMap::new();
         let mut awaiting_outcome: std::collections::BTreeMap<i64, retie_policy::Action> =
             std::collections::BTreeMap::new();
@@ -407,48 +416,37 @@ impl<P: Provider> Session<P> {
                 continue;
             };
             let p = r.payload_json();
+            let typed = |why: String| bad(format!("entry {} is ill-typed: {why}", r.seq));
             match k {
-                Kind::Note if p.get("setting").and_then(Value::as_str) == Some("autonomy") => {
-                    recorded_tier = p
-                        .get("value")
-                        .and_then(Value::as_str)
-                        .and_then(|t| t.parse().ok())
-                        .or(recorded_tier);
+                Kind::Note => {
+                    let n = payload::parse::<payload::Note>(&p).map_err(typed)?;
+                    if let Some(("autonomy", v)) = n.setting_value() {
+                        recorded_tier = v.as_str().and_then(|t| t.parse().ok()).or(recorded_tier);
+                    }
                 }
                 Kind::SessionOpened => {
-                    recorded_tier = p
-                        .get("autonomy")
-                        .and_then(Value::as_str)
-                        .and_then(|t| t.parse().ok());
+                    let o = payload::parse::<payload::SessionOpened>(&p).map_err(typed)?;
+                    recorded_tier = o.autonomy.as_deref().and_then(|t| t.parse().ok());
                     // `retie retest` sessions (issue 28) are agent sessions
                     // with another tool set: the same resume.
-                    if !matches!(
-                        p.get("origin").and_then(Value::as_str),
-                        Some("retie run" | "retie retest")
-                    ) {
+                    if !matches!(o.origin.as_deref(), Some("retie run" | "retie retest")) {
                         return Err(bad(
                             "it is not an agent session (`retie run`); only those resume".into(),
                         ));
                     }
-                    if let Some(sp) = p.get("system_prompt").and_then(Value::as_str) {
-                        cfg.system_prompt = sp.to_string();
+                    if let Some(sp) = o.system_prompt {
+                        cfg.system_prompt = sp;
                     }
                     messages.push(Message::system(&cfg.system_prompt));
                 }
                 Kind::Message => {
-                    let m: Message = p
-                        .get("message")
-                        .cloned()
-                        .and_then(|m| serde_json::from_value(m).ok())
-                        .ok_or_else(|| bad(format!("message entry {} is unreadable", r.seq)))?;
+                    let pm = payload::parse::<payload::Message>(&p).map_err(typed)?;
+                    let m: Message = serde_json::from_value(pm.message)
+                        .map_err(|_| bad(format!("message entry {} is unreadable", r.seq)))?;
                     if m.role == Role::Assistant {
                         turns += 1;
-                        truncated_last = p.get("truncated").and_then(Value::as_bool) == Some(true);
-                        if let Some(u) = p
-                            .get("usage")
-                            .cloned()
-                            .and_then(|u| serde_json::from_value::<Usage>(u).ok())
-                        {
+                        truncated_last = pm.truncated == Some(true);
+                        if let Some(u) = pm.usage {
                             usage.input_tokens += u.input_tokens;
                             usage.output_tokens += u.output_tokens;
                         }
@@ -456,24 +454,28 @@ impl<P: Provider> Session<P> {
                     messages.push(m);
                 }
                 Kind::Proposed => {
-                    proposals.insert(r.seq, p);
+                    let pp = payload::parse::<payload::Proposed>(&p).map_err(typed)?;
+                    proposals.insert(r.seq, pp);
                 }
                 Kind::Intent => {
+                    let i = payload::parse::<payload::Intent>(&p).map_err(typed)?;
                     // What ran taints the session as it did then: judged
                     // at its outcome, by the live session's rule (content
                     // that reached the model: a result that ran, or any
                     // bash output; a refused fetch brought nothing in).
-                    if let Some(a) = p
-                        .get("proposal")
-                        .and_then(Value::as_i64)
+                    if let Some(a) = i
+                        .call
+                        .proposal
                         .and_then(|s| proposals.get(&s))
-                        .and_then(|pp| pp.get("action"))
-                        .and_then(|a| retie_policy::Action::from_json(&a.to_string()).ok())
+                        .and_then(|pp| pp.action.clone())
+                        .and_then(|a| {
+                            retie_policy::Action::from_json(&Value::Object(a).to_string()).ok()
+                        })
                     {
                         awaiting_outcome.insert(r.seq, a);
                     }
-                    if let Some(c) = p.get("call").and_then(Value::as_str) {
-                        intents_by_call.insert(c.to_string(), r.seq);
+                    if let Some(c) = i.call.call {
+                        intents_by_call.insert(c, r.seq);
                     }
                 }
                 Kind::Outcome => {
@@ -611,7 +613,13 @@ impl<P: Provider> Session<P> {
                 if let Some(rec) = self.rec.as_mut() {
                     rec.record_note(
                         false,
-                        json!({"ladder": "stop", "model": self.cfg.model, "reason": f.name(), "why": m}),
+                        &payload::Note {
+                            ladder: Some("stop".into()),
+                            model: Some(self.cfg.model.clone()),
+                            reason: Some(f.name().into()),
+                            why: Some(m.clone()),
+                            ..payload::Note::default()
+                        },
                     )
                     .map_err(|e| format!("the ledger failed: {e}"))?;
                 }
@@ -621,9 +629,16 @@ impl<P: Provider> Session<P> {
                 if let Some(rec) = self.rec.as_mut() {
                     rec.record_note(
                         false,
-                        json!({"ladder": "switch", "setting": "model", "value": to.model, "by": "ladder",
-                               "from": from.model, "from_tier": from.tier, "to": to.model, "to_tier": to.tier,
-                               "reason": f.name(), "why": reason}),
+                        &payload::Note {
+                            ladder: Some("switch".into()),
+                            from: Some(from.model.clone()),
+                            from_tier: Some(from.tier),
+                            to: Some(to.model.clone()),
+                            to_tier: Some(to.tier),
+                            reason: Some(f.name().into()),
+                            why: Some(reason.clone()),
+                            ..payload::Note::setting("model", json!(to.model), "ladder")
+                        },
                     )
                     .map_err(|e| format!("the ledger failed: {e}"))?;
                 }
@@ -722,9 +737,13 @@ impl<P: Provider> Session<P> {
 
     /// Record a note of the session now (durable at once): a retest's
     /// verdict, an operator's adjudication.
-    pub fn record_note(&mut self, by_person: bool, payload: Value) -> Result<(), SessionError> {
+    pub fn record_note(
+        &mut self,
+        by_person: bool,
+        note: &payload::Note,
+    ) -> Result<(), SessionError> {
         if let Some(r) = self.rec.as_mut() {
-            r.record_note(by_person, payload)?;
+            r.record_note(by_person, note)?;
         }
         Ok(())
     }
@@ -802,14 +821,13 @@ impl<P: Provider> Session<P> {
         }
     }
 
-    fn push(&mut self, m: Message, extra: Value) {
+    /// Keep `m` and record it, with what is known of its turn (`turn`:
+    /// its `message` is set here).
+    fn push(&mut self, m: Message, mut turn: payload::Message) {
         let person = m.role == Role::User;
-        let mut payload = json!({ "message": m });
-        if let (Some(o), Value::Object(e)) = (payload.as_object_mut(), extra) {
-            o.extend(e);
-        }
         if let Some(r) = self.rec.as_mut() {
-            r.message(person, payload);
+            turn.message = serde_json::to_value(&m).unwrap_or(Value::Null);
+            r.message(person, &turn);
         }
         self.messages.push(m);
     }
@@ -847,12 +865,23 @@ impl<P: Provider> Session<P> {
         let mut turns_here = 0u32;
         self.pending = None;
         if let Some(t) = user_text {
-            self.push(Message::user(t), json!({}));
+            self.push(Message::user(t), payload::Message::default());
         }
         if let (Some(l), false) = (&self.cfg.ladder, self.ladder_recorded) {
-            let start = json!({"ladder": "start", "model": l.current().model, "tier": l.current().tier, "rungs": l.rungs()});
+            let start = payload::Note {
+                ladder: Some("start".into()),
+                model: Some(l.current().model.clone()),
+                tier: Some(l.current().tier),
+                rungs: Some(
+                    l.rungs()
+                        .iter()
+                        .map(|r| serde_json::to_value(r).unwrap_or(Value::Null))
+                        .collect(),
+                ),
+                ..payload::Note::default()
+            };
             if let Some(rec) = self.rec.as_mut() {
-                if let Err(e) = rec.record_note(false, start) {
+                if let Err(e) = rec.record_note(false, &start) {
                     return self.report(
                         Status::Failed,
                         format!("the ledger failed: {e}"),
@@ -1082,8 +1111,18 @@ impl<P: Provider> Session<P> {
             self.usage.output_tokens += turn.usage.output_tokens;
             self.push(
                 Message::assistant(&turn.text, turn.tool_calls.clone()),
-                json!({ "usage": turn.usage, "truncated": turn.truncated, "stop_reason": turn.stop_reason, "attempt": attempt,
-                        "model": self.cfg.model, "tier": self.cfg.ladder.as_ref().map(|l| l.current().tier) }),
+                payload::Message {
+                    usage: Some(payload::TokenUsage {
+                        input_tokens: turn.usage.input_tokens,
+                        output_tokens: turn.usage.output_tokens,
+                    }),
+                    truncated: Some(turn.truncated),
+                    stop_reason: turn.stop_reason.clone(),
+                    attempt: Some(attempt),
+                    model: Some(self.cfg.model.clone()),
+                    tier: self.cfg.ladder.as_ref().map(|l| l.current().tier),
+                    ..payload::Message::default()
+                },
             );
             // A turn breaks the tool protocol when a call's arguments are
             // not a JSON object (the turn was not cut off) or it names no
@@ -1099,7 +1138,10 @@ impl<P: Provider> Session<P> {
                         Message::user(
                             "Your answer was cut off by the length limit. Continue, more briefly.",
                         ),
-                        json!({ "from": "retie" }),
+                        payload::Message {
+                            from: Some("retie".into()),
+                            ..payload::Message::default()
+                        },
                     );
                     continue;
                 }
@@ -1142,7 +1184,7 @@ impl<P: Provider> Session<P> {
             if self.interrupted() {
                 self.push(
                     Message::tool_result(call, "not run: the session was interrupted"),
-                    json!({}),
+                    payload::Message::default(),
                 );
                 continue;
             }
@@ -1150,7 +1192,10 @@ impl<P: Provider> Session<P> {
                 let text = format!(
                     "the session was interrupted while this call ran (action {action}); its outcome was not recorded. Check the workspace before relying on it"
                 );
-                self.push(Message::tool_result(call, &text), json!({}));
+                self.push(
+                    Message::tool_result(call, &text),
+                    payload::Message::default(),
+                );
                 continue;
             }
             ui.call_started(call);
@@ -1173,7 +1218,7 @@ impl<P: Provider> Session<P> {
                     *self.failures.entry(key).or_default() += 1;
                     self.push(
                         Message::tool_result(call, format!("error: {msg}")),
-                        json!({}),
+                        payload::Message::default(),
                     );
                     CallRecord {
                         call_id: call.id.clone(),
@@ -1240,7 +1285,10 @@ impl<P: Provider> Session<P> {
                     if r.failed {
                         *self.failures.entry(key).or_default() += 1;
                     }
-                    self.push(Message::tool_result(call, &r.text), json!({}));
+                    self.push(
+                        Message::tool_result(call, &r.text),
+                        payload::Message::default(),
+                    );
                     CallRecord {
                         call_id: call.id.clone(),
                         tool: call.name.clone(),
@@ -1440,15 +1488,17 @@ fn refuse_call(
     rec.note("inspection", Value::Null);
     let by = "retie (call check)";
     rec.refuse(
-        json!({
-            "origin": "agent",
-            "call": {"id": call.id, "name": call.name, "raw_arguments": call.raw_arguments},
-            "checked": false,
-        }),
-        retie_ledger::payload::to_value(&retie_ledger::payload::Decision::refused_by_retie(
-            by, why,
-        )),
-        json!({"reason": why, "by": by}),
+        &payload::Proposed::unchecked(
+            "agent",
+            payload::ProposedCall {
+                id: Some(call.id.clone()),
+                name: call.name.clone(),
+                arguments: None,
+                raw_arguments: Some(call.raw_arguments.clone()),
+            },
+        ),
+        payload::to_value(&payload::Decision::refused_by_retie(by, why)),
+        &payload::Refusal::of_action(why, by),
     )
 }
 

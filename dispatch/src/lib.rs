@@ -359,15 +359,15 @@ pub fn dispatch<E: Executor>(
     } else {
         ClassKind::Irreversible
     };
-    let mut proposed = json!({
-        "origin": proposal.origin,
-        "action": action.to_json(),
-        "digest": ev.digest.to_hex(),
-        "evaluation": ev.to_json(),
-    });
-    if let Some(p) = proposal.edit_of {
-        proposed["edit_of"] = json!(p);
-    }
+    let proposed = retie_ledger::payload::Proposed {
+        edit_of: proposal.edit_of,
+        ..retie_ledger::payload::Proposed::of_action(
+            &proposal.origin,
+            action.to_json().as_object().cloned().unwrap_or_default(),
+            ev.digest.to_hex().to_string(),
+            ev.to_json(),
+        )
+    };
     // What this action can reach, as the policy accepted its declared
     // effects: the intent records the action's own reach, never the
     // session's permissions (issue 35, item 3).
@@ -377,15 +377,24 @@ pub fn dispatch<E: Executor>(
         Verdict::Ask => exec.shown_change(),
         _ => None,
     };
-    let intent = |by: &str| {
-        json!({
-            "decision": "allow",
-            "decided_by": by,
-            "effects": reach,
-            "class": if plan.reversible { "reversible" } else { "not_reversible" },
-            "undo": plan.detail,
-            "digest": ev.digest.to_hex(),
-        })
+    let intent = |by: &str| retie_ledger::payload::Intent {
+        decision: "allow".into(),
+        decided_by: by.into(),
+        class: Some(
+            if plan.reversible {
+                "reversible"
+            } else {
+                "not_reversible"
+            }
+            .into(),
+        ),
+        undo: Some(plan.detail.clone()),
+        digest: Some(ev.digest.to_hex().to_string()),
+        effect: None,
+        call: retie_ledger::payload::CallFields {
+            effects: Some(reach.iter().map(|e| e.to_string()).collect()),
+            ..Default::default()
+        },
     };
     // A person's decision on a pending approval: the one builder
     // `retie approve`/`deny` use too.
@@ -449,7 +458,7 @@ pub fn dispatch<E: Executor>(
                             "undo": plan.detail,
                             "grant_keys": keys,
                         });
-                        let (p, s) = rec.pending(proposed.clone(), pending)?;
+                        let (p, s) = rec.pending(&proposed, pending)?;
                         (p, s, None)
                     }
                 };
@@ -517,7 +526,9 @@ pub fn dispatch<E: Executor>(
                                     &by,
                                 ));
                             }
-                            d.then = record::Then::Refusal(json!({ "reason": reason, "by": by }));
+                            d.then = record::Then::Refusal(
+                                retie_ledger::payload::Refusal::of_action(&reason, &by),
+                            );
                             refused = Some((reason, by));
                         }
                         Approval::Edit {
@@ -586,12 +597,16 @@ pub fn dispatch<E: Executor>(
         proposal: None,
     });
     if let Some(reason) = refusal {
-        rec.refuse(proposed, decision, json!({ "reason": reason, "by": by }))?;
+        rec.refuse(
+            &proposed,
+            decision,
+            &retie_ledger::payload::Refusal::of_action(&reason, &by),
+        )?;
         return Ok(Dispatched::Refused { reason, by });
     }
     // Record: proposal, decision and intent with the undo plan, durably,
     // in one transaction, before anything runs.
-    let action_id = rec.begin(proposed, decision, intent(&by))?;
+    let action_id = rec.begin(&proposed, decision, &intent(&by))?;
     execute(rec, action_id, &action, exec)
 }
 

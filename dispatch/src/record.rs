@@ -52,8 +52,8 @@ pub struct SessionSpec {
     /// The workspace the session acts on.
     pub workspace: PathBuf,
     /// Recorded in the session's opening entry: objective, origin, policy
-    /// digest, profile, model...
-    pub opened: Value,
+    /// digest, profile, model... (the recorder adds the delegation).
+    pub opened: payload::SessionOpened,
     /// Effects (the policy crate's names) the session's key may act with.
     pub effects: Vec<String>,
     /// Fields merged into every intent (tool, command, workspace, mode...).
@@ -157,13 +157,11 @@ impl Recorder {
                     now_ms() + SESSION_TTL_MS,
                 );
                 let mut opened = spec.opened.clone();
-                if let Some(o) = opened.as_object_mut() {
-                    o.insert("delegation".into(), json!(d));
-                }
+                opened.delegation = Some(d);
                 Session {
                     id,
                     key,
-                    pending_open: Some(opened),
+                    pending_open: Some(payload::to_value(&opened)),
                     joined: false,
                 }
             }
@@ -286,7 +284,11 @@ impl Recorder {
             let e = rec.entry(
                 Actor::Person,
                 Kind::Delegation,
-                json!({ "delegation": d, "why": "renewed on resume" }),
+                payload::to_value(&payload::DelegationEntry {
+                    delegation: d,
+                    why: Some("renewed on resume".into()),
+                    to: None,
+                }),
             );
             rec.queued.push(e);
         }
@@ -346,7 +348,17 @@ impl Recorder {
         let re = self.entry(
             Actor::Policy,
             Kind::Refusal,
-            json!({ "refused": "decision", "decision": dseq, "pending": pending, "signer": signer, "reason": why }),
+            payload::to_value(&payload::Refusal {
+                reason: why.clone(),
+                by: None,
+                refused: Some("decision".into()),
+                decision: Some(dseq),
+                signer: Some(signer),
+                call: payload::CallFields {
+                    pending: Some(pending),
+                    ..payload::CallFields::default()
+                },
+            }),
         );
         self.queued.push(re);
         self.flush()?;
@@ -429,7 +441,7 @@ impl Recorder {
         entries.push(self.entry(
             Actor::Person,
             Kind::Note,
-            json!({ "setting": name, "value": value, "by": by }),
+            payload::to_value(&payload::Note::setting(name, value, by)),
         ));
         self.ledger.append_batch(|_| entries)?;
         Ok(())
@@ -437,23 +449,23 @@ impl Recorder {
 
     /// A note of the session (a retest's verdict, a person's
     /// adjudication), durable at once.
-    pub fn record_note(&mut self, by_person: bool, payload: Value) -> Result<(), Error> {
+    pub fn record_note(&mut self, by_person: bool, note: &payload::Note) -> Result<(), Error> {
         let actor = if by_person {
             Actor::Person
         } else {
             Actor::Agent
         };
         let mut entries = self.opening();
-        entries.push(self.entry(actor, Kind::Note, payload));
+        entries.push(self.entry(actor, Kind::Note, payload::to_value(note)));
         self.ledger.append_batch(|_| entries)?;
         Ok(())
     }
 
     /// Queue a conversation message: it rides on the next durable
     /// transaction (no fsync of its own).
-    pub fn message(&mut self, person: bool, payload: Value) {
+    pub fn message(&mut self, person: bool, message: &payload::Message) {
         let actor = if person { Actor::Person } else { Actor::Agent };
-        let e = self.entry(actor, Kind::Message, payload);
+        let e = self.entry(actor, Kind::Message, payload::to_value(message));
         self.queued.push(e);
     }
 
@@ -471,10 +483,14 @@ impl Recorder {
 
     /// Durable before any prompt: the proposal and the pending approval,
     /// one transaction. Returns (proposal seq, pending seq).
-    pub fn pending(&mut self, proposed: Value, pending: Value) -> Result<(i64, i64), Error> {
+    pub fn pending(
+        &mut self,
+        proposed: &payload::Proposed,
+        pending: Value,
+    ) -> Result<(i64, i64), Error> {
         let mut entries = self.opening();
         let n = entries.len() as i64;
-        let pe = self.entry(Actor::Agent, Kind::Proposed, proposed);
+        let pe = self.entry(Actor::Agent, Kind::Proposed, payload::to_value(proposed));
         let mut pa = self.entry(Actor::Policy, Kind::Pending, pending);
         merge(&mut pa.payload, self.call_fields());
         let entries_payload = Some((0, pa.payload.clone()));
@@ -530,6 +546,12 @@ impl Recorder {
     /// first), a grant it made, and the intent or the refusal, one
     /// transaction. Returns the intent's seq when it will run.
     pub fn decide(&mut self, d: PendingDecision) -> Result<Option<i64>, Error> {
+        // Typed before anything is taken from the queue.
+        let last = match &d.then {
+            Then::Intent(i) => Some(self.entry(Actor::Agent, Kind::Intent, self.intent(i)?)),
+            Then::Refusal(r) => Some(self.entry(Actor::Policy, Kind::Refusal, self.refusal(r)?)),
+            Then::Nothing => None,
+        };
         let mut entries = self.opening();
         let guard = d.decision.as_ref().map(|_| Guard::OpenPending {
             session: self.session.id.clone(),
@@ -545,19 +567,6 @@ impl Recorder {
         let has_decision = de.is_some() as i64;
         let ge = d.grant.map(|p| self.entry(Actor::Person, Kind::Grant, p));
         let has_grant = ge.is_some() as i64;
-        let last = match d.then {
-            Then::Intent(i) => {
-                let mut p = self.intent_base.clone();
-                merge(&mut p, i);
-                Some(self.entry(Actor::Agent, Kind::Intent, p))
-            }
-            Then::Refusal(r) => {
-                let mut re = self.entry(Actor::Policy, Kind::Refusal, r);
-                merge(&mut re.payload, self.intent_base.clone());
-                Some(re)
-            }
-            Then::Nothing => None,
-        };
         let is_intent = last.as_ref().is_some_and(|e| e.kind == Kind::Intent);
         let known_decision = d.recorded_decision;
         let proposal = d.proposal;
@@ -578,9 +587,15 @@ impl Recorder {
                 entries.push(ge);
             }
             if let Some(mut le) = last {
-                set(&mut le.payload, "proposal", json!(proposal));
-                set(&mut le.payload, "pending", json!(pending));
-                set(&mut le.payload, "decision_entry", json!(decision_seq));
+                bind(
+                    &mut le.payload,
+                    payload::CallFields {
+                        proposal: Some(proposal),
+                        pending: Some(pending),
+                        decision_entry: Some(decision_seq),
+                        ..payload::CallFields::default()
+                    },
+                );
                 entries.push(le);
             }
             entries
@@ -685,6 +700,36 @@ impl Recorder {
         }
     }
 
+    /// The intent as written: the session's call fields (the intent
+    /// base) under the action's own, read back as a typed
+    /// [`payload::Intent`]: one that would be ill-typed is refused before
+    /// anything is written.
+    fn intent(&self, part: &payload::Intent) -> Result<Value, Error> {
+        let mut p = self.intent_base.clone();
+        merge(&mut p, payload::to_value(part));
+        let typed = payload::parse::<payload::Intent>(&p)
+            .and_then(|i| payload::check(Kind::Intent, p.to_string().as_bytes()).map(|_| i))
+            .map_err(|e| {
+                Error::Invalid(format!(
+                    "the intent would be ill-typed ({e}): nothing was written or run"
+                ))
+            })?;
+        Ok(payload::to_value(&typed))
+    }
+
+    /// The refusal as written: the refusal with the session's call fields
+    /// (they win, as they always did), typed.
+    fn refusal(&self, r: &payload::Refusal) -> Result<Value, Error> {
+        let mut p = payload::to_value(r);
+        merge(&mut p, self.intent_base.clone());
+        let typed = payload::parse::<payload::Refusal>(&p).map_err(|e| {
+            Error::Invalid(format!(
+                "the refusal would be ill-typed ({e}): nothing was written"
+            ))
+        })?;
+        Ok(payload::to_value(&typed))
+    }
+
     fn entry(&self, actor: Actor, kind: Kind, payload: Value) -> NewEntry {
         let key = match actor {
             Actor::Person => self.user.clone(),
@@ -716,14 +761,18 @@ impl Recorder {
 
     /// Durable point 1: proposal, decision and intent, in one transaction.
     /// Returns the intent's sequence number (the action's id).
-    pub fn begin(&mut self, proposed: Value, decision: Value, intent: Value) -> Result<i64, Error> {
+    pub fn begin(
+        &mut self,
+        proposed: &payload::Proposed,
+        decision: Value,
+        intent: &payload::Intent,
+    ) -> Result<i64, Error> {
         stall("before-intent");
-        let mut intent_payload = self.intent_base.clone();
-        merge(&mut intent_payload, intent);
+        let intent_payload = self.intent(intent)?;
         let mut entries = self.opening();
         let n = entries.len() as i64;
-        let by = proposer(&proposed);
-        let pe = self.entry(by, Kind::Proposed, proposed);
+        let by = proposer(proposed);
+        let pe = self.entry(by, Kind::Proposed, payload::to_value(proposed));
         let de = self.entry(Actor::Policy, Kind::Decision, decision);
         let ie = self.entry(by, Kind::Intent, intent_payload);
         let appended = self.ledger.append_batch(|first| {
@@ -731,7 +780,7 @@ impl Recorder {
             let mut de = de;
             let mut ie = ie;
             set(&mut de.payload, "proposal", json!(proposal));
-            set(&mut ie.payload, "proposal", json!(proposal));
+            bind(&mut ie.payload, proposal_of(proposal));
             entries.push(pe);
             entries.push(de);
             entries.push(ie);
@@ -745,20 +794,24 @@ impl Recorder {
     /// Durable point 1, refused: proposal, decision and refusal.
     pub fn refuse(
         &mut self,
-        proposed: Value,
+        proposed: &payload::Proposed,
         decision: Value,
-        refusal: Value,
+        refusal: &payload::Refusal,
     ) -> Result<(), Error> {
+        let refusal = self.refusal(refusal)?;
         let mut entries = self.opening();
         let n = entries.len() as i64;
-        let pe = self.entry(proposer(&proposed), Kind::Proposed, proposed);
+        let pe = self.entry(
+            proposer(proposed),
+            Kind::Proposed,
+            payload::to_value(proposed),
+        );
         let de = self.entry(Actor::Policy, Kind::Decision, decision);
         let mut re = self.entry(Actor::Policy, Kind::Refusal, refusal);
-        merge(&mut re.payload, self.intent_base.clone());
         self.ledger.append_batch(|first| {
             let mut de = de;
             set(&mut de.payload, "proposal", json!(first + n));
-            set(&mut re.payload, "proposal", json!(first + n));
+            bind(&mut re.payload, proposal_of(first + n));
             entries.push(pe);
             entries.push(de);
             entries.push(re);
@@ -891,10 +944,11 @@ impl Recorder {
 /// What follows a pending approval's decision in its transaction.
 #[derive(Debug, Clone)]
 pub enum Then {
-    /// The intent: the action runs.
-    Intent(Value),
+    /// The intent: the action runs (the recorder adds the session's call
+    /// fields and the bindings).
+    Intent(payload::Intent),
     /// The refusal: it never runs.
-    Refusal(Value),
+    Refusal(payload::Refusal),
     /// Nothing yet (an edit: the edited action is dispatched next).
     Nothing,
 }
@@ -977,12 +1031,13 @@ impl SessionState {
                     }
                 }
                 Kind::Intent | Kind::Refusal => {
-                    // The decision was carried out: no longer open.
-                    let p = r.payload_json();
-                    if pending
-                        .as_ref()
-                        .is_some_and(|op| p.get("pending").and_then(Value::as_i64) == Some(op.seq))
-                    {
+                    // The decision was carried out: no longer open. (Both
+                    // carry the session's call fields; verify checks the
+                    // kinds' own fields.)
+                    let bound = payload::parse::<payload::CallFields>(&r.payload_json())
+                        .ok()
+                        .and_then(|c| c.pending);
+                    if pending.as_ref().is_some_and(|op| bound == Some(op.seq)) {
                         pending = None;
                     }
                 }
@@ -1013,7 +1068,8 @@ impl SessionState {
                 && rows.iter().any(|r| {
                     r.seq > op.seq
                         && r.kind == Kind::Proposed.as_bytes()
-                        && r.payload_json().get("edit_of").and_then(Value::as_i64) == Some(op.seq)
+                        && payload::parse::<payload::Proposed>(&r.payload_json())
+                            .is_ok_and(|p| p.edit_of == Some(op.seq))
                 })
             {
                 pending = None;
@@ -1220,6 +1276,19 @@ fn set(v: &mut Value, key: &str, val: Value) {
     }
 }
 
+/// Bind an intent or refusal to its proposal (pending approval,
+/// decision): `fields`' set fields win.
+fn bind(payload: &mut Value, fields: payload::CallFields) {
+    merge(payload, payload::to_value(&fields));
+}
+
+fn proposal_of(seq: i64) -> payload::CallFields {
+    payload::CallFields {
+        proposal: Some(seq),
+        ..payload::CallFields::default()
+    }
+}
+
 fn merge(into: &mut Value, from: Value) {
     if let (Some(o), Value::Object(from)) = (into.as_object_mut(), from) {
         for (k, v) in from {
@@ -1253,8 +1322,8 @@ fn stall(_stage: &str) {}
 /// Who proposed an action, for the actor of its proposal and intent: the
 /// person for the operator's own command at a retest's prompt
 /// ([`crate::OPERATOR_ORIGIN`]), else the agent.
-fn proposer(proposed: &Value) -> Actor {
-    if proposed.get("origin").and_then(Value::as_str) == Some(crate::OPERATOR_ORIGIN) {
+fn proposer(proposed: &payload::Proposed) -> Actor {
+    if proposed.origin == crate::OPERATOR_ORIGIN {
         Actor::Person
     } else {
         Actor::Agent

@@ -73,14 +73,12 @@ pub fn undo_actions(
     let spec = SessionSpec {
         join: None,
         workspace: PathBuf::from(&workspace),
-        opened: json!({
-            "objective": command.join(" "),
-            "origin": ORIGIN,
-            "provider": null,
-            "model": null,
-            "policy_digest": policy.digest().to_hex(),
-            "system_prompt_digest": null,
-        }),
+        opened: retie_ledger::payload::SessionOpened {
+            objective: Some(command.join(" ")),
+            origin: Some(ORIGIN.into()),
+            policy_digest: Some(policy.digest().to_hex().to_string()),
+            ..Default::default()
+        },
         effects: vec!["writes_workspace".into()],
         intent_base: json!({
             "tool": "undo",
@@ -193,7 +191,7 @@ impl UndoJob {
             workspace: ws.clone(),
             prepared: Some(p),
         };
-        if a.intent.get("tool").and_then(Value::as_str) == Some("undo") {
+        if a.typed_intent().and_then(|i| i.call.tool).as_deref() == Some("undo") {
             return job(Prepared::Skip(
                 "it is an undo; an undo is not undone (run the action again instead)".into(),
             ));

@@ -52,7 +52,11 @@ fn spec(ws: &std::path::Path) -> SessionSpec {
     SessionSpec {
         join: None,
         workspace: ws.to_path_buf(),
-        opened: json!({"objective": "test", "origin": "test"}),
+        opened: retie_ledger::payload::SessionOpened {
+            objective: Some("test".into()),
+            origin: Some("test".into()),
+            ..Default::default()
+        },
         effects: vec![
             "reads_workspace".into(),
             "writes_workspace".into(),

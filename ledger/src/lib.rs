@@ -1677,6 +1677,124 @@ mod tests {
         );
     }
 
+    /// Issue 27 item 3, the rest: a correctly signed entry of each kind
+    /// typed in session 22 whose payload lacks a field its kind requires
+    /// or has one of the wrong type is reported by verify, naming the
+    /// entry ("ill-typed payload at #N (a K entry)") and the field; the
+    /// same kinds well typed verify intact.
+    #[test]
+    fn verify_names_an_ill_typed_entry_of_every_kind() {
+        use serde_json::json;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let user = key(11);
+        let good = [
+            (
+                Kind::SessionOpened,
+                json!({"objective": "x", "origin": "retie run"}),
+            ),
+            (
+                Kind::Proposed,
+                json!({"origin": "agent", "action": {"tool": "read"}, "digest": "ab"}),
+            ),
+            (
+                Kind::Intent,
+                json!({"tool": "agent.read", "decision": "allow", "decided_by": "policy"}),
+            ),
+            (Kind::Refusal, json!({"reason": "no", "by": "policy"})),
+            (
+                Kind::Note,
+                json!({"setting": "autonomy", "value": "gated", "by": "person"}),
+            ),
+            (
+                Kind::Message,
+                json!({"message": {"role": "user", "text": "hi"}}),
+            ),
+        ];
+        let path = dir.path().join("good.db");
+        let mut l = Ledger::open(&path, true, Some(&user)).expect("open");
+        for (k, p) in &good {
+            l.append("s", Actor::Person, *k, p, &user).expect("append");
+        }
+        drop(l);
+        let r = verify::verify_with(&path, Some(user.verifying_key())).expect("verify");
+        assert!(r.intact, "{:?}", r.problems);
+        let bad = [
+            (
+                Kind::SessionOpened,
+                json!({"objective": "x", "pid": "me"}),
+                "\"me\"",
+            ),
+            (
+                Kind::Delegation,
+                json!({"why": "renewed on resume"}),
+                "delegation",
+            ),
+            (
+                Kind::Proposed,
+                json!({"origin": "agent", "action": {}}),
+                "digest",
+            ),
+            (
+                Kind::Intent,
+                json!({"tool": "agent.read", "decided_by": "policy"}),
+                "decision",
+            ),
+            (
+                Kind::Intent,
+                json!({"decision": "allow", "decided_by": "policy"}),
+                "tool",
+            ),
+            (Kind::Refusal, json!({"by": "policy"}), "reason"),
+            (
+                Kind::Note,
+                json!({"setting": "autonomy", "value": "yolo"}),
+                "by",
+            ),
+            (Kind::Message, json!({"message": {"text": "hi"}}), "role"),
+        ];
+        for (i, (k, p, field)) in bad.iter().enumerate() {
+            let path = dir.path().join(format!("bad{i}.db"));
+            let mut l = Ledger::open(&path, true, Some(&user)).expect("open");
+            let seq = l
+                .append("s", Actor::Person, *k, p, &user)
+                .expect("append")
+                .seq;
+            drop(l);
+            let r = verify::verify_with(&path, Some(user.verifying_key())).expect("verify");
+            assert!(!r.intact, "{k:?} {p}: intact");
+            let want = format!("ill-typed payload at #{seq} (a {} entry)", k.as_str());
+            assert!(
+                r.problems.iter().any(|x| x.seq == Some(seq)
+                    && x.what.contains(&want)
+                    && x.what.contains(field)),
+                "{k:?} {p}: {:?}",
+                r.problems
+            );
+        }
+        // The genesis entry itself, re-signed with a field it never had.
+        let path = dir.path().join("genesis.db");
+        let mut l = Ledger::open(&path, true, Some(&user)).expect("open");
+        let seq = l
+            .append(
+                "",
+                Actor::Person,
+                Kind::LedgerOpened,
+                &json!({"user_key": hex(user.verifying_key().as_bytes()), "format": 1, "owner": "x"}),
+                &user,
+            )
+            .expect("append")
+            .seq;
+        drop(l);
+        let r = verify::verify_with(&path, Some(user.verifying_key())).expect("verify");
+        assert!(
+            r.problems.iter().any(|x| x.seq == Some(seq)
+                && x.what.contains("ill-typed payload")
+                && x.what.contains("owner")),
+            "{:?}",
+            r.problems
+        );
+    }
+
     #[test]
     fn appends_chain_and_each_row_hashes_to_what_is_stored() {
         let dir = tempfile::tempdir().expect("tempdir");

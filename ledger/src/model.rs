@@ -26,6 +26,11 @@ pub struct Action {
 }
 
 impl Action {
+    /// Its intent as the typed payload (`None`: ill-typed, which `retie
+    /// verify` names).
+    pub fn typed_intent(&self) -> Option<crate::payload::Intent> {
+        crate::payload::parse(&self.intent).ok()
+    }
     /// The tool, for display (control characters escaped).
     pub fn tool(&self) -> String {
         visible(
@@ -228,15 +233,15 @@ impl Session {
     }
     /// A session of `retie undo`/`undo-all`: its actions are undos.
     pub fn is_undo(&self) -> bool {
-        self.opened.get("origin").and_then(Value::as_str) == Some("retie undo")
+        session_kind(&self.opened) == "undo"
     }
     /// The objective, for display (control characters escaped).
     pub fn objective(&self) -> String {
         visible(
-            self.opened
-                .get("objective")
-                .and_then(Value::as_str)
-                .unwrap_or(""),
+            &crate::payload::parse::<crate::payload::SessionOpened>(&self.opened)
+                .ok()
+                .and_then(|o| o.objective)
+                .unwrap_or_default(),
         )
     }
 }
@@ -246,7 +251,11 @@ impl Session {
 /// `undo`, `apply` (`retie changes apply`), `probe`; `other` for an
 /// origin this build does not know.
 pub fn session_kind(opened: &Value) -> &'static str {
-    match opened.get("origin").and_then(Value::as_str) {
+    // An ill-typed opening is `other` (`retie verify` names it).
+    let origin = crate::payload::parse::<crate::payload::SessionOpened>(opened)
+        .ok()
+        .and_then(|o| o.origin);
+    match origin.as_deref() {
         Some("retie sandbox exec") => "exec",
         Some("retie run") => "agent",
         Some("retie retest") => "retest",
@@ -266,10 +275,8 @@ pub fn sessions(rows: &[Row]) -> Vec<Session> {
         // A turn: an assistant message (older ledgers: a `turn` entry).
         let turn = r.kind == b"turn"
             || (k == Some(Kind::Message)
-                && r.payload_json()
-                    .pointer("/message/role")
-                    .and_then(Value::as_str)
-                    == Some("assistant"));
+                && crate::payload::of_row::<crate::payload::Message>(r)
+                    .is_ok_and(|m| m.role() == Some("assistant")));
         let sid = r.session_str();
         if k == Some(Kind::SessionOpened) {
             index.insert(sid.clone(), out.len());

@@ -223,16 +223,6 @@ impl Status {
             Status::Ran | Status::Applied | Status::Unchanged | Status::Undone
         )
     }
-
-    /// The tool's error text, as the agent's tools word it: a guard's
-    /// refusal says `refused:` first; anything else failed.
-    pub fn of_tool_error(text: &str) -> Status {
-        if text.starts_with("refused") {
-            Status::RefusedByGuard
-        } else {
-            Status::Failed
-        }
-    }
 }
 
 /// `outcome`: how an action ended. `status` is its word; the rest
@@ -302,10 +292,535 @@ pub struct Resumed {
     pub reopened: Option<bool>,
 }
 
-/// `revoke`, `grant`... have their structs; kinds whose fields differ by
-/// writer and version (intent, proposal, refusal, note, message, the
-/// session's opening) must at least be a JSON object.
+/// Any JSON object (what a payload's open part is).
 pub type Object = Map<String, Value>;
+
+/// `ledger_opened`: the genesis entry. Every version wrote these two
+/// fields.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LedgerOpened {
+    /// The user key, hex.
+    pub user_key: String,
+    /// The ledger's format (1).
+    pub format: u32,
+}
+
+/// An agent session's budget, in its opening.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Budget {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_turns: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_s: Option<f64>,
+}
+
+/// `session_opened`: what a session is for and under which settings it
+/// began. Its fields differ by writer (`retie run`, `retie retest`,
+/// `retie sandbox exec`, `retie undo`, `retie changes apply`, `retie
+/// probe`, the dev ledger's `{}`): every one is optional, typed when
+/// present. Fields of older versions this one does not know stay in
+/// `rest` (read, never invented).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SessionOpened {
+    /// What the session was asked to do (the prompt, the command line).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub objective: Option<String>,
+    /// Which command opened it (`retie run`, `retie sandbox exec`...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt_digest: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
+    /// The process that opened it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_digest: Option<String>,
+    /// The autonomy tier it began with (later changes: `setting` notes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autonomy: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approvals_from_yes_flag: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fetch_allow: Option<Vec<String>>,
+    /// A networked bash's settings (ADR 0313), as the agent recorded them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bash_net: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budget>,
+    /// `retie sandbox exec --profile`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    /// `retie sandbox exec` on a system workspace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_workspace: Option<bool>,
+    /// The workspace's instruction files read into the system prompt
+    /// (`retie run`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project_instructions: Option<Vec<InstructionsRead>>,
+    /// A retest session's finding, lab and budget (issue 28).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retest: Option<crate::retest::RetestOpened>,
+    /// The session key's delegation (the recorder adds it; verify checks
+    /// it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delegation: Option<crate::keys::Delegation>,
+    /// Fields of other versions.
+    #[serde(flatten)]
+    pub rest: Object,
+}
+
+/// One instruction file `retie run` read into the system prompt: its
+/// name, size and the digest of the bytes read, or why it was refused.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct InstructionsRead {
+    pub file: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truncated: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+}
+
+/// `delegation`: a key delegated after the session's opening (renewed on
+/// resume, or a sub-agent's). Only these fields were ever written.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DelegationEntry {
+    pub delegation: crate::keys::Delegation,
+    /// Why (`renewed on resume`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+    /// To whom (the dev ledger's `sub-agent`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+}
+
+/// `action_proposed`: an action as proposed: put to the policy (its
+/// `action`, frozen arguments' `digest` and the policy's `evaluation`),
+/// or a model's call that never reached the policy (`checked: false`:
+/// the `call` as received, refused by retie's call check).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Proposed {
+    /// Who proposed it (`agent`, `command line`, the operator...).
+    pub origin: String,
+    /// The action (tool, arguments, effects): `retie_policy::Action`'s
+    /// JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<Object>,
+    /// The frozen arguments' digest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// The policy's evaluation, as it judged the action.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evaluation: Option<Value>,
+    /// The pending approval whose edit this is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edit_of: Option<i64>,
+    /// A call that was not put to the policy, as received.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call: Option<ProposedCall>,
+    /// `false`: the call never reached the policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checked: Option<bool>,
+    #[serde(flatten)]
+    pub rest: Object,
+}
+
+/// A model's call as received, when it was refused before the policy.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProposedCall {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    pub name: String,
+    /// The arguments (a person's edit of a call).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<Object>,
+    /// The argument text as received (not a JSON object).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw_arguments: Option<String>,
+}
+
+impl Proposed {
+    /// An action put to the policy.
+    pub fn of_action(origin: &str, action: Object, digest: String, evaluation: Value) -> Proposed {
+        Proposed {
+            origin: origin.into(),
+            action: Some(action),
+            digest: Some(digest),
+            evaluation: Some(evaluation),
+            ..Proposed::default()
+        }
+    }
+
+    /// The same, proposed by `origin`.
+    pub fn with_origin(self, origin: &str) -> Proposed {
+        Proposed {
+            origin: origin.into(),
+            ..self
+        }
+    }
+
+    /// A call refused before the policy.
+    pub fn unchecked(origin: &str, call: ProposedCall) -> Proposed {
+        Proposed {
+            origin: origin.into(),
+            call: Some(call),
+            checked: Some(false),
+            ..Proposed::default()
+        }
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if self.checked == Some(false) {
+            if self.call.is_none() && self.action.is_none() {
+                return Err("an unchecked proposal without its `call`".into());
+            }
+        } else if self.action.is_none() {
+            return Err("missing field `action`".into());
+        } else if self.digest.is_none() {
+            return Err("missing field `digest`".into());
+        }
+        Ok(())
+    }
+}
+
+/// The fields every intent and refusal of a session repeats (the
+/// recorder's intent base: what the session runs and where).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CallFields {
+    /// The tool (`agent.bash`, `sandbox.exec`, `undo`...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// The command, as words (or as the tool shows it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Value>,
+    /// The model's call id (agent sessions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
+    /// `overlay`, `direct`...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// The action's (intent) or the session's (base) effects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effects: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept_run: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_workspace: Option<bool>,
+    /// The proposal entry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proposal: Option<i64>,
+    /// The pending approval it was decided on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending: Option<i64>,
+    /// The decision entry (after a pending approval).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision_entry: Option<i64>,
+    /// Fields of other writers and versions (`net`, `inspection`...).
+    #[serde(flatten)]
+    pub rest: Object,
+}
+
+/// `intent`: about to act, with the undo plan, before any effect.
+/// Every version wrote the tool (`call.tool`, required), the decision
+/// (`allow`) and who decided.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Intent {
+    pub decision: String,
+    pub decided_by: String,
+    /// `reversible` or `not_reversible`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<String>,
+    /// The undo plan (the executor's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub undo: Option<Value>,
+    /// The frozen arguments' digest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// Older intents: one effect instead of `effects`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effect: Option<String>,
+    /// The session's call fields (its tool, command...) and this action's
+    /// effects and bindings.
+    #[serde(flatten)]
+    pub call: CallFields,
+}
+
+impl Intent {
+    fn check(&self) -> Result<(), String> {
+        if self.call.tool.is_none() {
+            return Err("missing field `tool`".into());
+        }
+        Ok(())
+    }
+
+    /// The effects it declared (older intents: its one `effect`).
+    pub fn effects(&self) -> Vec<String> {
+        match (&self.call.effects, &self.effect) {
+            (Some(e), _) => e.clone(),
+            (None, Some(e)) => vec![e.clone()],
+            (None, None) => Vec::new(),
+        }
+    }
+}
+
+/// `refusal`: an action refused, never executed (the gate's or a
+/// person's no), or a recorded decision refused (its signer is not on the
+/// workspace's allow-list: `refused: "decision"`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Refusal {
+    pub reason: String,
+    /// Who refused (`policy`, a person).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    /// What was refused when it is not the action (`decision`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
+    /// The refused decision entry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<i64>,
+    /// The refused decision's signer, hex.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signer: Option<String>,
+    #[serde(flatten)]
+    pub call: CallFields,
+}
+
+impl Refusal {
+    /// A refusal of the action by `by`.
+    pub fn of_action(reason: &str, by: &str) -> Refusal {
+        Refusal {
+            reason: reason.into(),
+            by: Some(by.into()),
+            refused: None,
+            decision: None,
+            signer: None,
+            call: CallFields::default(),
+        }
+    }
+}
+
+/// Token counts of one model turn.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenUsage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+/// `message`: one message of the conversation, as sent to or received
+/// from the model (`message`: the agent's message, its `role` required),
+/// with what retie knows of the turn.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    /// The agent's message (`role`, `text`, tool calls...).
+    pub message: Value,
+    /// An assistant turn's token counts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<TokenUsage>,
+    /// The turn was cut off by the length limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truncated: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<String>,
+    /// The turn's attempt (1 unless the provider was retried).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
+    /// The model that answered, and its ladder tier.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<u32>,
+    /// A message retie wrote itself (`retie`), not the person.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    #[serde(flatten)]
+    pub rest: Object,
+}
+
+impl Message {
+    /// A message with nothing known of its turn.
+    pub fn of(message: Value) -> Message {
+        Message {
+            message,
+            usage: None,
+            truncated: None,
+            stop_reason: None,
+            attempt: None,
+            model: None,
+            tier: None,
+            from: None,
+            rest: Object::new(),
+        }
+    }
+
+    /// Its role (`user`, `assistant`, `tool`, `system`).
+    pub fn role(&self) -> Option<&str> {
+        self.message.get("role").and_then(Value::as_str)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        match self.message.get("role") {
+            Some(Value::String(_)) => Ok(()),
+            Some(_) => Err("message.role: not a string".into()),
+            None => Err("missing field `message.role`".into()),
+        }
+    }
+}
+
+/// The model ladder's steps (`ladder` notes).
+pub const LADDER_STEPS: &[&str] = &["start", "stop", "switch"];
+
+/// `note`: anything else worth keeping. Its shapes, each checked when
+/// its key is present: a setting a person (or the ladder) changed
+/// (`setting`, `value`, `by`), the model ladder's steps (`ladder`:
+/// start, stop, switch), a probe's results (`probe`), a retest's verdict,
+/// adjudication and end. Other keys (the dev ledger's counters, older
+/// versions) stay in `rest`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Note {
+    /// The setting changed (`autonomy`, `model`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setting: Option<String>,
+    /// Its new value (present, even `null`, on a setting note).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<Value>,
+    /// Who changed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    /// The ladder's step: `start`, `stop`, `switch`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ladder: Option<String>,
+    /// The model (ladder start and stop; probe).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<u32>,
+    /// The ladder's rungs (start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rungs: Option<Vec<Value>>,
+    /// A switch's models and tiers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_tier: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_tier: Option<u32>,
+    /// The failure's name (ladder stop, switch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+    /// `retie probe`'s results, one object per model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<Vec<Object>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retest_verdict: Option<crate::retest::RetestVerdict>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retest_adjudication: Option<crate::retest::RetestAdjudication>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retest_ended: Option<crate::retest::RetestEnded>,
+    /// A probe's provider, endpoint, why it stopped, its requests and
+    /// tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<TokenUsage>,
+    /// The dev ledger's counters (`retie ledger dev`, the ledger bench):
+    /// the note's number, a sub-agent's, a rogue key's mark, the writer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sub: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rogue: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// Other fields (older versions).
+    #[serde(flatten)]
+    pub rest: Object,
+}
+
+impl Note {
+    /// A person (or the ladder) changed `setting` to `value`.
+    pub fn setting(setting: &str, value: Value, by: &str) -> Note {
+        Note {
+            setting: Some(setting.into()),
+            value: Some(value),
+            by: Some(by.into()),
+            ..Note::default()
+        }
+    }
+
+    /// The setting it records, if it is a setting note: (name, value).
+    pub fn setting_value(&self) -> Option<(&str, &Value)> {
+        Some((self.setting.as_deref()?, self.value.as_ref()?))
+    }
+
+    /// What each shape requires.
+    fn check(&self, raw: &Value) -> Result<(), String> {
+        if self.setting.is_some() {
+            if raw.get("value").is_none() {
+                return Err("a setting note without `value`".into());
+            }
+            if self.by.is_none() {
+                return Err("a setting note without `by`".into());
+            }
+        }
+        if let Some(step) = &self.ladder {
+            let need: &[(&str, bool)] = match step.as_str() {
+                "start" => &[
+                    ("model", self.model.is_some()),
+                    ("tier", self.tier.is_some()),
+                ],
+                "stop" => &[
+                    ("model", self.model.is_some()),
+                    ("reason", self.reason.is_some()),
+                ],
+                "switch" => &[
+                    ("setting", self.setting.is_some()),
+                    ("from", self.from.is_some()),
+                    ("to", self.to.is_some()),
+                    ("reason", self.reason.is_some()),
+                ],
+                other => return Err(format!("unknown ladder step {other:?}")),
+            };
+            if let Some((field, _)) = need.iter().find(|(_, present)| !present) {
+                return Err(format!("a ladder {step} note without `{field}`"));
+            }
+        }
+        Ok(())
+    }
+}
 
 /// `member`: another machine's user key admitted to a shared ledger by
 /// the ledger's owner (ADR 0460): from this entry on it may sign person
@@ -322,6 +837,18 @@ pub struct Member {
 /// Read `payload` as `T`.
 pub fn parse<T: DeserializeOwned>(payload: &Value) -> Result<T, String> {
     T::deserialize(payload).map_err(|e| e.to_string())
+}
+
+/// Read row `r`'s payload as `T`: the error names the entry (readers
+/// refuse an ill-typed entry, never read around it).
+pub fn of_row<T: DeserializeOwned>(r: &crate::Row) -> Result<T, String> {
+    parse(&r.payload_json()).map_err(|e| {
+        format!(
+            "entry #{} (a {} entry) is ill-typed ({e}); `retie verify` says more",
+            r.seq,
+            r.kind_str()
+        )
+    })
 }
 
 /// `T` as the stored JSON.
@@ -375,14 +902,14 @@ pub fn check(kind: Kind, payload: &[u8]) -> Result<(), String> {
             .and_then(|_| end_fields(&v))
             .and_then(|_| parse::<Suspended>(&v).map(|_| ())),
         Kind::Resumed => obj(&v).and_then(|_| parse::<Resumed>(&v).map(|_| ())),
-        Kind::LedgerOpened
-        | Kind::SessionOpened
-        | Kind::Delegation
-        | Kind::Proposed
-        | Kind::Intent
-        | Kind::Refusal
-        | Kind::Note
-        | Kind::Message => obj(&v),
+        Kind::LedgerOpened => parse::<LedgerOpened>(&v).map(|_| ()),
+        Kind::SessionOpened => obj(&v).and_then(|_| parse::<SessionOpened>(&v).map(|_| ())),
+        Kind::Delegation => parse::<DelegationEntry>(&v).map(|_| ()),
+        Kind::Proposed => parse::<Proposed>(&v)?.check(),
+        Kind::Intent => parse::<Intent>(&v)?.check(),
+        Kind::Refusal => parse::<Refusal>(&v).map(|_| ()),
+        Kind::Note => obj(&v).and_then(|_| parse::<Note>(&v)?.check(&v)),
+        Kind::Message => parse::<Message>(&v)?.check(),
     }
 }
 
@@ -521,5 +1048,451 @@ mod tests {
         assert!(check(Kind::Decision, missing.to_string().as_bytes()).is_err());
         assert!(check(Kind::Grant, br#"{"keys": ["bash:ls"], "by": "p"}"#).is_err());
         assert!(check(Kind::Intent, b"[1]").is_err());
+    }
+
+    /// Ledgers written by this version before the kinds were typed (a
+    /// `retie demo` session with its `undo-all`, a `retie sandbox exec`
+    /// and its `retie undo`, captured in session 22 from the unchanged
+    /// binary) still check, every entry of every kind.
+    #[test]
+    fn todays_ledgers_still_check() {
+        let fixture = include_str!("../tests/fixtures/today-s22.jsonl");
+        let mut kinds = std::collections::BTreeSet::new();
+        for line in fixture.lines() {
+            let row: Value = serde_json::from_str(line).expect("fixture line");
+            let kind = row["kind"].as_str().expect("kind");
+            let k = Kind::parse(kind.as_bytes()).unwrap_or_else(|| panic!("kind {kind}"));
+            check(k, row["payload"].to_string().as_bytes())
+                .unwrap_or_else(|e| panic!("#{} ({kind}): {e}", row["seq"]));
+            kinds.insert(kind.to_string());
+        }
+        for k in [
+            "ledger_opened",
+            "session_opened",
+            "action_proposed",
+            "intent",
+            "refusal",
+            "message",
+        ] {
+            assert!(kinds.contains(k), "the fixture has no {k}");
+        }
+    }
+
+    /// The payloads as this version's writers spelled them by hand (copied
+    /// from the writers before they built the structs): each checks, and
+    /// reads as its struct.
+    #[test]
+    fn the_hand_spelled_shapes_of_todays_writers_still_check() {
+        let d = json!({"session": "s", "workspace": "/w", "key": "ab", "parent": "cd",
+                       "effects": ["writes_workspace"], "not_after_ms": 5, "sig": "ef"});
+        let shapes = [
+            (Kind::LedgerOpened, json!({"user_key": "ab", "format": 1})),
+            (Kind::SessionOpened, json!({})),
+            (
+                Kind::SessionOpened,
+                json!({"objective": "ls", "origin": "retie sandbox exec", "provider": null,
+                       "model": null, "policy_digest": "ab", "system_prompt_digest": null,
+                       "profile": "host", "system_workspace": null, "delegation": d}),
+            ),
+            (
+                Kind::SessionOpened,
+                json!({"objective": "probe 2 models", "origin": "retie probe",
+                       "provider": "openai", "base_url": "http://127.0.0.1:1"}),
+            ),
+            (
+                Kind::SessionOpened,
+                json!({"objective": "fix", "origin": "retie run", "provider": "script", "model": "m",
+                       "system_prompt_digest": "ab", "system_prompt": "be good", "pid": 7,
+                       "policy_digest": "cd", "autonomy": "gated", "approvals_from_yes_flag": false,
+                       "fetch_allow": ["example.invalid"], "bash_net": {"allow": ["x.invalid"]},
+                       "base_url": null, "api_key_env": null,
+                       "budget": {"max_turns": 30, "max_tokens": 400000, "timeout_s": 60.0},
+                       "project_instructions": [{"file": "AGENTS.md", "size": 3, "read_bytes": 3,
+                                                 "truncated": false, "digest": "ab"},
+                                                {"file": "CLAUDE.md", "refused": "a symlink"}]}),
+            ),
+            (
+                Kind::Delegation,
+                json!({"delegation": d, "why": "renewed on resume"}),
+            ),
+            (
+                Kind::Delegation,
+                json!({"delegation": d, "to": "sub-agent"}),
+            ),
+            (
+                Kind::Proposed,
+                json!({"origin": "agent", "action": {"tool": "read", "args": {"path": "a"}, "effects": []},
+                       "digest": "ab", "evaluation": {"decision": "run"}, "edit_of": 4}),
+            ),
+            (
+                Kind::Proposed,
+                json!({"origin": "agent", "call": {"id": "c1", "name": "bash", "raw_arguments": "{"},
+                       "checked": false}),
+            ),
+            (
+                Kind::Proposed,
+                json!({"origin": "person (edit)", "edit_of": 3,
+                       "call": {"name": "bash", "arguments": {"command": 1}}, "checked": false}),
+            ),
+            (
+                Kind::Intent,
+                json!({"tool": "sandbox.exec", "command": ["ls"], "workspace": "/w", "mode": "overlay",
+                       "profile": "host", "net": null, "effects": ["runs_sandboxed"],
+                       "decision": "allow", "decided_by": "policy", "class": "reversible",
+                       "undo": {"changeset": null}, "digest": "ab", "proposal": 3}),
+            ),
+            (
+                Kind::Intent,
+                json!({"tool": "agent.bash", "call": "c1", "inspection": null, "decision": "allow",
+                       "decided_by": "person", "effects": [], "class": "not_reversible",
+                       "undo": null, "digest": "ab", "proposal": 3, "pending": 4, "decision_entry": 5}),
+            ),
+            // The first intents: one `effect`.
+            (
+                Kind::Intent,
+                json!({"tool": "exec", "effect": "workspace.write", "decision": "allow",
+                       "decided_by": "person", "class": "reversible", "undo": {}}),
+            ),
+            (
+                Kind::Refusal,
+                json!({"reason": "no", "by": "policy", "tool": "agent.bash", "command": ["rm"],
+                       "proposal": 3, "pending": 4, "decision_entry": 5}),
+            ),
+            (
+                Kind::Refusal,
+                json!({"refused": "decision", "decision": 9, "pending": 4, "signer": "ab",
+                       "reason": "not on the allow-list", "tool": "agent"}),
+            ),
+            (
+                Kind::Note,
+                json!({"setting": "autonomy", "value": "gated", "by": "person"}),
+            ),
+            (
+                Kind::Note,
+                json!({"setting": "model", "value": null, "by": "person"}),
+            ),
+            (
+                Kind::Note,
+                json!({"ladder": "start", "model": "m", "tier": 1, "rungs": [{"model": "m", "tier": 1}]}),
+            ),
+            (
+                Kind::Note,
+                json!({"ladder": "stop", "model": "m", "reason": "refused", "why": "no"}),
+            ),
+            (
+                Kind::Note,
+                json!({"ladder": "switch", "setting": "model", "value": "n", "by": "ladder",
+                       "from": "m", "from_tier": 1, "to": "n", "to_tier": 2,
+                       "reason": "session_limit", "why": "limit"}),
+            ),
+            (
+                Kind::Note,
+                json!({"probe": [{"model": "m", "status": "callable"}], "provider": "openai",
+                       "base_url": "http://127.0.0.1:1", "stopped": null, "requests": 1,
+                       "usage": {"input_tokens": 1, "output_tokens": 2}}),
+            ),
+            (
+                Kind::Note,
+                json!({"retest_adjudication": {"status": "fixed", "reason": "r", "by": "operator",
+                                               "agent_status": null}}),
+            ),
+            (
+                Kind::Note,
+                json!({"retest_ended": {"by": "operator", "reason": "ended by operator",
+                                        "steps": 2, "max_steps": 8}}),
+            ),
+            // The dev ledger's and the benches' counters.
+            (Kind::Note, json!({"n": 3, "pid": 7})),
+            (Kind::Note, json!({"rogue": true})),
+            (
+                Kind::Message,
+                json!({"message": {"role": "user", "text": "hi"}}),
+            ),
+            (
+                Kind::Message,
+                json!({"message": {"role": "user", "text": "go on"}, "from": "retie"}),
+            ),
+            (
+                Kind::Message,
+                json!({"message": {"role": "assistant", "text": ""},
+                       "usage": {"input_tokens": 1, "output_tokens": 2}, "truncated": false,
+                       "stop_reason": null, "attempt": 1, "model": "m", "tier": null}),
+            ),
+        ];
+        for (kind, v) in &shapes {
+            check(*kind, v.to_string().as_bytes()).unwrap_or_else(|e| panic!("{kind:?} {v}: {e}"));
+        }
+        // Read back as the structs, what they carry is there.
+        let i: Intent = parse(&shapes[12].1).expect("old intent");
+        assert_eq!(i.effects(), vec!["workspace.write".to_string()]);
+        let n: Note = parse(&shapes[15].1).expect("setting");
+        assert_eq!(n.setting_value(), Some(("autonomy", &json!("gated"))));
+        let o: SessionOpened = parse(&shapes[4].1).expect("opening");
+        assert_eq!(o.budget.and_then(|b| b.max_turns), Some(30));
+        assert_eq!(
+            o.project_instructions.map(|p| p.len()),
+            Some(2),
+            "instructions read"
+        );
+        let m: Message = parse(&shapes[27].1).expect("message");
+        assert_eq!(m.role(), Some("assistant"));
+        assert_eq!(m.usage.map(|u| u.output_tokens), Some(2));
+    }
+
+    /// What the writers build now reads back as itself and checks.
+    #[test]
+    fn each_typed_payload_round_trips() {
+        fn round<T>(kind: Kind, t: T)
+        where
+            T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug,
+        {
+            let v = to_value(&t);
+            check(kind, v.to_string().as_bytes()).unwrap_or_else(|e| panic!("{kind:?} {v}: {e}"));
+            assert_eq!(parse::<T>(&v).expect("reads back"), t, "{kind:?}");
+        }
+        let d = crate::keys::Delegation {
+            session: "s".into(),
+            workspace: "/w".into(),
+            key: "ab".into(),
+            parent: "cd".into(),
+            effects: vec!["writes_workspace".into()],
+            not_after_ms: 5,
+            sig: "ef".into(),
+        };
+        round(
+            Kind::LedgerOpened,
+            LedgerOpened {
+                user_key: "ab".into(),
+                format: 1,
+            },
+        );
+        round(
+            Kind::SessionOpened,
+            SessionOpened {
+                objective: Some("fix".into()),
+                origin: Some("retie run".into()),
+                pid: Some(3),
+                budget: Some(Budget {
+                    max_turns: Some(3),
+                    max_tokens: Some(9),
+                    timeout_s: Some(1.5),
+                }),
+                delegation: Some(d.clone()),
+                ..SessionOpened::default()
+            },
+        );
+        round(
+            Kind::Delegation,
+            DelegationEntry {
+                delegation: d,
+                why: Some("renewed on resume".into()),
+                to: None,
+            },
+        );
+        round(
+            Kind::Proposed,
+            Proposed {
+                edit_of: Some(2),
+                ..Proposed::of_action(
+                    "agent",
+                    Object::new(),
+                    "ab".into(),
+                    json!({"decision": "run"}),
+                )
+            },
+        );
+        round(
+            Kind::Proposed,
+            Proposed::unchecked(
+                "agent",
+                ProposedCall {
+                    id: Some("c".into()),
+                    name: "bash".into(),
+                    arguments: None,
+                    raw_arguments: Some("{".into()),
+                },
+            ),
+        );
+        round(
+            Kind::Intent,
+            Intent {
+                decision: "allow".into(),
+                decided_by: "policy".into(),
+                class: Some("reversible".into()),
+                undo: Some(json!({"changeset": "x"})),
+                digest: Some("ab".into()),
+                effect: None,
+                call: CallFields {
+                    tool: Some("agent.bash".into()),
+                    effects: Some(vec!["runs_sandboxed".into()]),
+                    proposal: Some(3),
+                    ..CallFields::default()
+                },
+            },
+        );
+        round(Kind::Refusal, Refusal::of_action("no", "policy"));
+        round(
+            Kind::Note,
+            Note::setting("autonomy", json!("gated"), "person"),
+        );
+        round(
+            Kind::Note,
+            Note {
+                ladder: Some("stop".into()),
+                model: Some("m".into()),
+                reason: Some("refused".into()),
+                ..Note::default()
+            },
+        );
+        round(
+            Kind::Message,
+            Message {
+                usage: Some(TokenUsage {
+                    input_tokens: 1,
+                    output_tokens: 2,
+                }),
+                attempt: Some(1),
+                ..Message::of(json!({"role": "assistant", "text": "ok"}))
+            },
+        );
+    }
+
+    /// A payload of each newly typed kind missing what its kind requires,
+    /// or with a field of the wrong type, is ill-typed, and the error
+    /// names the field.
+    #[test]
+    fn each_kind_refuses_a_missing_or_ill_typed_field_by_name() {
+        let cases = [
+            (Kind::LedgerOpened, json!({"format": 1}), "user_key"),
+            (
+                Kind::LedgerOpened,
+                json!({"user_key": "ab", "format": "one"}),
+                "one",
+            ),
+            (
+                Kind::LedgerOpened,
+                json!({"user_key": "ab", "format": 1, "also": 2}),
+                "also",
+            ),
+            (Kind::SessionOpened, json!({"origin": 7}), "integer `7`"),
+            (Kind::SessionOpened, json!({"pid": "me"}), "\"me\""),
+            (
+                Kind::SessionOpened,
+                json!({"delegation": {"session": "s"}}),
+                "workspace",
+            ),
+            (
+                Kind::SessionOpened,
+                json!({"budget": {"max_turns": -1}}),
+                "-1",
+            ),
+            (Kind::SessionOpened, json!([]), "not a JSON object"),
+            (
+                Kind::Delegation,
+                json!({"why": "renewed on resume"}),
+                "delegation",
+            ),
+            (Kind::Delegation, json!({"delegation": 3}), "integer `3`"),
+            (
+                Kind::Proposed,
+                json!({"action": {}, "digest": "ab"}),
+                "origin",
+            ),
+            (
+                Kind::Proposed,
+                json!({"origin": "agent", "digest": "ab"}),
+                "action",
+            ),
+            (
+                Kind::Proposed,
+                json!({"origin": "agent", "action": {}}),
+                "digest",
+            ),
+            (
+                Kind::Proposed,
+                json!({"origin": "agent", "action": [], "digest": "ab"}),
+                "sequence",
+            ),
+            (
+                Kind::Proposed,
+                json!({"origin": "agent", "checked": false}),
+                "call",
+            ),
+            (
+                Kind::Intent,
+                json!({"decided_by": "policy", "tool": "t"}),
+                "decision",
+            ),
+            (
+                Kind::Intent,
+                json!({"decision": "allow", "tool": "t"}),
+                "decided_by",
+            ),
+            (
+                Kind::Intent,
+                json!({"decision": "allow", "decided_by": "policy"}),
+                "tool",
+            ),
+            (
+                Kind::Intent,
+                json!({"decision": "allow", "decided_by": "p", "tool": "t", "proposal": "3"}),
+                "\"3\"",
+            ),
+            (
+                Kind::Intent,
+                json!({"decision": "allow", "decided_by": "p", "tool": "t", "effects": "all"}),
+                "\"all\"",
+            ),
+            (Kind::Refusal, json!({"by": "policy"}), "reason"),
+            (
+                Kind::Refusal,
+                json!({"reason": "no", "decision": "allow"}),
+                "\"allow\"",
+            ),
+            (
+                Kind::Note,
+                json!({"setting": "autonomy", "by": "person"}),
+                "value",
+            ),
+            (
+                Kind::Note,
+                json!({"setting": "autonomy", "value": "x"}),
+                "by",
+            ),
+            (
+                Kind::Note,
+                json!({"setting": 3, "value": "x", "by": "p"}),
+                "integer `3`",
+            ),
+            (Kind::Note, json!({"ladder": "start", "model": "m"}), "tier"),
+            (Kind::Note, json!({"ladder": "jump"}), "jump"),
+            (
+                Kind::Note,
+                json!({"retest_ended": {"by": "operator"}}),
+                "reason",
+            ),
+            (Kind::Note, json!({"probe": [1]}), "integer `1`"),
+            (Kind::Note, json!("a note"), "not a JSON object"),
+            (
+                Kind::Message,
+                json!({"message": {"text": "hi"}}),
+                "message.role",
+            ),
+            (Kind::Message, json!({"role": "user"}), "message"),
+            (
+                Kind::Message,
+                json!({"message": {"role": "assistant"}, "usage": {"input_tokens": 1}}),
+                "output_tokens",
+            ),
+        ];
+        for (kind, bad, field) in cases {
+            let e = check(kind, bad.to_string().as_bytes())
+                .err()
+                .unwrap_or_else(|| panic!("{kind:?} {bad}: well typed?"));
+            assert!(
+                e.contains(field),
+                "{kind:?} {bad}: {e:?} does not name {field}"
+            );
+        }
     }
 }

@@ -22,7 +22,7 @@ pub struct OriginPair {
 }
 
 /// What a retest session retests: in its opening entry, under `retest`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RetestOpened {
     /// The finding as imported, origins still as reported.
     pub finding: Value,
@@ -39,7 +39,7 @@ pub struct RetestOpened {
 }
 
 /// One command the retest ran (the agent's or the operator's).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CommandRun {
     pub output_id: String,
     pub command: String,
@@ -53,7 +53,7 @@ pub struct CommandRun {
 }
 
 /// One cited excerpt, with the command that printed it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EvidenceItem {
     pub output_id: String,
     pub excerpt: String,
@@ -62,7 +62,7 @@ pub struct EvidenceItem {
 
 /// The verdict of a retest session: a note, durable before the session
 /// closes.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RetestVerdict {
     /// `still_open`, `fixed` or `inconclusive`.
     pub status: String,
@@ -78,15 +78,33 @@ pub struct RetestVerdict {
     pub max_steps: u32,
 }
 
+/// An operator's adjudication of a retest (`retest_adjudication`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RetestAdjudication {
+    pub status: String,
+    pub reason: String,
+    pub by: String,
+    /// The agent's verdict it stands beside, if there was one.
+    #[serde(default)]
+    pub agent_status: Option<String>,
+}
+
+/// A retest the operator ended before any verdict (`retest_ended`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RetestEnded {
+    pub by: String,
+    pub reason: String,
+    pub steps: u32,
+    pub max_steps: u32,
+}
+
 impl RetestVerdict {
-    /// The note's payload.
-    pub fn to_note(&self) -> Value {
-        let mut o = serde_json::Map::new();
-        o.insert(
-            VERDICT_KEY.into(),
-            serde_json::to_value(self).unwrap_or(Value::Null),
-        );
-        Value::Object(o)
+    /// The note that records it.
+    pub fn to_note(&self) -> crate::payload::Note {
+        crate::payload::Note {
+            retest_verdict: Some(self.clone()),
+            ..Default::default()
+        }
     }
 
     /// The verdict a note carries, if it is a verdict note.

@@ -149,10 +149,9 @@ fn verify_rows(
         .first()
         .filter(|r| r.kind == Kind::LedgerOpened.as_bytes())
         .and_then(|r| {
-            r.payload_json()
-                .get("user_key")
-                .and_then(|v| v.as_str())
-                .and_then(parse_key)
+            crate::payload::parse::<crate::payload::LedgerOpened>(&r.payload_json())
+                .ok()
+                .and_then(|g| parse_key(&g.user_key))
         });
     // Other machines' keys the owner admitted to a shared ledger: `member`
     // entries that claim the genesis key as signer (each one's signature
@@ -299,18 +298,15 @@ fn verify_rows(
                     if k == Kind::Intent {
                         // Effect names are the policy crate's (`writes_workspace`,
                         // `runs_sandboxed`, ...); older intents carry one `effect`.
-                        let p = r.payload_json();
-                        let effects: Vec<String> = match p.get("effects").and_then(|e| e.as_array())
+                        // An ill-typed intent is reported below; it claims
+                        // no effect it could be held to ("?").
+                        let effects: Vec<String> = match crate::payload::parse::<
+                            crate::payload::Intent,
+                        >(&r.payload_json())
                         {
-                            Some(a) => a
-                                .iter()
-                                .map(|e| e.as_str().unwrap_or("?").to_string())
-                                .collect(),
-                            None => vec![p
-                                .get("effect")
-                                .and_then(|e| e.as_str())
-                                .unwrap_or("")
-                                .to_string()],
+                            Ok(i) if i.call.effects.is_some() || i.effect.is_some() => i.effects(),
+                            Ok(_) => vec![String::new()],
+                            Err(_) => vec!["?".into()],
                         };
                         for effect in effects {
                             if !g.d.effects.contains(&effect) {
@@ -329,11 +325,17 @@ fn verify_rows(
         }
         if k == Kind::SessionOpened || k == Kind::Delegation {
             let p = r.payload_json();
-            match p
-                .get("delegation")
-                .cloned()
-                .map(serde_json::from_value::<Delegation>)
-            {
+            let delegation = if k == Kind::SessionOpened {
+                crate::payload::parse::<crate::payload::SessionOpened>(&p)
+                    .map(|o| o.delegation)
+                    .transpose()
+            } else {
+                Some(
+                    crate::payload::parse::<crate::payload::DelegationEntry>(&p)
+                        .map(|e| e.delegation),
+                )
+            };
+            match delegation {
                 Some(Ok(d)) => match accept(&d, &signer_bytes, is_user, &granted) {
                     Ok(exp) => {
                         if d.session != r.session_str() {

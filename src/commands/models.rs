@@ -14,7 +14,7 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use retie_agent::catalogue::{self, Cache, ModelInfo, ProbeVerdict, Probed, Standing};
 use retie_agent::ladder::{self, Anchor, Ladder, Rung};
-use retie_ledger::{Kind, Ledger};
+use retie_ledger::{payload, Kind, Ledger};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -409,16 +409,36 @@ fn record_probe(
     let spec = retie_dispatch::record::SessionSpec {
         join: None,
         workspace: crate::state::dir()?,
-        opened: json!({"objective": format!("probe {} models", results.len()), "origin": "retie probe",
-                        "provider": ep.kind, "base_url": ep.base_url}),
+        opened: retie_ledger::payload::SessionOpened {
+            objective: Some(format!("probe {} models", results.len())),
+            origin: Some("retie probe".into()),
+            provider: Some(ep.kind.into()),
+            base_url: Some(ep.base_url.clone()),
+            ..Default::default()
+        },
         effects: Vec::new(),
         intent_base: json!({"tool": "probe"}),
     };
     let mut rec = retie_dispatch::Recorder::open(&ledger_path, spec)?;
     rec.record_note(
         true,
-        json!({"probe": results, "provider": ep.kind, "base_url": ep.base_url, "stopped": stopped,
-               "requests": results.len(), "usage": {"input_tokens": tin, "output_tokens": tout}}),
+        &retie_ledger::payload::Note {
+            probe: Some(
+                results
+                    .iter()
+                    .map(|r| r.as_object().cloned().unwrap_or_default())
+                    .collect(),
+            ),
+            provider: Some(ep.kind.into()),
+            base_url: Some(ep.base_url.clone()),
+            stopped: stopped.map(String::from),
+            requests: Some(results.len() as u64),
+            usage: Some(retie_ledger::payload::TokenUsage {
+                input_tokens: tin,
+                output_tokens: tout,
+            }),
+            ..Default::default()
+        },
     )?;
     rec.finish_as(&retie_ledger::provider::SessionEnd {
         outcome: if stopped.is_some() {
@@ -529,7 +549,6 @@ pub fn usage_rows(rows: &[retie_ledger::Row]) -> Vec<UsageRow> {
     let mut acc: BTreeMap<(String, String, String, Option<u64>), UsageRow> = BTreeMap::new();
     let mut model_of: BTreeMap<String, (String, Option<u64>)> = BTreeMap::new();
     for r in rows {
-        let p = r.payload_json();
         let sid = r.session_str();
         let day = day_of(r.time_ms);
         let mut add = |model: &str, tier: Option<u64>, req: u64, failed: u64, i: u64, o: u64| {
@@ -547,62 +566,56 @@ pub fn usage_rows(rows: &[retie_ledger::Row]) -> Vec<UsageRow> {
             e.tokens_in += i;
             e.tokens_out += o;
         };
+        // An ill-typed entry counts for nothing here (`retie verify`
+        // names it).
         let kind = r.kind.as_slice();
         if kind == Kind::SessionOpened.as_bytes() {
-            if let Some(m) = p.get("model").and_then(Value::as_str) {
-                model_of.insert(sid.clone(), (m.to_string(), None));
+            if let Some(m) = payload::of_row::<payload::SessionOpened>(r)
+                .ok()
+                .and_then(|o| o.model)
+            {
+                model_of.insert(sid.clone(), (m, None));
             }
         } else if kind == Kind::Note.as_bytes() {
-            if let Some(results) = p.get("probe").and_then(Value::as_array) {
+            let Ok(n) = payload::of_row::<payload::Note>(r) else {
+                continue;
+            };
+            if let Some(results) = &n.probe {
                 for x in results {
+                    let num = |k: &str| x.get(k).and_then(Value::as_u64).unwrap_or(0);
                     add(
-                        x["model"].as_str().unwrap_or("?"),
+                        x.get("model").and_then(Value::as_str).unwrap_or("?"),
                         None,
                         1,
-                        u64::from(x["status"] != "callable"),
-                        x["tokens_in"].as_u64().unwrap_or(0),
-                        x["tokens_out"].as_u64().unwrap_or(0),
+                        u64::from(x.get("status").and_then(Value::as_str) != Some("callable")),
+                        num("tokens_in"),
+                        num("tokens_out"),
                     );
                 }
-            } else if p.get("ladder").is_some() {
-                if let Some(m) = p
-                    .get("to")
-                    .or_else(|| p.get("model"))
-                    .and_then(Value::as_str)
-                {
-                    let tier = p
-                        .get("to_tier")
-                        .or_else(|| p.get("tier"))
-                        .and_then(Value::as_u64);
-                    model_of.insert(sid.clone(), (m.to_string(), tier));
+            } else if n.ladder.is_some() {
+                if let Some(m) = n.to.as_ref().or(n.model.as_ref()) {
+                    let tier = n.to_tier.or(n.tier).map(u64::from);
+                    model_of.insert(sid.clone(), (m.clone(), tier));
                 }
-            } else if p.get("setting").and_then(Value::as_str) == Some("model") {
-                if let Some(m) = p.get("value").and_then(Value::as_str) {
-                    model_of.insert(sid.clone(), (m.to_string(), None));
-                }
+            } else if let Some(("model", Value::String(m))) = n.setting_value() {
+                model_of.insert(sid.clone(), (m.clone(), None));
             }
         } else if kind == Kind::ProviderAttempt.as_bytes() {
             let (m, t) = model_of.get(&sid).cloned().unwrap_or_default();
             add(&m, t, 1, 1, 0, 0);
-        } else if kind == Kind::Message.as_bytes()
-            && p.pointer("/message/role").and_then(Value::as_str) == Some("assistant")
-        {
-            let (m, t) = match p.get("model").and_then(Value::as_str) {
-                Some(m) => (m.to_string(), p.get("tier").and_then(Value::as_u64)),
+        } else if kind == Kind::Message.as_bytes() {
+            let Ok(msg) = payload::of_row::<payload::Message>(r) else {
+                continue;
+            };
+            if msg.role() != Some("assistant") {
+                continue;
+            }
+            let (m, t) = match &msg.model {
+                Some(m) => (m.clone(), msg.tier.map(u64::from)),
                 None => model_of.get(&sid).cloned().unwrap_or_default(),
             };
-            add(
-                &m,
-                t,
-                1,
-                0,
-                p.pointer("/usage/input_tokens")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(0),
-                p.pointer("/usage/output_tokens")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(0),
-            );
+            let u = msg.usage.unwrap_or_default();
+            add(&m, t, 1, 0, u.input_tokens, u.output_tokens);
         }
     }
     acc.into_values().collect()

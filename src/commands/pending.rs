@@ -127,12 +127,11 @@ pub fn list(a: PendingArgs) -> Result<i32, CliError> {
         let ws = rows
             .iter()
             .find(|r| r.kind == Kind::SessionOpened.as_bytes())
-            .and_then(|r| {
-                r.payload_json()
-                    .pointer("/delegation/workspace")
-                    .and_then(Value::as_str)
-                    .map(String::from)
-            })
+            .map(retie_ledger::payload::of_row::<retie_ledger::payload::SessionOpened>)
+            .transpose()
+            .map_err(CliError::Usage)?
+            .and_then(|o| o.delegation)
+            .map(|d| d.workspace)
             .unwrap_or_default();
         out.push(json!({
             "session": sid,

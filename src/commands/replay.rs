@@ -178,23 +178,17 @@ pub fn run(a: ReplayArgs) -> i32 {
         );
     }
     for a in &s.actions {
+        // An ill-typed intent shows `?` (replay verified the ledger first).
+        let i = a.typed_intent();
         let decision = format!(
             "{} by {}",
-            a.intent
-                .get("decision")
-                .and_then(Value::as_str)
-                .unwrap_or("?"),
-            a.intent
-                .get("decided_by")
-                .and_then(Value::as_str)
-                .unwrap_or("?")
+            i.as_ref().map_or("?", |i| i.decision.as_str()),
+            i.as_ref().map_or("?", |i| i.decided_by.as_str())
         );
-        let class = a
-            .intent
-            .get("class")
-            .and_then(Value::as_str)
-            .unwrap_or("?")
-            .to_string();
+        let class = i
+            .as_ref()
+            .and_then(|i| i.class.clone())
+            .unwrap_or_else(|| "?".into());
         let decision = crate::ui::visible(&decision);
         let class = crate::ui::visible(&class);
         let flags = a.flags().join(", ");
@@ -429,16 +423,17 @@ fn outcome_text(a: &model::Action) -> String {
 }
 
 fn action_json(a: &model::Action) -> Value {
+    let i = a.typed_intent();
     json!({
         "id": a.id,
         "time_ms": a.time_ms,
         "tool": a.tool(),
         "command": a.command(),
-        "decision": a.intent.get("decision"),
-        "decided_by": a.intent.get("decided_by"),
-        "class": a.intent.get("class"),
+        "decision": i.as_ref().map(|i| &i.decision),
+        "decided_by": i.as_ref().map(|i| &i.decided_by),
+        "class": i.as_ref().and_then(|i| i.class.as_ref()),
         "flags": a.flags(),
-        "undo_plan": a.intent.get("undo"),
+        "undo_plan": i.as_ref().and_then(|i| i.undo.as_ref()),
         "status": a.status(),
         "outcome": a.outcome,
         "undos": a.undos,

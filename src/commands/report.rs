@@ -10,7 +10,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 use retie_finding::Finding;
-use retie_ledger::retest::{RetestOpened, RetestVerdict, ADJUDICATION_KEY, ENDED_KEY};
+use retie_ledger::payload;
+use retie_ledger::retest::{RetestAdjudication, RetestEnded, RetestOpened, RetestVerdict};
 use retie_ledger::{verify, Kind, Ledger};
 use serde_json::{json, Value};
 
@@ -42,9 +43,9 @@ struct Retest {
     opened: RetestOpened,
     finding: Finding,
     verdict: Option<RetestVerdict>,
-    adjudications: Vec<Value>,
+    adjudications: Vec<RetestAdjudication>,
     /// The operator ended the session before any verdict.
-    ended: Option<Value>,
+    ended: Option<RetestEnded>,
 }
 
 pub fn run(a: ReportArgs) -> i32 {
@@ -96,16 +97,18 @@ pub(crate) fn retest_opened(
             path.display()
         ))
     })?;
-    opened
-        .get("retest")
-        .cloned()
-        .and_then(|v| serde_json::from_value(v).ok())
-        .ok_or_else(|| {
-            CliError::Usage(format!(
-                "session {} is not a retest session ({hint})",
-                crate::ui::visible(id)
-            ))
-        })
+    let opened = payload::parse::<payload::SessionOpened>(&opened).map_err(|e| {
+        CliError::Usage(format!(
+            "session {}: its opening entry is ill-typed ({e}); `retie verify` names it",
+            crate::ui::visible(id)
+        ))
+    })?;
+    opened.retest.ok_or_else(|| {
+        CliError::Usage(format!(
+            "session {} is not a retest session ({hint})",
+            crate::ui::visible(id)
+        ))
+    })
 }
 
 fn read(path: &std::path::Path, id: &str) -> Result<Retest, CliError> {
@@ -120,17 +123,18 @@ fn read(path: &std::path::Path, id: &str) -> Result<Retest, CliError> {
         if r.kind == Kind::SessionOpened.as_bytes() {
             opened_payload = Some(p);
         } else if r.kind == Kind::Note.as_bytes() {
-            if let Some(v) = RetestVerdict::from_note(&p) {
-                verdict = Some(v.map_err(|e| {
-                    CliError::Usage(format!(
-                        "session {id}: its verdict entry {} is unreadable: {e}",
-                        r.seq
-                    ))
-                })?);
-            } else if let Some(adj) = p.get(ADJUDICATION_KEY) {
-                adjudications.push(adj.clone());
-            } else if let Some(e) = p.get(ENDED_KEY) {
-                ended = Some(e.clone());
+            let note = payload::parse::<payload::Note>(&p).map_err(|e| {
+                CliError::Usage(format!(
+                    "session {id}: its note entry {} is unreadable: {e}",
+                    r.seq
+                ))
+            })?;
+            if let Some(v) = note.retest_verdict {
+                verdict = Some(v);
+            } else if let Some(adj) = note.retest_adjudication {
+                adjudications.push(adj);
+            } else if let Some(e) = note.retest_ended {
+                ended = Some(e);
             }
         }
     }
@@ -238,8 +242,8 @@ fn markdown(r: &Retest) -> String {
     for a in &r.adjudications {
         t.push_str(&format!(
             "\n## Operator's adjudication: {}\n\n{}\n\nBeside the agent's verdict ({}), which stands as recorded.\n",
-            a.get("status").and_then(Value::as_str).unwrap_or("?"),
-            a.get("reason").and_then(Value::as_str).unwrap_or(""),
+            a.status,
+            a.reason,
             r.verdict.as_ref().map_or("none", |v| v.status.as_str())
         ));
     }

@@ -27,7 +27,8 @@ use retie_dispatch::sandbox::Runner;
 use retie_dispatch::{Approver, Recorder};
 use retie_finding::{Finding, OriginMap};
 use retie_ledger::retest::{
-    CommandRun, EvidenceItem, OriginPair, RetestOpened, RetestVerdict, ADJUDICATION_KEY, ENDED_KEY,
+    CommandRun, EvidenceItem, OriginPair, RetestAdjudication, RetestEnded, RetestOpened,
+    RetestVerdict,
 };
 use retie_policy::Policy;
 use retie_runtime::NetMode;
@@ -477,7 +478,7 @@ async fn operator_loop<P: Provider>(
             let spent = s.turns() >= max_steps;
             if verdict.is_none() && (concluded || spent) {
                 let v = verdict_of(&mut s, &report, max_steps);
-                s.record_note(false, v.to_note())
+                s.record_note(false, &v.to_note())
                     .map_err(|e| CliError::Usage(format!("recording the verdict: {e}")))?;
                 print_verdict(false, s.id(), opened, Some(&v), &report);
                 verdict = Some(v);
@@ -513,13 +514,16 @@ async fn operator_loop<P: Provider>(
                 context.push(format!("$ {cmd}\n{text}"));
             }
             OperatorLine::Verdict { status, reason } => {
-                let note = json!({ ADJUDICATION_KEY: {
-                    "status": status,
-                    "reason": reason,
-                    "by": "operator",
-                    "agent_status": verdict.as_ref().map(|v| v.status.clone()),
-                }});
-                s.record_note(true, note)
+                let note = retie_ledger::payload::Note {
+                    retest_adjudication: Some(RetestAdjudication {
+                        status: status.clone(),
+                        reason: reason.clone(),
+                        by: "operator".into(),
+                        agent_status: verdict.as_ref().map(|v| v.status.clone()),
+                    }),
+                    ..Default::default()
+                };
+                s.record_note(true, &note)
                     .map_err(|e| CliError::Usage(format!("recording the adjudication: {e}")))?;
                 eprintln!(
                     "retie: your adjudication {status} is recorded beside {} (the report shows both)",
@@ -559,7 +563,7 @@ async fn operator_loop<P: Provider>(
         (None, Some(Status::ProviderFailed | Status::Failed)) => {
             if let Some(r) = &last {
                 let v = verdict_of(&mut s, r, max_steps);
-                s.record_note(false, v.to_note())
+                s.record_note(false, &v.to_note())
                     .map_err(|e| CliError::Usage(format!("recording the verdict: {e}")))?;
                 print_verdict(false, s.id(), opened, Some(&v), r);
             }
@@ -567,7 +571,15 @@ async fn operator_loop<P: Provider>(
         (None, _) => {
             s.record_note(
                 true,
-                json!({ ENDED_KEY: {"by": "operator", "reason": "ended by operator", "steps": s.turns(), "max_steps": max_steps}}),
+                &retie_ledger::payload::Note {
+                    retest_ended: Some(RetestEnded {
+                        by: "operator".into(),
+                        reason: "ended by operator".into(),
+                        steps: s.turns(),
+                        max_steps,
+                    }),
+                    ..Default::default()
+                },
             )
             .map_err(|e| CliError::Usage(format!("recording the end: {e}")))?;
             eprintln!("retie: retest ended by the operator with no verdict (recorded)");
@@ -663,23 +675,32 @@ fn spec(
     Ok(SessionSpec {
         join: None,
         workspace: scratch.to_path_buf(),
-        opened: json!({
-            "objective": prompt,
-            "origin": "retie retest",
-            "provider": provider_name,
-            "model": r.cfg.model,
-            "system_prompt_digest": blake3::hash(r.cfg.system_prompt.as_bytes()).to_hex().to_string(),
-            "system_prompt": r.cfg.system_prompt,
-            "pid": std::process::id(),
-            "policy_digest": policy.digest().to_hex(),
-            "autonomy": r.cfg.tier.name(),
-            "approvals_from_yes_flag": yes,
-            "fetch_allow": [],
-            "base_url": r.cfg.base_url,
-            "api_key_env": r.cfg.api_key_env,
-            "budget": {"max_turns": r.cfg.max_turns, "max_tokens": r.cfg.max_tokens, "timeout_s": r.cfg.timeout.as_secs_f64()},
-            "retest": opened,
-        }),
+        opened: retie_ledger::payload::SessionOpened {
+            objective: Some(prompt.into()),
+            origin: Some("retie retest".into()),
+            provider: Some(provider_name.into()),
+            model: Some(r.cfg.model.clone()),
+            system_prompt_digest: Some(
+                blake3::hash(r.cfg.system_prompt.as_bytes())
+                    .to_hex()
+                    .to_string(),
+            ),
+            system_prompt: Some(r.cfg.system_prompt.clone()),
+            pid: Some(std::process::id()),
+            policy_digest: Some(policy.digest().to_hex().to_string()),
+            autonomy: Some(r.cfg.tier.name().into()),
+            approvals_from_yes_flag: Some(yes),
+            fetch_allow: Some(Vec::new()),
+            base_url: r.cfg.base_url.clone(),
+            api_key_env: r.cfg.api_key_env.clone(),
+            budget: Some(retie_ledger::payload::Budget {
+                max_turns: Some(r.cfg.max_turns),
+                max_tokens: Some(r.cfg.max_tokens),
+                timeout_s: Some(r.cfg.timeout.as_secs_f64()),
+            }),
+            retest: Some(opened.clone()),
+            ..Default::default()
+        },
         effects: effects.iter().map(|e| e.to_string()).collect(),
         intent_base: json!({
             "tool": "agent",
@@ -762,7 +783,7 @@ fn drive<P: Provider>(
             Some(verdict_of(&mut s, &report, max_steps))
         };
         if let Some(v) = &verdict {
-            s.record_note(false, v.to_note())
+            s.record_note(false, &v.to_note())
                 .map_err(|e| CliError::Usage(format!("recording the verdict: {e}")))?;
         }
         let session = s.id().to_string();

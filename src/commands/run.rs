@@ -299,10 +299,14 @@ pub(super) fn last_session_of(args: &RunArgs) -> Result<String, CliError> {
         .iter()
         .filter(|r| r.kind == retie_ledger::Kind::SessionOpened.as_bytes())
         .filter(|r| {
-            let p = r.payload_json();
-            p.get("origin").and_then(|v| v.as_str()) == Some("retie run")
-                && p.pointer("/delegation/workspace").and_then(|v| v.as_str())
-                    == Some(want.as_str())
+            // An ill-typed opening is no session to continue (`retie
+            // verify` names it).
+            retie_ledger::payload::of_row::<retie_ledger::payload::SessionOpened>(r).is_ok_and(
+                |o| {
+                    o.origin.as_deref() == Some("retie run")
+                        && o.delegation.is_some_and(|d| d.workspace == want)
+                },
+            )
         })
         .max_by_key(|r| r.seq)
         .map(|r| r.session_str())
@@ -423,16 +427,21 @@ pub struct Instructions {
 
 impl Instructions {
     /// The ledger's record: name, size, digest of the bytes read.
-    fn record(&self) -> serde_json::Value {
+    fn record(&self) -> retie_ledger::payload::InstructionsRead {
         match &self.refused {
-            Some(why) => json!({"file": self.file, "refused": why}),
-            None => json!({
-                "file": self.file,
-                "size": self.size,
-                "read_bytes": self.text.len(),
-                "truncated": self.truncated,
-                "digest": blake3::hash(self.text.as_bytes()).to_hex().to_string(),
-            }),
+            Some(why) => retie_ledger::payload::InstructionsRead {
+                file: self.file.into(),
+                refused: Some(why.clone()),
+                ..Default::default()
+            },
+            None => retie_ledger::payload::InstructionsRead {
+                file: self.file.into(),
+                refused: None,
+                size: Some(self.size),
+                read_bytes: Some(self.text.len() as u64),
+                truncated: Some(self.truncated),
+                digest: Some(blake3::hash(self.text.as_bytes()).to_hex().to_string()),
+            },
         }
     }
 }
@@ -826,8 +835,8 @@ pub(super) fn setup(
         args.yes,
     );
     if !r.instructions.is_empty() {
-        spec.opened["project_instructions"] =
-            r.instructions.iter().map(Instructions::record).collect();
+        spec.opened.project_instructions =
+            Some(r.instructions.iter().map(Instructions::record).collect());
     }
     let (rec, rows) = match &args.resume {
         None => {
@@ -1083,7 +1092,6 @@ pub(super) fn defaults_from_session(args: &mut RunArgs, id: &str) -> Result<(), 
     let opened = rows
         .iter()
         .find(|r| r.kind == retie_ledger::Kind::SessionOpened.as_bytes())
-        .map(|r| r.payload_json())
         .ok_or_else(|| {
             CliError::Usage(format!(
                 "no session {} in the ledger {} (`retie sessions` lists them)",
@@ -1091,25 +1099,25 @@ pub(super) fn defaults_from_session(args: &mut RunArgs, id: &str) -> Result<(), 
                 path.display()
             ))
         })?;
+    let opened = retie_ledger::payload::of_row::<retie_ledger::payload::SessionOpened>(opened)
+        .map_err(CliError::Usage)?;
     // The session's settings as last recorded: at open, then any change
     // a person made since (`/model`, `/autonomy`, a flag on a resume).
-    let mut recorded: std::collections::BTreeMap<String, String> =
-        ["provider", "model", "autonomy", "base_url", "api_key_env"]
-            .iter()
-            .filter_map(|k| {
-                opened
-                    .get(*k)
-                    .and_then(|v| v.as_str())
-                    .map(|v| (k.to_string(), v.to_string()))
-            })
-            .collect();
+    let mut recorded: std::collections::BTreeMap<String, String> = [
+        ("provider", &opened.provider),
+        ("model", &opened.model),
+        ("autonomy", &opened.autonomy),
+        ("base_url", &opened.base_url),
+        ("api_key_env", &opened.api_key_env),
+    ]
+    .into_iter()
+    .filter_map(|(k, v)| v.as_ref().map(|v| (k.to_string(), v.clone())))
+    .collect();
     for r in &rows {
         if r.kind == retie_ledger::Kind::Note.as_bytes() {
-            let p = r.payload_json();
-            if let (Some(k), Some(v)) = (
-                p.get("setting").and_then(|v| v.as_str()),
-                p.get("value").and_then(|v| v.as_str()),
-            ) {
+            let n = retie_ledger::payload::of_row::<retie_ledger::payload::Note>(r)
+                .map_err(CliError::Usage)?;
+            if let Some((k, Some(v))) = n.setting_value().map(|(k, v)| (k, v.as_str())) {
                 recorded.insert(k.to_string(), v.to_string());
             }
         }
@@ -1163,10 +1171,7 @@ pub(super) fn defaults_from_session(args: &mut RunArgs, id: &str) -> Result<(), 
         args.autonomy = text("autonomy").and_then(|p| AutonomyArg::from_str(&p, true).ok());
     }
     if args.dir.is_none() {
-        args.dir = opened
-            .pointer("/delegation/workspace")
-            .and_then(|v| v.as_str())
-            .map(PathBuf::from);
+        args.dir = opened.delegation.map(|d| PathBuf::from(d.workspace));
     }
     args.resume_overrides = changed;
     Ok(())

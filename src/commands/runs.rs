@@ -300,11 +300,12 @@ fn apply(
         SessionSpec {
             join: None,
             workspace: ws.clone(),
-            opened: json!({
-                "objective": format!("apply kept run {}", run.id),
-                "origin": "retie changes apply",
-                "policy_digest": policy.digest().to_hex(),
-            }),
+            opened: retie_ledger::payload::SessionOpened {
+                objective: Some(format!("apply kept run {}", run.id)),
+                origin: Some("retie changes apply".into()),
+                policy_digest: Some(policy.digest().to_hex().to_string()),
+                ..Default::default()
+            },
             effects: effects.iter().map(|e| e.to_string()).collect(),
             intent_base: json!({
                 "tool": "changes.apply",

@@ -392,16 +392,14 @@ fn exec_inner(args: ExecArgs) -> Result<Ran, CliError> {
         SessionSpec {
             join: args.session.clone(),
             workspace: ws.clone(),
-            opened: json!({
-                "objective": line,
-                "origin": "retie sandbox exec",
-                "provider": null,
-                "model": null,
-                "policy_digest": policy.digest().to_hex(),
-                "system_prompt_digest": null,
-                "profile": args.profile,
-                "system_workspace": system.is_some().then_some(true),
-            }),
+            opened: retie_ledger::payload::SessionOpened {
+                objective: Some(line.clone()),
+                origin: Some("retie sandbox exec".into()),
+                policy_digest: Some(policy.digest().to_hex().to_string()),
+                profile: Some(args.profile.clone()),
+                system_workspace: system.is_some().then_some(true),
+                ..Default::default()
+            },
             effects: effects.iter().map(|e| e.to_string()).collect(),
             intent_base: json!({
                 "tool": "sandbox.exec",

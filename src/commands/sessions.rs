@@ -53,20 +53,23 @@ pub fn run(a: SessionsArgs) -> Result<i32, CliError> {
     let opened_of = |rows: &[retie_ledger::Row]| {
         rows.iter()
             .find(|r| r.kind == Kind::SessionOpened.as_bytes())
-            .map(|r| (r.time_ms, r.payload_json()))
+            .map(|r| {
+                payload::of_row::<payload::SessionOpened>(r)
+                    .map(|o| (r.time_ms, o))
+                    .map_err(CliError::Usage)
+            })
+            .transpose()
     };
-    let ws_of = |o: &Value| {
-        o.pointer("/delegation/workspace")
-            .and_then(Value::as_str)
-            .map(String::from)
-    };
-    let known: Vec<String> = grouped
-        .iter()
-        .filter_map(|(_, r)| opened_of(r).and_then(|o| ws_of(&o.1)))
-        .collect();
+    let ws_of = |o: &payload::SessionOpened| o.delegation.as_ref().map(|d| d.workspace.clone());
+    let mut known: Vec<String> = Vec::new();
+    for (_, r) in &grouped {
+        if let Some(w) = opened_of(r)?.and_then(|o| ws_of(&o.1)) {
+            known.push(w);
+        }
+    }
     let scope = super::scope::Scope::of_cwd(a.all, known.iter().map(String::as_str));
     for (sid, rows) in grouped {
-        let Some(opened) = opened_of(&rows) else {
+        let Some(opened) = opened_of(&rows)? else {
             continue;
         };
         if !scope.holds(ws_of(&opened.1).as_deref()) {
@@ -104,17 +107,12 @@ pub fn run(a: SessionsArgs) -> Result<i32, CliError> {
         };
         let (mut turns, mut tin, mut tout) = (0u64, 0u64, 0u64);
         for r in rows.iter().filter(|r| r.kind == Kind::Message.as_bytes()) {
-            let p = r.payload_json();
-            if p.pointer("/message/role").and_then(Value::as_str) == Some("assistant") {
+            let m = payload::of_row::<payload::Message>(r).map_err(CliError::Usage)?;
+            if m.role() == Some("assistant") {
                 turns += 1;
-                tin += p
-                    .pointer("/usage/input_tokens")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(0);
-                tout += p
-                    .pointer("/usage/output_tokens")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(0);
+                let u = m.usage.unwrap_or_default();
+                tin += u.input_tokens;
+                tout += u.output_tokens;
             }
         }
         let o = &opened.1;
@@ -125,10 +123,10 @@ pub fn run(a: SessionsArgs) -> Result<i32, CliError> {
             "unstarted": unstarted && state != "running",
             "state": state,
             "opened_ms": opened.0,
-            "origin": o.get("origin"),
-            "workspace": o.pointer("/delegation/workspace"),
-            "provider": o.get("provider"),
-            "model": o.get("model"),
+            "origin": o.origin,
+            "workspace": ws_of(o),
+            "provider": o.provider,
+            "model": o.model,
             "turns": turns,
             "tokens_in": tin,
             "tokens_out": tout,

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::{Args, Subcommand};
+use retie_ledger::payload;
 use serde_json::json;
 
 use super::keys;
@@ -91,7 +92,10 @@ fn append(a: AppendArgs) -> Result<()> {
         &mut l,
         &user,
         "/dev/null",
-        json!({"objective": "ledger test appends", "provider": null, "model": null}),
+        payload::SessionOpened {
+            objective: Some("ledger test appends".into()),
+            ..Default::default()
+        },
         &["note"],
         ttl,
     )?;
@@ -103,7 +107,11 @@ fn append(a: AppendArgs) -> Result<()> {
             &s.id,
             Actor::Agent,
             Kind::Note,
-            &json!({"n": i, "pid": std::process::id()}),
+            &payload::to_value(&payload::Note {
+                n: Some(i),
+                pid: Some(std::process::id()),
+                ..Default::default()
+            }),
             &s.key,
         )?;
     }
@@ -126,7 +134,11 @@ fn append(a: AppendArgs) -> Result<()> {
             &s.id,
             Actor::Agent,
             Kind::Delegation,
-            &json!({ "delegation": d, "to": "sub-agent" }),
+            &payload::to_value(&payload::DelegationEntry {
+                delegation: d,
+                why: None,
+                to: Some("sub-agent".into()),
+            }),
             &s.key,
         )?;
         for i in 0..a.count {
@@ -134,7 +146,11 @@ fn append(a: AppendArgs) -> Result<()> {
                 &s.id,
                 Actor::Agent,
                 Kind::Note,
-                &json!({"sub": i, "pid": std::process::id()}),
+                &payload::to_value(&payload::Note {
+                    sub: Some(i),
+                    pid: Some(std::process::id()),
+                    ..Default::default()
+                }),
                 &child,
             )?;
         }
@@ -145,7 +161,10 @@ fn append(a: AppendArgs) -> Result<()> {
             &s.id,
             Actor::Agent,
             Kind::Note,
-            &json!({"rogue": true}),
+            &payload::to_value(&payload::Note {
+                rogue: Some(true),
+                ..Default::default()
+            }),
             &rogue,
         )?;
     }
@@ -197,7 +216,14 @@ fn bench(b: BenchArgs) -> Result<()> {
     let user = keys::generate()?;
     let lp = tmp.path().join("ledger.db");
     let mut l = Ledger::open(&lp, true, Some(&user))?;
-    let s = open_session(&mut l, &user, "/dev/null", json!({}), &["note"], 3_600_000)?;
+    let s = open_session(
+        &mut l,
+        &user,
+        "/dev/null",
+        payload::SessionOpened::default(),
+        &["note"],
+        3_600_000,
+    )?;
     // Interleaved rounds of 100, so both sides see the same disk weather.
     let (mut bare_s, mut ledger_s) = (0.0f64, 0.0f64);
     let mut i = 0u64;
@@ -232,7 +258,11 @@ fn bench(b: BenchArgs) -> Result<()> {
                 &s.id,
                 Actor::Agent,
                 Kind::Note,
-                &json!({"n": j, "pid": 0}),
+                &payload::to_value(&payload::Note {
+                    n: Some(j),
+                    pid: Some(0),
+                    ..Default::default()
+                }),
                 &s.key,
             )?;
         }
@@ -249,14 +279,25 @@ fn bench(b: BenchArgs) -> Result<()> {
     let vp = tmp.path().join("verify.db");
     let mut l = Ledger::open(&vp, true, Some(&user))?;
     l.unsafe_fast_for_tests()?;
-    let s = open_session(&mut l, &user, "/dev/null", json!({}), &["note"], 3_600_000)?;
+    let s = open_session(
+        &mut l,
+        &user,
+        "/dev/null",
+        payload::SessionOpened::default(),
+        &["note"],
+        3_600_000,
+    )?;
     let t = Instant::now();
     for i in 0..b.verify_entries {
         l.append(
             &s.id,
             Actor::Agent,
             Kind::Note,
-            &json!({"n": i, "pid": 0}),
+            &payload::to_value(&payload::Note {
+                n: Some(i),
+                pid: Some(0),
+                ..Default::default()
+            }),
             &s.key,
         )?;
     }
@@ -296,7 +337,7 @@ fn open_session(
     ledger: &mut Ledger,
     user: &ed25519_dalek::SigningKey,
     workspace: &str,
-    opened: serde_json::Value,
+    opened: payload::SessionOpened,
     effects: &[&str],
     ttl_ms: i64,
 ) -> Result<Session> {
@@ -310,10 +351,16 @@ fn open_session(
         effects,
         super::now_ms() + ttl_ms,
     );
-    let mut payload = opened;
-    if let Some(o) = payload.as_object_mut() {
-        o.insert("delegation".into(), json!(d));
-    }
-    ledger.append(&id, Actor::Person, Kind::SessionOpened, &payload, user)?;
+    let opened = payload::SessionOpened {
+        delegation: Some(d),
+        ..opened
+    };
+    ledger.append(
+        &id,
+        Actor::Person,
+        Kind::SessionOpened,
+        &payload::to_value(&opened),
+        user,
+    )?;
     Ok(Session { id, key })
 }

@@ -338,11 +338,12 @@ fn threaded_client_entry() {
         SessionSpec {
             join: None,
             workspace: ws.clone(),
-            opened: json!({
-                "objective": line,
-                "origin": "threaded test program",
-                "policy_digest": policy.digest().to_hex(),
-            }),
+            opened: retie_ledger::payload::SessionOpened {
+                objective: Some(line.to_string()),
+                origin: Some("threaded test program".into()),
+                policy_digest: Some(policy.digest().to_hex().to_string()),
+                ..Default::default()
+            },
             effects: effects.iter().map(|e| e.to_string()).collect(),
             intent_base: json!({
                 "tool": "sandbox.exec",

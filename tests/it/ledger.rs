@@ -1360,3 +1360,60 @@ fn undo_stays_in_the_current_workspace_and_last_means_undoable() {
         );
     }
 }
+
+/// Issue 27 item 3 (ADR 0453): a real session's ledger (`retie demo`: an
+/// agent session with proposals, intents, a person's refusal, messages,
+/// then `undo-all`) verifies intact, and every entry of it, of every kind,
+/// reads as its kind's typed payload (`retie_ledger::payload::check`, what
+/// verify runs). The type check itself is tested entry by entry at the
+/// unit level (`retie-ledger` `verify_names_an_ill_typed_entry_of_every_kind`):
+/// a rewritten payload here would fail its signature first.
+#[test]
+fn a_real_sessions_ledger_verifies_and_every_entry_is_well_typed() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let tmp = s.home.join("tmp");
+        std::fs::create_dir_all(&tmp).expect("tmp");
+        s.give(&tmp);
+        let o = s
+            .retie()
+            .args(["demo", "--keep"])
+            .env("TMPDIR", &tmp)
+            .stdin(Stdio::null())
+            .output()
+            .expect("demo");
+        assert_code(&o, 0, "retie demo --keep");
+        let kept = stderr(&o)
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("kept: ").map(PathBuf::from))
+            .unwrap_or_else(|| panic!("no kept directory said:\n{}", stderr(&o)));
+        let ledger = kept.join("home/state/retie/ledger.db");
+        let (code, v) = verify_json(&s, &ledger);
+        assert_eq!((code, &v["intact"]), (0, &serde_json::json!(true)), "{v}");
+        let rows = retie_ledger::Ledger::open(&ledger, false, None)
+            .and_then(|l| l.rows())
+            .expect("read the ledger");
+        let mut kinds = std::collections::BTreeSet::new();
+        for r in &rows {
+            let Some(k) = retie_ledger::Kind::parse(&r.kind) else {
+                continue;
+            };
+            retie_ledger::payload::check(k, &r.payload)
+                .unwrap_or_else(|e| panic!("#{} ({}): {e}", r.seq, k.as_str()));
+            kinds.insert(k.as_str());
+        }
+        for k in [
+            "ledger_opened",
+            "session_opened",
+            "action_proposed",
+            "decision",
+            "intent",
+            "outcome",
+            "refusal",
+            "message",
+            "session_closed",
+        ] {
+            assert!(kinds.contains(k), "{leg:?}: no {k} entry in {kinds:?}");
+        }
+    }
+}

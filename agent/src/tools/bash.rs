@@ -208,10 +208,12 @@ impl Executor for BashExec<'_> {
                 self.cap
             ));
         }
+        // A command that ran and exited non-zero, timed out or was
+        // interrupted: failed (its outcome says which).
         Ok(if o.exit_code == 0 && !o.timed_out && !o.interrupted {
             Ok(text)
         } else {
-            Err(text)
+            Err(super::ToolError::failed(text))
         })
     }
 }

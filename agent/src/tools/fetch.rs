@@ -375,13 +375,13 @@ fn fetch(settings: &FetchSettings, args: &Map<String, Value>) -> Fetched {
             .collect()
     };
     let refuse = |why: String, hops: &[Hop]| Fetched {
-        out: Err(format!(
+        out: Err(super::ToolError::refused(format!(
             "fetch refused: {why}. Nothing was fetched from it."
-        )),
+        ))),
         record: json!({"status": Status::RefusedByGuard.word(), "why": why, "hops": hops_json(hops)}),
     };
     let fail = |why: String, hops: &[Hop]| Fetched {
-        out: Err(format!("fetch failed: {why}")),
+        out: Err(super::ToolError::failed(format!("fetch failed: {why}"))),
         record: json!({"status": Status::Failed.word(), "why": why, "hops": hops_json(hops)}),
     };
     let mut current = url.trim().to_string();

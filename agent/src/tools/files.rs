@@ -9,7 +9,7 @@ use retie_policy::Action;
 use retie_snapshot::{DirEntryKind, RelPath};
 use serde_json::{json, Map, Value};
 
-use super::{Prepared, ToolOutput, Tools};
+use super::{Prepared, ToolError, ToolOutput, Tools};
 
 /// Largest file read whole (the model sees a preview of more).
 const READ_MAX: u64 = 4 << 20;
@@ -19,7 +19,7 @@ const WALK_MAX: usize = 20_000;
 const GREP_MAX: usize = 500;
 
 /// A path from the model, as a workspace path. `None` for the root.
-pub(crate) fn resolve(ws: &std::path::Path, raw: &str) -> Result<Option<RelPath>, String> {
+pub(crate) fn resolve(ws: &std::path::Path, raw: &str) -> Result<Option<RelPath>, ToolError> {
     let mut s = raw.trim();
     if s.is_empty() || s == "." || s == "./" {
         return Ok(None);
@@ -36,9 +36,9 @@ pub(crate) fn resolve(ws: &std::path::Path, raw: &str) -> Result<Option<RelPath>
                 }
             }
             Err(_) => {
-                return Err(format!(
+                return Err(ToolError::refused(format!(
                     "refused: {raw:?} is outside the workspace; only paths inside it can be reached"
-                ))
+                )))
             }
         }
     }
@@ -47,21 +47,21 @@ pub(crate) fn resolve(ws: &std::path::Path, raw: &str) -> Result<Option<RelPath>
         .filter(|c| !c.is_empty() && *c != ".")
         .collect();
     if cleaned.contains(&"..") {
-        return Err(format!(
+        return Err(ToolError::refused(format!(
             "refused: {raw:?} goes up with `..`; only paths inside the workspace can be reached"
-        ));
+        )));
     }
     RelPath::new(&cleaned.join("/"))
         .map(Some)
-        .map_err(|e| format!("refused: {e}"))
+        .map_err(|e| ToolError::refused(format!("refused: {e}")))
 }
 
 /// The guard's refusal, worded for the model.
-fn guard_error(raw: &str, e: retie_snapshot::Error) -> String {
-    match e {
-        retie_snapshot::Error::Boundary { .. } => format!(
+fn guard_error(raw: &str, e: retie_snapshot::Error) -> ToolError {
+    ToolError::failed(match e {
+        retie_snapshot::Error::Boundary { .. } => return ToolError::refused(format!(
             "refused: {raw:?} is or passes through a symlink; retie never follows a symlink inside the workspace (it could lead outside)"
-        ),
+        )),
         retie_snapshot::Error::Io { source, .. }
             if source.kind() == std::io::ErrorKind::NotFound =>
         {
@@ -71,7 +71,7 @@ fn guard_error(raw: &str, e: retie_snapshot::Error) -> String {
             format!("{raw:?}: a component of the path is a file, not a directory")
         }
         other => format!("{raw:?}: {other}"),
-    }
+    })
 }
 
 fn text_of(bytes: &[u8], raw: &str) -> Result<String, String> {
@@ -164,7 +164,7 @@ impl Tools {
             {
                 Ok(None)
             }
-            Err(e) => Err(guard_error(name, e)),
+            Err(e) => Err(guard_error(name, e).text),
         }
     }
 }
@@ -222,10 +222,10 @@ fn walk_note(w: Walked) -> &'static str {
 fn glob(t: &Tools, args: &Map<String, Value>) -> ToolOutput {
     let pattern = str_arg(args, "pattern");
     if pattern.len() > GLOB_PATTERN_MAX {
-        return Err(format!(
+        return Err(ToolError::failed(format!(
             "glob: the pattern is {} bytes; at most {GLOB_PATTERN_MAX} are taken",
             pattern.len()
-        ));
+        )));
     }
     let raw = str_arg(args, "path");
     let dir = resolve(&t.workspace, raw)?;
@@ -371,10 +371,10 @@ fn capped(mut out: String, what: &str) -> String {
 fn grep(t: &Tools, args: &Map<String, Value>) -> ToolOutput {
     let pattern = str_arg(args, "pattern");
     if pattern.len() > GREP_PATTERN_MAX {
-        return Err(format!(
+        return Err(ToolError::failed(format!(
             "grep: the pattern is {} bytes; at most {GREP_PATTERN_MAX} are taken",
             pattern.len()
-        ));
+        )));
     }
     // The regex crate matches in linear time; the limits bound what a
     // pattern may compile to (`(a{1000}){1000}` is refused, not built).
@@ -561,6 +561,30 @@ pub(crate) fn prepare_write(t: &Tools, p: &mut Prepared) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A tool's error carries its kind from where it happened (ADR 0453):
+    /// the guard's refusals are `refused_by_guard`, a failure worded like a
+    /// refusal is still `failed`. Seen failing with the outside-the-workspace
+    /// refusal built as a failure.
+    #[test]
+    fn a_tool_error_carries_its_kind_not_its_wording() {
+        use retie_ledger::payload::Status;
+        let ws = std::path::Path::new("/ws");
+        for raw in ["/etc/passwd", "../x", "a/../../b"] {
+            let e = resolve(ws, raw).expect_err("refused");
+            assert_eq!(e.status, Status::RefusedByGuard, "{raw}: {}", e.text);
+        }
+        let boundary = guard_error(
+            "l",
+            retie_snapshot::Error::Boundary {
+                path: RelPath::new("l").expect("path"),
+                source: std::io::Error::from_raw_os_error(40),
+            },
+        );
+        assert_eq!(boundary.status, Status::RefusedByGuard);
+        let worded: ToolError = String::from("refused: a failure worded like a refusal").into();
+        assert_eq!(worded.status, Status::Failed);
+    }
 
     #[test]
     fn paths_out_of_the_workspace_are_refused_lexically() {

@@ -20,7 +20,7 @@ use std::path::PathBuf;
 
 use retie_dispatch::overlay::Snapshots;
 use retie_dispatch::{dispatch, Approver, Dispatched, Proposal, Recorder, Step, UndoPlan};
-use retie_ledger::payload::Status;
+use retie_ledger::payload::{self, Status};
 use retie_policy::{Action, Context, Effect, Policy, RiskLevel};
 use retie_snapshot::Workspace;
 use serde_json::{json, Map, Value};
@@ -312,7 +312,7 @@ impl Tools {
     /// the workspace (its keys, ledger and state: `retie run ~`), which
     /// no tool reads, lists, searches or writes, as no sandboxed command
     /// sees them (bash masks the same list, `protect`).
-    pub(crate) fn masked(&self, rel: &retie_snapshot::RelPath, raw: &str) -> Result<(), String> {
+    pub(crate) fn masked(&self, rel: &retie_snapshot::RelPath, raw: &str) -> Result<(), ToolError> {
         let inside = self
             .protect
             .iter()
@@ -321,10 +321,10 @@ impl Tools {
             .filter(|inner| !inner.as_os_str().is_empty())
             .any(|inner| std::path::Path::new(rel.as_str()).starts_with(inner));
         if inside {
-            return Err(format!(
+            return Err(ToolError::refused(format!(
                 "refused: {} is inside retie's own keys, ledger or state, which no tool reaches",
                 retie_dispatch::display::visible(raw)
-            ));
+            )));
         }
         Ok(())
     }
@@ -417,9 +417,22 @@ impl Tools {
                 let text =
                     format!("the person's edit of your call is not valid ({msg}); nothing ran");
                 rec.refuse(
-                    json!({"origin": "person (edit)", "edit_of": pending, "call": {"name": tool, "arguments": arguments}, "checked": false}),
-                    retie_ledger::payload::to_value(&retie_ledger::payload::Decision::refused_by_retie("retie (call check)", &msg)),
-                    json!({"reason": msg, "by": "retie (call check)"}),
+                    &payload::Proposed {
+                        edit_of: Some(pending),
+                        ..payload::Proposed::unchecked(
+                            "person (edit)",
+                            payload::ProposedCall {
+                                name: tool.clone(),
+                                arguments: Some(arguments.clone()),
+                                ..Default::default()
+                            },
+                        )
+                    },
+                    payload::to_value(&payload::Decision::refused_by_retie(
+                        "retie (call check)",
+                        &msg,
+                    )),
+                    &payload::Refusal::of_action(&msg, "retie (call check)"),
                 )?;
                 return Ok(CallResult {
                     text,
@@ -648,9 +661,17 @@ impl Tools {
             Err(e) => {
                 let why = format!("{tool} could not be started: {e}; nothing ran");
                 rec.refuse(
-                    json!({"origin": origin, "action": p.action.to_json(), "digest": p.action.digest().to_hex()}),
-                    retie_ledger::payload::to_value(&retie_ledger::payload::Decision::refused_by_retie("retie (tool set-up)", &why)),
-                    json!({"reason": why, "by": "retie (tool set-up)"}),
+                    &payload::Proposed {
+                        action: p.action.to_json().as_object().cloned(),
+                        digest: Some(p.action.digest().to_hex().to_string()),
+                        ..payload::Proposed::default()
+                    }
+                    .with_origin(origin),
+                    payload::to_value(&payload::Decision::refused_by_retie(
+                        "retie (tool set-up)",
+                        &why,
+                    )),
+                    &payload::Refusal::of_action(&why, "retie (tool set-up)"),
                 )?;
                 return Ok(CallResult {
                     text: why,
@@ -673,10 +694,7 @@ impl Tools {
                 let failed = output.is_err();
                 let (status, mut text) = match output {
                     Ok(t) => (recorded.unwrap_or(Status::Ran).word(), t),
-                    Err(t) => (
-                        recorded.unwrap_or_else(|| Status::of_tool_error(&t)).word(),
-                        t,
-                    ),
+                    Err(e) => (recorded.unwrap_or(e.status).word(), e.text),
                 };
                 for n in &notes.0 {
                     text = format!("retie: {n}\n{text}");
@@ -763,10 +781,66 @@ pub struct Prepared {
     pub(crate) write: Option<retie_dispatch::write::FileWrite>,
 }
 
-/// What the model reads as a tool's output: `Ok` text, or `Err` text for a
-/// tool that ran and failed (the guard refused a path, a command failed to
-/// start...).
-pub type ToolOutput = Result<String, String>;
+/// What the model reads as a tool's output: `Ok` text, or the error of a
+/// tool that ran and did not do it (the guard refused a path, a command
+/// failed to start...).
+pub type ToolOutput = Result<String, ToolError>;
+
+/// A tool's error: the text the model reads and its kind, the outcome's
+/// word (a guard's refusal or a failure), carried from where it happened
+/// so the ledger's status never depends on the wording (ADR 0453).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolError {
+    /// [`Status::RefusedByGuard`] or [`Status::Failed`].
+    pub status: Status,
+    pub text: String,
+}
+
+impl ToolError {
+    /// A guard stopped it (outside the workspace, retie's own
+    /// directories, a symlink).
+    pub fn refused(text: impl Into<String>) -> ToolError {
+        ToolError {
+            status: Status::RefusedByGuard,
+            text: text.into(),
+        }
+    }
+
+    /// It was tried and failed.
+    pub fn failed(text: impl Into<String>) -> ToolError {
+        ToolError {
+            status: Status::Failed,
+            text: text.into(),
+        }
+    }
+}
+
+/// A plain text error is a failure: a guard's refusal is built with
+/// [`ToolError::refused`] where the guard stops it.
+impl From<String> for ToolError {
+    fn from(text: String) -> ToolError {
+        ToolError::failed(text)
+    }
+}
+
+impl From<&str> for ToolError {
+    fn from(text: &str) -> ToolError {
+        ToolError::failed(text)
+    }
+}
+
+/// Where a text is wanted (the call check, a person's message).
+impl From<ToolError> for String {
+    fn from(e: ToolError) -> String {
+        e.text
+    }
+}
+
+impl std::fmt::Display for ToolError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
 
 /// The intent's `command`: an argv-like array for `retie log`. Every
 /// screen shows it as [`retie_dispatch::display::shell_line`] of this
@@ -826,7 +900,7 @@ fn read_outcome(step: &mut Step<'_>, out: &ToolOutput) {
         Ok(t) => json!({"status": Status::Ran.word(), "bytes": t.len()}),
         // A guard's refusal (outside the workspace, retie's own
         // directories, a symlink) or a failure (no such file).
-        Err(e) => json!({"status": Status::of_tool_error(e).word(), "why": e}),
+        Err(e) => json!({"status": e.status.word(), "why": e.text}),
     });
 }
 
@@ -836,8 +910,29 @@ fn read_outcome(step: &mut Step<'_>, out: &ToolOutput) {
 /// goes on up (nothing may run unrecorded).
 struct Contained<'e, E>(&'e mut E);
 
-impl<E: retie_dispatch::Executor<Output = ToolOutput>> retie_dispatch::Executor
-    for Contained<'_, E>
+/// An executor's output as the model reads it: the tools' own, or the
+/// write job's, each of whose errors is a guard's refusal
+/// (`dispatch::write` records every one as `refused_by_guard`).
+trait IntoToolOutput {
+    fn into_tool_output(self) -> ToolOutput;
+}
+
+impl IntoToolOutput for ToolOutput {
+    fn into_tool_output(self) -> ToolOutput {
+        self
+    }
+}
+
+impl IntoToolOutput for retie_dispatch::write::WriteOutput {
+    fn into_tool_output(self) -> ToolOutput {
+        self.map_err(ToolError::refused)
+    }
+}
+
+impl<E> retie_dispatch::Executor for Contained<'_, E>
+where
+    E: retie_dispatch::Executor,
+    E::Output: IntoToolOutput,
 {
     type Output = ToolOutput;
     fn plan(&self, action: &Action) -> UndoPlan {
@@ -856,9 +951,12 @@ impl<E: retie_dispatch::Executor<Output = ToolOutput>> retie_dispatch::Executor
             Err(e) => {
                 let why = e.to_string();
                 step.set_outcome(json!({"status": Status::Failed.word(), "failure": why}));
-                Ok(Err(format!("{} failed: {why}", action.tool())))
+                Ok(Err(ToolError::failed(format!(
+                    "{} failed: {why}",
+                    action.tool()
+                ))))
             }
-            ok => ok,
+            Ok(out) => Ok(out.into_tool_output()),
         }
     }
 }

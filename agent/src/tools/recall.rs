@@ -45,13 +45,14 @@ impl Recall {
 
     fn get(&mut self, id: &str, offset: usize, length: usize) -> ToolOutput {
         let Some(t) = self.kept.get(id) else {
-            return Err(format!("recall: no result {id:?} is kept"));
+            return Err(format!("recall: no result {id:?} is kept").into());
         };
         if offset >= t.len() {
             return Err(format!(
                 "recall: offset {offset} is past the end ({} bytes)",
                 t.len()
-            ));
+            )
+            .into());
         }
         let start = floor_char_boundary(t, offset);
         let end = floor_char_boundary(t, offset.saturating_add(length).min(t.len()));
