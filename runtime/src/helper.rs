@@ -117,6 +117,13 @@ fn via_helper(
     stdio: Stdio,
     serve: Option<Serve<'_>>,
 ) -> Result<Outcome> {
+    // The helper serves the agent's commands, which never get a terminal;
+    // the relay lives in an in-process supervisor only (ADR 0550).
+    if let Stdio::Terminal = stdio {
+        return Err(RuntimeError::InvalidSpec(
+            "a terminal is relayed by an in-process supervisor only: use run() or start()".into(),
+        ));
+    }
     let request = serde_json::to_vec(&Request::from(spec))
         .map_err(|e| RuntimeError::Helper(format!("encoding the request: {e}")))?;
     let (reply_r, reply_w) =
