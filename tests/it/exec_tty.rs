@@ -34,7 +34,7 @@ fn on_a_terminal_the_command_gets_a_pty_of_the_sandbox() {
                 "sh",
                 "-c",
                 "echo TTY=$(tty); test -t 0 && echo T0; test -t 1 && echo T1; \
-                 echo SIZE=$(stty size); \
+                 echo SIZE=$(stty size); echo CTTY=$(cut -d' ' -f7 /proc/$$/stat); \
                  for f in /proc/$$/fd/*; do echo FD=$(readlink $f); done; echo END",
             ],
         );
@@ -42,11 +42,23 @@ fn on_a_terminal_the_command_gets_a_pty_of_the_sandbox() {
         t.expect("T0");
         t.expect("T1");
         t.expect("SIZE=40 200");
+        t.expect("CTTY=");
         t.expect("END");
         let st = t.wait();
         let out = t.output();
         assert!(st.success(), "{leg:?}: {st}\n{out}");
         assert!(!out.contains("not a tty"), "{leg:?}:\n{out}");
+        // The pty is the controlling terminal of the command's session
+        // (tty_nr in /proc/PID/stat; 0 without one). sh opens no terminal
+        // itself, so this is init's TIOCSCTTY, not a shell's open().
+        let ctty = out
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("CTTY="))
+            .unwrap_or_default();
+        assert!(
+            !ctty.is_empty() && ctty != "0",
+            "{leg:?}: the pty is the command's controlling terminal (tty_nr {ctty:?})\n{out}"
+        );
         assert!(
             !out.contains("ptmx"),
             "{leg:?}: the pty's master is not in the sandbox\n{out}"
@@ -118,7 +130,10 @@ fn ctrl_c_interrupts_the_command_on_its_terminal_and_the_mode_is_restored() {
         t.expect("READY");
         // Raw while the command runs: ICANON is off on the outer terminal.
         let raw = wait_until(30.0, || !t.is_cooked());
-        assert!(raw, "{leg:?}: the outer terminal is raw while the command runs");
+        assert!(
+            raw,
+            "{leg:?}: the outer terminal is raw while the command runs"
+        );
         t.type_("\x03");
         let st = t.wait();
         let out = t.output();
