@@ -117,7 +117,8 @@ fn an_interactive_shell_on_the_terminal_has_job_control() {
 /// Ctrl-C is a byte the relay passes on (the outer terminal is raw): the
 /// pty's line discipline sends SIGINT to the command's foreground job,
 /// which ends with 130, and retie exits with it. The outer terminal is
-/// restored.
+/// restored, and the run's changes are kept unapplied, as after a Ctrl-C
+/// without a terminal (`lifecycle::a_ctrl_c_to_sandbox_exec_keeps_the_run_unapplied`).
 #[test]
 fn ctrl_c_interrupts_the_command_on_its_terminal_and_the_mode_is_restored() {
     for leg in legs() {
@@ -125,7 +126,11 @@ fn ctrl_c_interrupts_the_command_on_its_terminal_and_the_mode_is_restored() {
         let mut t = on_terminal(
             &s,
             &[],
-            &["sh", "-c", "echo READY; sleep 30; echo NOT-INTERRUPTED"],
+            &[
+                "sh",
+                "-c",
+                "echo x > half-done; echo READY; sleep 30; echo NOT-INTERRUPTED",
+            ],
         );
         t.expect("READY");
         // Raw while the command runs: ICANON is off on the outer terminal.
@@ -140,6 +145,16 @@ fn ctrl_c_interrupts_the_command_on_its_terminal_and_the_mode_is_restored() {
         assert_eq!(st.code(), Some(130), "{leg:?}: {st}\n{out}");
         assert!(!out.contains("NOT-INTERRUPTED"), "{leg:?}:\n{out}");
         assert!(t.is_cooked(), "{leg:?}: the outer terminal is restored");
+        // A Ctrl-C on the command's terminal is a Ctrl-C to the run, as a
+        // SIGINT to retie is: the half-done changes are kept, not applied.
+        assert!(
+            !s.ws.join("half-done").exists(),
+            "{leg:?}: an interrupted run's changes were applied\n{out}"
+        );
+        assert!(
+            out.contains("interrupted") && out.contains("retie changes apply"),
+            "{leg:?}: the kept run is named\n{out}"
+        );
     }
 }
 

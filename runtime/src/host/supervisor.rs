@@ -376,7 +376,11 @@ fn finish(
         let (typed, output) = (revents(3), revents(4));
         drop(fds);
         if let Some(r) = relay.as_deref_mut() {
-            r.on_stdin(typed);
+            // A Ctrl-C typed to the command: as a SIGINT to retie was.
+            let typed_stop = r.on_stdin(typed);
+            if stop_signal.is_none() {
+                stop_signal = typed_stop;
+            }
             r.on_master(output);
         }
         if signalled {

@@ -98,19 +98,48 @@ impl Relay {
         }
     }
 
-    /// stdin polled ready (`revents`): take what was typed.
-    pub fn on_stdin(&mut self, revents: PollFlags) {
+    /// stdin polled ready (`revents`): take what was typed. Returns the
+    /// signal the pty's line discipline will send for it, if the person
+    /// typed the pty's interrupt or quit character while the pty turns
+    /// them into signals: a Ctrl-C to the command, which counts as a stop
+    /// signal to retie did before the relay (`Outcome::stop_signal`: its
+    /// half-done changes are kept, not applied).
+    pub fn on_stdin(&mut self, revents: PollFlags) -> Option<i32> {
         if !revents.intersects(PollFlags::IN | PollFlags::HUP | PollFlags::ERR) {
-            return;
+            return None;
         }
         let mut buf = [0u8; CHUNK];
+        let mut stop = None;
         match rustix::io::read(rustix::stdio::stdin(), &mut buf) {
             Ok(0) => self.stdin_open = false,
-            Ok(n) => self.pending.extend_from_slice(&buf[..n]),
+            Ok(n) => {
+                stop = self.signal_typed(&buf[..n]);
+                self.pending.extend_from_slice(&buf[..n]);
+            }
             Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => {}
             Err(_) => self.stdin_open = false,
         }
         self.flush_input();
+        stop
+    }
+
+    /// SIGINT or SIGQUIT when `typed` holds the pty's VINTR or VQUIT
+    /// character and its ISIG is on (as the command left its settings).
+    fn signal_typed(&self, typed: &[u8]) -> Option<i32> {
+        use rustix::termios::{LocalModes, SpecialCodeIndex as C};
+        let t = termios::tcgetattr(&self.master).ok()?;
+        if !t.local_modes.contains(LocalModes::ISIG) {
+            return None;
+        }
+        // 0 is _POSIX_VDISABLE: the character is switched off.
+        let is = |c: u8| c != 0 && typed.contains(&c);
+        if is(t.special_codes[C::VINTR]) {
+            Some(libc::SIGINT)
+        } else if is(t.special_codes[C::VQUIT]) {
+            Some(libc::SIGQUIT)
+        } else {
+            None
+        }
     }
 
     /// The master polled ready (`revents`): relay the command's output,
