@@ -158,6 +158,30 @@ fn ctrl_c_interrupts_the_command_on_its_terminal_and_the_mode_is_restored() {
     }
 }
 
+/// Resizing the outer terminal resizes the command's: its job gets
+/// SIGWINCH and reads the new size.
+#[test]
+fn the_commands_terminal_follows_a_resize() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let mut t = on_terminal(
+            &s,
+            &[],
+            &[
+                "sh",
+                "-c",
+                "trap 'echo RESIZED=$(stty size); exit 0' WINCH; echo READY; \
+                 while :; do sleep 0.1; done",
+            ],
+        );
+        t.expect("READY");
+        t.resize(50, 100);
+        t.expect("RESIZED=50 100");
+        let st = t.wait();
+        assert!(st.success(), "{leg:?}: {st}\n{}", t.output());
+    }
+}
+
 /// TIOCSTI stays refused on the command's own pty (seccomp, the same rule
 /// as everywhere): it would otherwise feed the command's own input.
 #[test]

@@ -198,6 +198,21 @@ impl Pty {
         self.master.as_raw_fd()
     }
 
+    /// Resize the terminal (the kernel signals SIGWINCH to its
+    /// foreground job, as a terminal emulator's resize does).
+    pub fn resize(&self, rows: u16, cols: u16) {
+        rustix::termios::tcsetwinsize(
+            &self.master,
+            rustix::termios::Winsize {
+                ws_row: rows,
+                ws_col: cols,
+                ws_xpixel: 0,
+                ws_ypixel: 0,
+            },
+        )
+        .expect("resize the pty");
+    }
+
     /// The terminal's settings as the child left them (read through the
     /// master: a pty's settings are its slave's).
     pub fn termios(&self) -> rustix::termios::Termios {
