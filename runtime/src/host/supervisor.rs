@@ -263,7 +263,15 @@ impl Started {
         // A signal to stop that arrived while the sandbox was built (its
         // caller was recording the intent; the signals were blocked) calls
         // the run off: the command never starts.
-        if let Some(sig) = self.signals.as_ref().and_then(SignalGuard::read) {
+        // A window resize is no reason to stop (the command reads the
+        // size when it starts, and a terminal's is copied then).
+        let early = loop {
+            match self.signals.as_ref().and_then(SignalGuard::read) {
+                Some(libc::SIGWINCH) => continue,
+                other => break other,
+            }
+        };
+        if let Some(sig) = early {
             let _ = sys::pidfd_send_signal(&self.pidfd, Signal::KILL);
             wait(pid);
             return Err(RuntimeError::Cancelled { signal: sig });
@@ -306,8 +314,7 @@ impl Started {
             status_r,
             signals,
             (self.timeout, self.interrupt),
-            started,
-            relay.as_mut(),
+            (started, relay.as_mut()),
         )
     }
 }
@@ -319,8 +326,7 @@ fn finish(
     status_r: OwnedFd,
     signals: SignalGuard,
     (timeout, interrupt): (Option<std::time::Duration>, Interrupt),
-    started: Instant,
-    mut relay: Option<&mut terminal::Relay>,
+    (started, mut relay): (Instant, Option<&mut terminal::Relay>),
 ) -> Result<Outcome> {
     // Watch: the child's exit, its reports, forwarded signals, the
     // deadline. A timeout past what an Instant can hold is no deadline.
