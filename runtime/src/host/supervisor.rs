@@ -366,9 +366,18 @@ fn finish(
             PollFd::new(&status_r, status_events),
         ];
         // The command's terminal: the caller's typing, the pty's output.
+        // A side with nothing to wait for is left out (poll would still
+        // report its hang-up, again and again).
+        let (mut typed_at, mut output_at) = (None, None);
         if let Some(r) = &relay {
-            fds.push(PollFd::from_borrowed_fd(stdin, r.stdin_events()));
-            fds.push(PollFd::new(r.master(), r.master_events()));
+            if !r.stdin_events().is_empty() {
+                typed_at = Some(fds.len());
+                fds.push(PollFd::from_borrowed_fd(stdin, r.stdin_events()));
+            }
+            if !r.master_events().is_empty() {
+                output_at = Some(fds.len());
+                fds.push(PollFd::new(r.master(), r.master_events()));
+            }
         }
         if rustix::event::poll(&mut fds, timeout.as_ref()).is_err() {
             continue; // EINTR
@@ -379,7 +388,10 @@ fn finish(
             revents(1).contains(PollFlags::IN),
             !status_eof && revents(2).intersects(PollFlags::IN | PollFlags::HUP),
         );
-        let (typed, output) = (revents(3), revents(4));
+        let (typed, output) = (
+            typed_at.map_or(PollFlags::empty(), revents),
+            output_at.map_or(PollFlags::empty(), revents),
+        );
         drop(fds);
         if let Some(r) = relay.as_deref_mut() {
             // A Ctrl-C typed to the command: as a SIGINT to retie was.
