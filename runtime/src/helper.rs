@@ -832,6 +832,28 @@ mod tests {
         ));
     }
 
+    /// The helper runs the agent's commands: a terminal is never relayed
+    /// through it (ADR 0550). Refused before anything is spawned.
+    #[test]
+    fn a_terminal_is_refused_through_the_helper() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let spec = Sandbox::builder(["true"])
+            .workspace(dir.path())
+            .build()
+            .expect("spec");
+        let missing = dir.path().join("no-such-helper");
+        match run_via_helper_with(&missing, &spec, Stdio::Terminal) {
+            Err(RuntimeError::InvalidSpec(m)) => assert!(m.contains("terminal"), "{m}"),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        // Without it the same call goes on to spawn (and fails only for
+        // want of a helper).
+        assert!(matches!(
+            run_via_helper_with(&missing, &spec, Stdio::Inherit),
+            Err(RuntimeError::Host { .. })
+        ));
+    }
+
     #[test]
     fn drain_caps_and_counts() {
         let (r, w) = crate::sys::pipe_cloexec().expect("pipe");
