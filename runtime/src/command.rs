@@ -27,6 +27,11 @@ pub struct StdioFds {
     pub stdin: Option<OwnedFd>,
     pub stdout: Option<OwnedFd>,
     pub stderr: Option<OwnedFd>,
+    /// [`crate::Stdio::Terminal`]: init makes a pseudo-terminal and the
+    /// command runs on it (`Spawn::on_terminal`).
+    pub terminal: bool,
+    /// With `terminal`: stderr on it too (else `stderr`, or inherited).
+    pub terminal_stderr: bool,
 }
 
 /// The child's stack: enough for [`child`]'s few frames (no formatting,
@@ -54,6 +59,12 @@ pub struct Spawn<'a> {
     sh_argp: Vec<*const libc::c_char>,
     /// The command's stdio (init holds them until the child is gone).
     stdio: &'a StdioFds,
+    /// The slave of the sandbox's pty, when the command runs on one: its
+    /// stdin and stdout (stderr too with `terminal_stderr`), and the
+    /// controlling terminal of the session it makes (see [`child`]).
+    terminal: Option<&'a OwnedFd>,
+    /// Whether stderr goes to `terminal` as well.
+    terminal_stderr: bool,
     /// Signals whose disposition the child sets back to SIG_DFL: bit
     /// `n - 1` for signal `n` (see [`dispositions_to_reset`]).
     reset: u64,
@@ -107,10 +118,20 @@ impl<'a> Spawn<'a> {
             direct,
             sh_argp,
             stdio,
+            terminal: None,
+            terminal_stderr: false,
             reset,
             errno: 0,
             _strings: PhantomData,
         }
+    }
+
+    /// Run the command on `slave` (the pty init made, [`crate::init::terminal`]):
+    /// its stdin and stdout, its stderr if `stderr`, and the controlling
+    /// terminal of a session of its own.
+    pub fn on_terminal(&mut self, slave: &'a OwnedFd, stderr: bool) {
+        self.terminal = Some(slave);
+        self.terminal_stderr = stderr;
     }
 
     /// Start the command. Returns once the child has exec'd or exited:
@@ -208,15 +229,40 @@ extern "C" fn child(arg: *mut c_void) -> libc::c_int {
             8,
         );
     }
-    // Own process group, so init can signal the whole job (init sleeps
-    // until we exec, so no forwarded signal can come first).
-    let _ = rustix::process::setpgid(None, None);
     let stdio = s.stdio;
-    let wired = [
-        stdio.stdin.as_ref().map(rustix::stdio::dup2_stdin),
-        stdio.stdout.as_ref().map(rustix::stdio::dup2_stdout),
-        stdio.stderr.as_ref().map(rustix::stdio::dup2_stderr),
-    ];
+    let wired = if let Some(tty) = s.terminal {
+        // On the sandbox's pty: a session of our own (so also our own
+        // process group, which init signals), whose controlling terminal
+        // is the pty's slave: job control works and the pty's line
+        // discipline sends its signals (Ctrl-C) to the foreground job.
+        // init's session has no terminal, and the slave was opened with
+        // O_NOCTTY, so it is nobody's controlling terminal yet.
+        if let Err(e) = rustix::process::setsid() {
+            return fail(s, e.raw_os_error());
+        }
+        if let Err(e) = rustix::process::ioctl_tiocsctty(tty) {
+            return fail(s, e.raw_os_error());
+        }
+        let err = if s.terminal_stderr {
+            Some(rustix::stdio::dup2_stderr(tty))
+        } else {
+            stdio.stderr.as_ref().map(rustix::stdio::dup2_stderr)
+        };
+        [
+            Some(rustix::stdio::dup2_stdin(tty)),
+            Some(rustix::stdio::dup2_stdout(tty)),
+            err,
+        ]
+    } else {
+        // Own process group, so init can signal the whole job (init sleeps
+        // until we exec, so no forwarded signal can come first).
+        let _ = rustix::process::setpgid(None, None);
+        [
+            stdio.stdin.as_ref().map(rustix::stdio::dup2_stdin),
+            stdio.stdout.as_ref().map(rustix::stdio::dup2_stdout),
+            stdio.stderr.as_ref().map(rustix::stdio::dup2_stderr),
+        ]
+    };
     if let Some(Err(e)) = wired.into_iter().flatten().find(Result::is_err) {
         return fail(s, e.raw_os_error());
     }

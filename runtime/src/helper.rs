@@ -117,6 +117,13 @@ fn via_helper(
     stdio: Stdio,
     serve: Option<Serve<'_>>,
 ) -> Result<Outcome> {
+    // The helper serves the agent's commands, which never get a terminal;
+    // the relay lives in an in-process supervisor only (ADR 0550).
+    if let Stdio::Terminal = stdio {
+        return Err(RuntimeError::InvalidSpec(
+            "a terminal is relayed by an in-process supervisor only: use run() or start()".into(),
+        ));
+    }
     let request = serde_json::to_vec(&Request::from(spec))
         .map_err(|e| RuntimeError::Helper(format!("encoding the request: {e}")))?;
     let (reply_r, reply_w) =
@@ -821,6 +828,28 @@ mod tests {
         let mut serve = |_: OwnedFd| -> std::result::Result<(), String> { Ok(()) };
         assert!(matches!(
             run_via_helper_serving(&missing, &spec, Stdio::Inherit, &mut serve),
+            Err(RuntimeError::Host { .. })
+        ));
+    }
+
+    /// The helper runs the agent's commands: a terminal is never relayed
+    /// through it (ADR 0550). Refused before anything is spawned.
+    #[test]
+    fn a_terminal_is_refused_through_the_helper() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let spec = Sandbox::builder(["true"])
+            .workspace(dir.path())
+            .build()
+            .expect("spec");
+        let missing = dir.path().join("no-such-helper");
+        match run_via_helper_with(&missing, &spec, Stdio::Terminal) {
+            Err(RuntimeError::InvalidSpec(m)) => assert!(m.contains("terminal"), "{m}"),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        // Without it the same call goes on to spawn (and fails only for
+        // want of a helper).
+        assert!(matches!(
+            run_via_helper_with(&missing, &spec, Stdio::Inherit),
             Err(RuntimeError::Host { .. })
         ));
     }

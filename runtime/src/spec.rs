@@ -113,6 +113,15 @@ pub enum Stdio {
         stdout: Option<OwnedFd>,
         stderr: Option<OwnedFd>,
     },
+    /// A pseudo-terminal of the sandbox's own devpts, made by its init: the
+    /// command's stdin and stdout (and stderr, when the caller's fd 2 is a
+    /// terminal; else the caller's fd 2) and its session's controlling
+    /// terminal. The supervisor relays between the caller's terminal (fds
+    /// 0 and 1, in raw mode while the command runs) and the pty's master,
+    /// which never stays inside the sandbox (ADR 0550). The caller's fds 0
+    /// and 1 must be terminals; a supervisor in this process only (not
+    /// through the helper).
+    Terminal,
 }
 
 /// Who the sandboxed command is, inside and outside.

@@ -227,7 +227,9 @@ pub fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
 /// refuse to raise SIGPIPE ([`send_all`]): a CLI that keeps SIGPIPE's
 /// default (to end quietly in a closed pipeline) would otherwise die
 /// silently when init has already failed. Init reads it like a pipe: a
-/// byte, or EOF and HUP once the supervisor is gone.
+/// byte, or EOF and HUP once the supervisor is gone. Its one order:
+/// supervisor `G`; init's `L` (the proxy socket) and `T` (the pty's
+/// master), each only in its mode, in that order; supervisor `X`.
 pub fn go_channel() -> io::Result<(OwnedFd, OwnedFd)> {
     use rustix::net::{socketpair, AddressFamily, SocketFlags, SocketType};
     socketpair(

@@ -85,6 +85,12 @@ pub struct ExecArgs {
     /// File descriptor for --json output instead of stderr.
     #[arg(long, value_name = "FD", requires = "json")]
     pub json_fd: Option<i32>,
+    /// Give the command the caller's stdin and stdout as they are, never a
+    /// terminal of its own. Without it the command runs on a
+    /// pseudo-terminal of the sandbox (job control, `tty`) when both stdin
+    /// and stdout are terminals and --json is not given.
+    #[arg(long)]
+    pub no_tty: bool,
     /// Record this run in an open ledger session instead of a new one.
     #[arg(long, value_name = "S")]
     pub session: Option<String>,
@@ -354,7 +360,7 @@ fn exec_inner(args: ExecArgs) -> Result<Ran, CliError> {
         protect,
         snaps,
         owner,
-        stdio: Some(Stdio::Inherit),
+        stdio: Some(stdio(&args)),
         runner: Runner::InProcess,
         ui: &mut ui,
         net: proxy.clone(),
@@ -458,6 +464,22 @@ fn exec_inner(args: ExecArgs) -> Result<Ran, CliError> {
         Dispatched::Suspended { .. } | Dispatched::Edited { .. } => Err(CliError::Usage(
             "the command line's approval neither suspends nor edits".into(),
         )),
+    }
+}
+
+/// The command's stdio: a pseudo-terminal of the sandbox, relayed, when
+/// both stdin and stdout are terminals, unless `--no-tty` or `--json`
+/// (ADR 0550); else the caller's fds as they are.
+fn stdio(args: &ExecArgs) -> Stdio {
+    use std::io::IsTerminal;
+    if !args.no_tty
+        && !args.json
+        && std::io::stdin().is_terminal()
+        && std::io::stdout().is_terminal()
+    {
+        Stdio::Terminal
+    } else {
+        Stdio::Inherit
     }
 }
 

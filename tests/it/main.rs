@@ -14,6 +14,7 @@ mod cli;
 mod diffs;
 mod escapes;
 mod exec;
+mod exec_tty;
 mod firsthour;
 mod helper;
 mod identity;

@@ -197,6 +197,37 @@ impl Pty {
     pub fn master_fd(&self) -> i32 {
         self.master.as_raw_fd()
     }
+
+    /// Resize the terminal (the kernel signals SIGWINCH to its
+    /// foreground job, as a terminal emulator's resize does).
+    pub fn resize(&self, rows: u16, cols: u16) {
+        rustix::termios::tcsetwinsize(
+            &self.master,
+            rustix::termios::Winsize {
+                ws_row: rows,
+                ws_col: cols,
+                ws_xpixel: 0,
+                ws_ypixel: 0,
+            },
+        )
+        .expect("resize the pty");
+    }
+
+    /// The terminal's settings as the child left them (read through the
+    /// master: a pty's settings are its slave's).
+    pub fn termios(&self) -> rustix::termios::Termios {
+        rustix::termios::tcgetattr(&self.master).expect("tcgetattr on the pty")
+    }
+
+    /// Whether the terminal is in its cooked mode: line editing, echo,
+    /// and the signal characters on (what a shell leaves, and what a
+    /// program that took raw mode must restore).
+    pub fn is_cooked(&self) -> bool {
+        use rustix::termios::LocalModes as L;
+        self.termios()
+            .local_modes
+            .contains(L::ICANON | L::ECHO | L::ISIG)
+    }
 }
 
 impl Drop for Pty {

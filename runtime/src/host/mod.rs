@@ -3,7 +3,8 @@
 //! - [`supervisor`]: the calling process (the CLI or the helper): prepare,
 //!   clone init, write its id maps ([`userns`]), idmap the workspace
 //!   ([`idmap`], retie invoked as root), release, watch, report; it
-//!   starts init on another CPU than its own ([`placement`]);
+//!   starts init on another CPU than its own ([`placement`]); relays a
+//!   command's terminal ([`terminal`]);
 //! - [`net_stage`]: the lab modes' short-lived net stage, forked by the
 //!   supervisor: wires the sandbox's network namespace to the lab over
 //!   [`netlink`], then clones init;
@@ -19,4 +20,5 @@ pub mod net_stage;
 pub mod netlink;
 pub mod placement;
 pub mod supervisor;
+pub mod terminal;
 pub mod userns;

@@ -11,7 +11,7 @@ use rustix::event::{PollFd, PollFlags};
 use rustix::process::{Signal, WaitOptions, WaitStatus};
 
 use super::placement::Placement;
-use super::{idmap, net_stage, userns};
+use super::{idmap, net_stage, terminal, userns};
 use crate::command::StdioFds;
 use crate::error::{Result, RuntimeError};
 use crate::init::{self, InitArgs, FORWARDED};
@@ -67,6 +67,8 @@ pub struct Started {
     interrupt: Interrupt,
     /// A proxied network whose socket has not been taken yet.
     proxy_socket: bool,
+    /// [`Stdio::Terminal`]: init hands out a pty's master, relayed.
+    terminal: bool,
 }
 
 impl Drop for Started {
@@ -104,6 +106,7 @@ fn start_placed(spec: &SandboxSpec, stdio: Stdio, place: bool) -> Result<Started
     let (go_r, go_w) = sys::go_channel().map_err(|e| RuntimeError::host("socketpair", e))?;
     let (status_r, status_w) = sys::pipe_cloexec().map_err(|e| RuntimeError::host("pipe", e))?;
     let stdio_fds = stdio_fds(stdio);
+    let terminal = stdio_fds.terminal;
     if spec.identity.idmap_workspace {
         // Root: the child must not carry root's supplementary groups
         // (setgroups is denied inside, so it could not drop them itself).
@@ -200,6 +203,7 @@ fn start_placed(spec: &SandboxSpec, stdio: Stdio, place: bool) -> Result<Started
         timeout: spec.timeout,
         interrupt: spec.interrupt,
         proxy_socket: matches!(spec.net, crate::spec::NetMode::Proxy(_)),
+        terminal,
     };
     if let Some(go) = &started.go_w {
         // Set-up may begin; the command waits for a second byte.
@@ -221,14 +225,21 @@ impl Started {
         let Some(go) = &self.go_w else {
             return Ok(None);
         };
-        let fds = sys::recv_fds(go.as_fd(), b'L').map_err(|e| match e.kind() {
-            std::io::ErrorKind::InvalidData => RuntimeError::Channel {
-                why: format!("init's proxy-socket message: {e}"),
-            },
-            _ => RuntimeError::host("receiving the proxy socket", e),
-        })?;
-        // Init sends exactly one; any other is closed here.
-        Ok(fds.and_then(|f| f.into_iter().next()))
+        recv_one(go.as_fd(), b'L', "proxy socket")
+    }
+
+    /// [`Stdio::Terminal`]: the pty's master, which init hands out after
+    /// the proxy socket (received and closed here if the caller did not
+    /// take it: the channel's one order), and the relay begun on it.
+    /// `Ok(None)` when init ended first (its report says why).
+    fn begin_terminal(&mut self, go: &OwnedFd) -> Result<Option<terminal::Relay>> {
+        if std::mem::take(&mut self.proxy_socket) {
+            drop(recv_one(go.as_fd(), b'L', "proxy socket")?);
+        }
+        match recv_one(go.as_fd(), init::terminal::TAG, "terminal")? {
+            Some(master) => terminal::Relay::begin(master).map(Some),
+            None => Ok(None),
+        }
     }
 
     /// Start the command (init may still be setting up: it goes on to the
@@ -252,10 +263,32 @@ impl Started {
         // A signal to stop that arrived while the sandbox was built (its
         // caller was recording the intent; the signals were blocked) calls
         // the run off: the command never starts.
-        if let Some(sig) = self.signals.as_ref().and_then(SignalGuard::read) {
+        // A window resize is no reason to stop (the command reads the
+        // size when it starts, and a terminal's is copied then).
+        let early = loop {
+            match self.signals.as_ref().and_then(SignalGuard::read) {
+                Some(libc::SIGWINCH) => continue,
+                other => break other,
+            }
+        };
+        if let Some(sig) = early {
             let _ = sys::pidfd_send_signal(&self.pidfd, Signal::KILL);
             wait(pid);
             return Err(RuntimeError::Cancelled { signal: sig });
+        }
+        // The command's terminal: waits for init's set-up to reach it
+        // (the command waits for our go anyway). From here on the caller's
+        // terminal is raw until `relay` is dropped, on every way out.
+        let mut relay = None;
+        if self.terminal {
+            match self.begin_terminal(&go_w) {
+                Ok(r) => relay = r,
+                Err(e) => {
+                    let _ = sys::pidfd_send_signal(&self.pidfd, Signal::KILL);
+                    wait(pid);
+                    return Err(e);
+                }
+            }
         }
         let started = Instant::now();
         match sys::send_all(go_w.as_fd(), b"X") {
@@ -281,7 +314,7 @@ impl Started {
             status_r,
             signals,
             (self.timeout, self.interrupt),
-            started,
+            (started, relay.as_mut()),
         )
     }
 }
@@ -293,7 +326,7 @@ fn finish(
     status_r: OwnedFd,
     signals: SignalGuard,
     (timeout, interrupt): (Option<std::time::Duration>, Interrupt),
-    started: Instant,
+    (started, mut relay): (Instant, Option<&mut terminal::Relay>),
 ) -> Result<Outcome> {
     // Watch: the child's exit, its reports, forwarded signals, the
     // deadline. A timeout past what an Instant can hold is no deadline.
@@ -326,21 +359,56 @@ fn finish(
         } else {
             PollFlags::IN
         };
-        let mut fds = [
+        let stdin = rustix::stdio::stdin();
+        let mut fds = vec![
             PollFd::new(pidfd, PollFlags::IN),
             PollFd::new(&signals.fd, PollFlags::IN),
             PollFd::new(&status_r, status_events),
         ];
+        // The command's terminal: the caller's typing, the pty's output.
+        // A side with nothing to wait for is left out (poll would still
+        // report its hang-up, again and again).
+        let (mut typed_at, mut output_at) = (None, None);
+        if let Some(r) = &relay {
+            if !r.stdin_events().is_empty() {
+                typed_at = Some(fds.len());
+                fds.push(PollFd::from_borrowed_fd(stdin, r.stdin_events()));
+            }
+            if !r.master_events().is_empty() {
+                output_at = Some(fds.len());
+                fds.push(PollFd::new(r.master(), r.master_events()));
+            }
+        }
         if rustix::event::poll(&mut fds, timeout.as_ref()).is_err() {
             continue; // EINTR
         }
+        let revents = |i: usize| fds.get(i).map_or(PollFlags::empty(), PollFd::revents);
         let (child_ended, signalled, reported) = (
-            fds[0].revents().contains(PollFlags::IN),
-            fds[1].revents().contains(PollFlags::IN),
-            !status_eof && fds[2].revents().intersects(PollFlags::IN | PollFlags::HUP),
+            revents(0).contains(PollFlags::IN),
+            revents(1).contains(PollFlags::IN),
+            !status_eof && revents(2).intersects(PollFlags::IN | PollFlags::HUP),
         );
+        let (typed, output) = (
+            typed_at.map_or(PollFlags::empty(), revents),
+            output_at.map_or(PollFlags::empty(), revents),
+        );
+        drop(fds);
+        if let Some(r) = relay.as_deref_mut() {
+            // A Ctrl-C typed to the command: as a SIGINT to retie was.
+            let typed_stop = r.on_stdin(typed);
+            if stop_signal.is_none() {
+                stop_signal = typed_stop;
+            }
+            r.on_master(output);
+        }
         if signalled {
             if let Some(sig) = signals.read().and_then(sys::signal) {
+                if let (Some(r), Signal::WINCH) = (relay.as_deref(), sig) {
+                    // The pty's size follows the caller's; the kernel
+                    // signals the pty's foreground job itself.
+                    r.resize();
+                    continue;
+                }
                 if sig == Signal::INT && interrupt == Interrupt::Kill {
                     // init's death makes the kernel kill everything in its
                     // pid namespace; reaping init (below) waits for that.
@@ -377,6 +445,10 @@ fn finish(
         if child_ended {
             break;
         }
+    }
+    // The command's last output, still in the pty.
+    if let Some(r) = relay {
+        r.drain();
     }
     let init_status = if reported_end {
         leave_to_reap(pid);
@@ -496,6 +568,20 @@ fn open_trees(spec: &SandboxSpec, binds: &[crate::spec::RoBind]) -> Result<Vec<O
         .collect()
 }
 
+/// One descriptor init hands out on the go channel with `tag` (`Ok(None)`:
+/// init ended first). Another tag, or none with it, breaks the channel's
+/// one order: `RuntimeError::Channel`.
+fn recv_one(go: std::os::fd::BorrowedFd<'_>, tag: u8, what: &str) -> Result<Option<OwnedFd>> {
+    let fds = sys::recv_fds(go, tag).map_err(|e| match e.kind() {
+        std::io::ErrorKind::InvalidData => RuntimeError::Channel {
+            why: format!("init's {what} message: {e}"),
+        },
+        _ => RuntimeError::host(format!("receiving the {what}"), e),
+    })?;
+    // Init sends exactly one; any other is closed here.
+    Ok(fds.and_then(|f| f.into_iter().next()))
+}
+
 fn clone_error(e: std::io::Error) -> RuntimeError {
     let fix = crate::preflight::userns_fix()
         .unwrap_or_else(|| "check that unprivileged user namespaces are enabled (sysctl user.max_user_namespaces > 0)".into());
@@ -566,6 +652,13 @@ fn wait(pid: libc::pid_t) -> Option<WaitStatus> {
 fn stdio_fds(stdio: Stdio) -> StdioFds {
     match stdio {
         Stdio::Inherit => StdioFds::default(),
+        Stdio::Terminal => StdioFds {
+            terminal: true,
+            // The command's stderr is the pty too when the caller's is a
+            // terminal; else it stays the caller's fd 2 (a `2>file`).
+            terminal_stderr: rustix::termios::isatty(rustix::stdio::stderr()),
+            ..StdioFds::default()
+        },
         Stdio::Fds {
             stdin,
             stdout,
@@ -585,6 +678,7 @@ fn stdio_fds(stdio: Stdio) -> StdioFds {
                 stdin: fd(stdin, false),
                 stdout: fd(stdout, true),
                 stderr: fd(stderr, true),
+                ..StdioFds::default()
             }
         }
     }

@@ -27,6 +27,7 @@ pub mod seccomp;
 pub mod session;
 mod step;
 pub mod system;
+pub mod terminal;
 pub mod workspace;
 
 pub(crate) use step::{
@@ -90,10 +91,17 @@ pub fn main(args: InitArgs<'_>) -> ! {
     // supervisor's go to the command (issue 10).
     let filters = seccomp::compile_all(&args.spec.net);
     let reset = crate::command::dispositions_to_reset();
+    // The slave of the command's pty (Stdio::Terminal), made during set-up;
+    // declared first so that it outlives `spawn`, which borrows it.
+    let terminal: Option<OwnedFd>;
     let mut spawn =
         crate::command::Spawn::prepare(&args.spec.argv, &args.spec.env, &args.stdio, reset);
     match network.and_then(|net| setup_and_wait(&args, filters, net)) {
-        Ok(enforced) => {
+        Ok((enforced, tty)) => {
+            terminal = tty;
+            if let Some(slave) = &terminal {
+                spawn.on_terminal(slave, args.stdio.terminal_stderr);
+            }
             let ready = Report::Ready {
                 landlock_abi: enforced.abi,
                 landlock_enforced: enforced.fully,
@@ -145,6 +153,9 @@ pub fn main(args: InitArgs<'_>) -> ! {
         }
     };
     drop(spawn);
+    // No slave may stay open in init: the pty's master reads EOF once the
+    // sandbox's last process has gone.
+    drop(terminal);
     drop(args.stdio);
     reap(pid, status)
 }
@@ -154,7 +165,7 @@ fn setup_and_wait(
     args: &InitArgs<'_>,
     filters: StepResult<seccomp::Filters>,
     network: Option<netns::Pending>,
-) -> StepResult<landlock::Enforced> {
+) -> StepResult<(landlock::Enforced, Option<OwnedFd>)> {
     let spec = args.spec;
     // A dying supervisor takes the sandbox with it.
     arm_parent_death()?;
@@ -226,6 +237,14 @@ fn setup_and_wait(
     if let crate::spec::NetMode::Proxy(p) = &spec.net {
         netns::hand_out_proxy_socket(p.port, args.go.as_fd())?;
     }
+    // Stdio::Terminal: a pty of our own devpts, its master handed to the
+    // supervisor (after the proxy socket: the channel's one order) and
+    // closed here (ADR 0550). Opened before Landlock and seccomp.
+    let terminal = if args.stdio.terminal {
+        Some(terminal::hand_out(args.go.as_fd())?)
+    } else {
+        None
+    };
     // Compiled before set-up began (see `main`); a failure is this step's.
     let filters = filters?;
     caps::drop_all()?;
@@ -235,7 +254,7 @@ fn setup_and_wait(
     seccomp::install(&filters)?;
     // Checked, not assumed: the command is forked from us next.
     make_undumpable()?;
-    Ok(enforced)
+    Ok((enforced, terminal))
 }
 
 /// PR_SET_DUMPABLE 0, then read it back.

@@ -1,5 +1,7 @@
 //! Step 8: a new session (no controlling terminal, so TIOCSTI-style
 //! injection into the caller's terminal has no target) and a hostname.
+//! A command on a terminal gets a session of its own whose controlling
+//! terminal is the sandbox's pty (`super::terminal`, ADR 0550).
 
 use super::{SetupError, StepResult};
 
