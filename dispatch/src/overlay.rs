@@ -572,10 +572,14 @@ fn open_up(dir: &Path) {
     }
 }
 
-/// Remove the run directories finished runs left in the trash. Best
+/// Remove the run directories finished runs left in the trash, and the
+/// kept files of undone changes (ADR 0210). Best
 /// effort: another process sweeping at the same time, or a directory that
 /// will not go, is left for the next sweep or `retie gc`.
 pub fn sweep_trash(state: &Path) {
+    // The files undone or rolled-back changes had kept for their undo
+    // (ADR 0210): their unlinks are this housekeeping's too.
+    retie_snapshot::sweep_kept(&state.join("snapshots"));
     let Ok(entries) = std::fs::read_dir(state.join(TRASH)) else {
         return;
     };

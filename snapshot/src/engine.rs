@@ -40,6 +40,7 @@ use crate::hash::Hash;
 use crate::journal::{
     new_id, now_ms, Entry, EntryState, Journal, Op, Raced, Step, JOURNAL_VERSION,
 };
+use crate::kept::{self, Keep};
 use crate::manifest::Manifest;
 use crate::node::Node;
 use crate::relpath::RelPath;
@@ -369,7 +370,9 @@ pub fn undo(
         new_id(),
         Op::Undo { of: e.id.clone() },
         targets,
-        &Source::Store,
+        // The files the undone entry took out, kept (ADR 0210): taken
+        // back where they are still what the entry found.
+        &Source::Kept(&Keep::taking(store, &e.id)),
         Check::Undo {
             of: &e.id,
             force: opts.force,
@@ -417,16 +420,17 @@ pub fn recover(ws: &Workspace, store: &Store, journal: &Journal) -> Result<Recov
             .iter()
             .map(|s| (s.path.clone(), s.before.clone()))
             .collect();
-        transition(ws, store, &Source::Store, &e.id, &back, None).map_err(|(path, err)| {
-            Error::RollbackFailed {
+        transition(ws, store, &Source::Store, &e.id, &back, None, None).map_err(
+            |(path, err)| Error::RollbackFailed {
                 id: e.id.clone(),
                 path,
                 source: Box::new(err),
-            }
-        })?;
+            },
+        )?;
         remove_temps(ws, &e);
         e.state = EntryState::RolledBack;
         journal.write(&e)?;
+        kept::retire(store, &e.id);
         report.rolled_back.push(e.id);
     }
     Ok(report)
@@ -495,8 +499,11 @@ fn pre_images_complete(store: &Store, steps: &[Step]) -> bool {
 enum Source<'a> {
     /// The overlay upper layer (apply).
     Upper(&'a Root),
-    /// The blob store (undo, file writes, rollback).
+    /// The blob store (file writes, rollback, recovery).
     Store,
+    /// The blob store, after the files the undone entry kept (ADR 0210):
+    /// an undo.
+    Kept(&'a Keep),
 }
 
 struct Target {
@@ -698,7 +705,18 @@ fn run_locked(
     let captured: Vec<Option<Node>> = entry.steps.iter().map(|s| s.before.clone()).collect();
     let as_captured =
         |i: usize, found: Option<&Node>| captured.get(i).is_some_and(|c| c.as_ref() == found);
-    let went = transition(ws, store, src, &entry.id, &forward, Some(&as_captured));
+    // What comes out of the workspace is kept for this entry's undo
+    // (ADR 0210): a cache beside the store, which holds every pre-image.
+    let keep = Keep::putting(store, &entry.id);
+    let went = transition(
+        ws,
+        store,
+        src,
+        &entry.id,
+        &forward,
+        Some(&as_captured),
+        Some(&keep),
+    );
     if let Ok(raced) = &went {
         if !raced.is_empty() {
             // Someone else's version stays at each raced path: this entry
@@ -735,9 +753,15 @@ fn run_locked(
                 .get(i)
                 .is_some_and(|s| s.after.as_ref() == found || s.before.as_ref() == found)
         };
-        if let Err((rpath, rerr)) =
-            transition(ws, store, &Source::Store, &entry.id, &back, Some(&ours))
-        {
+        if let Err((rpath, rerr)) = transition(
+            ws,
+            store,
+            &Source::Store,
+            &entry.id,
+            &back,
+            Some(&ours),
+            None,
+        ) {
             return Err(Error::RollbackFailed {
                 id: entry.id,
                 path: rpath,
@@ -747,6 +771,7 @@ fn run_locked(
         remove_temps(ws, &entry);
         entry.state = EntryState::RolledBack;
         journal.write(&entry)?;
+        kept::retire(store, &entry.id);
         return Err(Error::RolledBack {
             id: entry.id,
             path,
@@ -754,6 +779,11 @@ fn run_locked(
         });
     }
     journal.complete(&mut entry)?;
+    // The undone entry's kept files are back in the workspace, or no
+    // longer what it left: nothing can use the rest.
+    if let Op::Undo { of } = &entry.op {
+        kept::retire(store, of);
+    }
     Ok(entry)
 }
 
@@ -862,6 +892,7 @@ fn transition(
     id: &str,
     targets: &[(RelPath, Option<Node>)],
     check: Option<&Accept<'_>>,
+    keep: Option<&Keep>,
 ) -> StepResult<Vec<Raced>> {
     let mut raced: Vec<Raced> = Vec::new();
     let root = &ws.root;
@@ -926,8 +957,10 @@ fn transition(
                 .map_err(|e| (path.to_string(), Error::at("remove", path, e)))?,
             (false, Some(ok)) => {
                 if let Some(r) =
-                    remove_checked(dir.as_fd(), path, &tmp_name(id, idx), id, |f| ok(idx, f))
-                        .map_err(wrap(path))?
+                    remove_checked(dir.as_fd(), path, &tmp_name(id, idx), id, keep, |f| {
+                        ok(idx, f)
+                    })
+                    .map_err(wrap(path))?
                 {
                     raced.push(r);
                 }
@@ -947,7 +980,7 @@ fn transition(
                 None => rustix::fs::renameat(dir, tmp, dir, path.file_name())
                     .map(|()| None)
                     .map_err(|e| Error::at("rename", path, e)),
-                Some(ok) => place_checked(dir, path, tmp, id, target, |f| ok(idx, f)),
+                Some(ok) => place_checked(dir, path, tmp, id, target, keep, |f| ok(idx, f)),
             }
         };
         let dir = root
@@ -1072,6 +1105,7 @@ fn place_checked(
     tmp: &str,
     id: &str,
     target: &Node,
+    keep: Option<&Keep>,
     ok: impl Fn(Option<&Node>) -> bool,
 ) -> Result<Option<Raced>> {
     use rustix::fs::{renameat, renameat_with, RenameFlags};
@@ -1106,8 +1140,10 @@ fn place_checked(
     // `tmp` now holds what was at `path`.
     let out = fsx::read_node(dir, tmp, path, None).ok().flatten();
     if ok(out.as_ref()) {
-        rustix::fs::unlinkat(dir, tmp, AtFlags::empty())
-            .map_err(|e| Error::at("remove the replaced", path, e))?;
+        if !keep.is_some_and(|k| k.put(dir, tmp, path)) {
+            rustix::fs::unlinkat(dir, tmp, AtFlags::empty())
+                .map_err(|e| Error::at("remove the replaced", path, e))?;
+        }
         return Ok(None);
     }
     // Someone else's version: back in place, atomically again.
@@ -1156,6 +1192,7 @@ fn remove_checked(
     path: &RelPath,
     aside: &str,
     id: &str,
+    keep: Option<&Keep>,
     ok: impl Fn(Option<&Node>) -> bool,
 ) -> Result<Option<Raced>> {
     use rustix::fs::{renameat_with, RenameFlags};
@@ -1181,8 +1218,10 @@ fn remove_checked(
     }
     let out = fsx::read_node(dir, aside, path, None).ok().flatten();
     if ok(out.as_ref()) {
-        rustix::fs::unlinkat(dir, aside, AtFlags::empty())
-            .map_err(|e| Error::at("remove", path, e))?;
+        if !keep.is_some_and(|k| k.put(dir, aside, path)) {
+            rustix::fs::unlinkat(dir, aside, AtFlags::empty())
+                .map_err(|e| Error::at("remove", path, e))?;
+        }
         return Ok(None);
     }
     let saved_as = match renameat_with(dir, aside, dir, name, RenameFlags::NOREPLACE) {
@@ -1233,6 +1272,11 @@ fn write_file(
     let _ = rustix::fs::unlinkat(dir, tmp, AtFlags::empty());
     if let Source::Upper(upper) = src {
         if let Some(done) = link_from_upper(upper, dir, path, tmp, mode, hash, batch) {
+            return done;
+        }
+    }
+    if let Source::Kept(keep) = src {
+        if let Some(done) = take_kept(keep, dir, path, tmp, mode, hash, batch) {
             return done;
         }
     }
@@ -1323,6 +1367,45 @@ fn seal_temp(
     done
 }
 
+/// The temp of [`write_file`] as the file the undone entry took out of
+/// the workspace at `path` and kept (ADR 0210). `None`: none kept, or the
+/// one kept is not a plain file of one link holding the pre-image (written
+/// to through a descriptor held open since, say): removed, and the caller
+/// copies the pre-image from the store.
+fn take_kept(
+    keep: &Keep,
+    dir: BorrowedFd<'_>,
+    path: &RelPath,
+    tmp: &str,
+    mode: u32,
+    hash: crate::Hash,
+    batch: bool,
+) -> Option<Result<()>> {
+    if !keep.take(path, dir, tmp) {
+        return None;
+    }
+    let checked = (|| {
+        let fd = fsx::open_file_at(dir, tmp).ok()?;
+        let st = rustix::fs::fstat(&fd).ok()?;
+        if !kept::usable(&st) {
+            return None;
+        }
+        let mut f = File::from(fd);
+        let (h, _) = fsx::hash_stream(&mut f, None).ok()?;
+        if h != hash {
+            return None;
+        }
+        // Changed, to whatever reads times: as a copy would be.
+        kept::touch(f.as_fd()).ok()?;
+        Some((f, h, Some(fsx::perm(&st))))
+    })();
+    let Some(got) = checked else {
+        kept::drop_at(dir, tmp);
+        return None;
+    };
+    Some(seal_temp(dir, tmp, path, Ok(got), mode, hash, batch))
+}
+
 fn open_source(
     store: &Store,
     src: &Source<'_>,
@@ -1330,7 +1413,7 @@ fn open_source(
     hash: &crate::Hash,
 ) -> Result<File> {
     match src {
-        Source::Store => store.open_blob(hash),
+        Source::Store | Source::Kept(_) => store.open_blob(hash),
         Source::Upper(upper) => {
             let dir = upper
                 .open_parent(path)

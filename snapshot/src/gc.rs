@@ -70,6 +70,10 @@ pub fn gc(store: &Store, journal: &Journal, opts: &GcOptions) -> Result<GcReport
                 report.expired.push(e.id.clone());
                 e.state = EntryState::Expired;
             }
+            // What it kept for its undo (ADR 0210) goes too.
+            if !opts.dry_run {
+                crate::kept::retire(store, &e.id);
+            }
             if !opts.dry_run && (expire || carried > 0) {
                 for s in &mut e.steps {
                     s.before_content = None;
@@ -77,6 +81,9 @@ pub fn gc(store: &Store, journal: &Journal, opts: &GcOptions) -> Result<GcReport
                 journal.write(&e)?;
             }
             continue;
+        }
+        if e.state == EntryState::Expired && !opts.dry_run {
+            crate::kept::retire(store, &e.id);
         }
         if matches!(e.state, EntryState::Complete | EntryState::Pending) {
             report.live_entries += 1;
@@ -93,6 +100,9 @@ pub fn gc(store: &Store, journal: &Journal, opts: &GcOptions) -> Result<GcReport
                 }
             }
         }
+    }
+    if !opts.dry_run {
+        crate::kept::sweep_kept(store.state_dir());
     }
     for (h, size) in store.blobs()? {
         if live.contains(&h) {

@@ -47,6 +47,7 @@ mod fsx;
 mod gc;
 mod hash;
 mod journal;
+mod kept;
 mod manifest;
 mod node;
 pub mod plants;
@@ -67,6 +68,7 @@ pub use hash::Hash;
 pub use journal::{
     new_id, Entry, EntryState, Journal, JournalLock, Op, Raced, Step, JOURNAL_VERSION,
 };
+pub use kept::sweep_kept;
 pub use manifest::{Manifest, ManifestLine};
 pub use node::Node;
 pub use plants::{NotPlant, Plant, Rule, Scope, NOT_PLANTS, PLANTS};

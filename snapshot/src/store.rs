@@ -24,7 +24,11 @@ static COUNTER: AtomicU64 = AtomicU64::new(0);
 pub struct Store {
     blobs: PathBuf,
     tmp: PathBuf,
+    kept: PathBuf,
 }
+
+/// The state directory's directory of kept files (ADR 0210).
+pub(crate) const KEPT: &str = "kept";
 
 impl Store {
     /// Opens (creating if needed, mode 0700) the store under `state_dir`.
@@ -37,7 +41,21 @@ impl Store {
                 mkdir_p(d)?;
             }
         }
-        Ok(Store { blobs, tmp })
+        Ok(Store {
+            blobs,
+            tmp,
+            kept: state_dir.join(KEPT),
+        })
+    }
+
+    /// The state directory the store was opened in.
+    pub(crate) fn state_dir(&self) -> &Path {
+        self.kept.parent().unwrap_or(&self.kept)
+    }
+
+    /// Where transitions keep the files they take out (ADR 0210).
+    pub(crate) fn kept_dir(&self) -> &Path {
+        &self.kept
     }
 
     /// The directory of the blobs.

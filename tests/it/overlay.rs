@@ -1277,7 +1277,14 @@ fn a_real_conflict_shows_both_sides_and_theirs_or_ours_resolves_it() {
 fn person_at_the_rename(ws: &std::path::Path, text: String) -> std::thread::JoinHandle<bool> {
     use rustix::fs::inotify;
     let fd = inotify::init(inotify::CreateFlags::CLOEXEC).expect("inotify_init");
-    inotify::add_watch(&fd, ws, inotify::WatchFlags::CREATE).expect("inotify_add_watch");
+    // A temporary is created, or renamed in: an undo takes a file its
+    // apply kept back by rename (ADR 0210).
+    inotify::add_watch(
+        &fd,
+        ws,
+        inotify::WatchFlags::CREATE | inotify::WatchFlags::MOVED_TO,
+    )
+    .expect("inotify_add_watch");
     let f = ws.join("f.txt");
     std::thread::spawn(move || {
         let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 4096];

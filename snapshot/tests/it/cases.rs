@@ -837,3 +837,124 @@ fn a_manifest_is_stored_with_the_change_and_kept_while_it_can_be_undone() {
         "gc removed both"
     );
 }
+
+/// The files `id`'s transition kept (ADR 0210), by content.
+fn kept_files(env: &Env, id: &str) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let d = env.state.join("kept").join(id);
+    let Ok(rd) = std::fs::read_dir(&d) else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .map(|e| (e.path(), std::fs::read(e.path()).expect("read kept")))
+        .collect()
+}
+
+fn ino(p: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(p).expect("stat").ino()
+}
+
+/// ADR 0210: what an apply takes out of the workspace (a replaced file, a
+/// removed one) is kept, and its undo puts those very files back, with a
+/// modification time of now (a build tool sees them changed, as after a
+/// copy); the kept directory is retired at the undo and swept by `gc`.
+#[test]
+fn an_undo_takes_back_the_files_the_apply_took_out() {
+    use retie_snapshot::{gc, GcOptions};
+    use std::time::{Duration, SystemTime};
+    let env = Env::new();
+    base_tree(&env.ws);
+    let old = SystemTime::UNIX_EPOCH + Duration::from_secs(978_307_200); // 2001-01-01
+    for p in ["a.txt", "dir/f1"] {
+        std::fs::File::options()
+            .write(true)
+            .open(env.ws.join(p))
+            .and_then(|f| f.set_modified(old))
+            .expect("set mtime");
+    }
+    let (a_ino, f1_ino) = (ino(&env.ws.join("a.txt")), ino(&env.ws.join("dir/f1")));
+    let before = tree(&env.ws);
+    let (upper, _) = env.overlay("ovl", "echo more >> a.txt; rm dir/f1");
+    let cs = Changeset::compute(&env.ws, &upper).expect("compute");
+    let (ws, store, journal) = env.open();
+    let e = apply(&cs, &ws, &store, &journal, &ApplyOptions::default()).expect("apply");
+    assert_eq!(kept_files(&env, &e.id).len(), 2, "both kept");
+    undo(&e.id, &ws, &store, &journal, &UndoOptions::default()).expect("undo");
+    assert_tree("undone", &before, &tree(&env.ws));
+    assert_eq!(
+        ino(&env.ws.join("a.txt")),
+        a_ino,
+        "the replaced file came back"
+    );
+    assert_eq!(
+        ino(&env.ws.join("dir/f1")),
+        f1_ino,
+        "the removed file came back"
+    );
+    for p in ["a.txt", "dir/f1"] {
+        let m = std::fs::metadata(env.ws.join(p))
+            .and_then(|m| m.modified())
+            .expect("mtime");
+        assert!(m > old, "{p}: restored with its old modification time");
+    }
+    assert!(
+        !env.state.join("kept").join(&e.id).exists(),
+        "retired at the undo"
+    );
+    gc(&store, &journal, &GcOptions::default()).expect("gc");
+    let left: Vec<_> = std::fs::read_dir(env.state.join("kept"))
+        .expect("kept dir")
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|n| n.to_string_lossy().starts_with(".done-"))
+        .collect();
+    assert!(left.is_empty(), "swept by gc: {left:?}");
+}
+
+/// ADR 0210: a kept file is only a cache. One written to since (through a
+/// descriptor held open, say) is not put back: the pre-image comes from
+/// the store, and the undo gives the workspace as it was.
+#[test]
+fn a_kept_file_changed_since_is_not_put_back() {
+    let env = Env::new();
+    base_tree(&env.ws);
+    let before = tree(&env.ws);
+    let (upper, _) = env.overlay("ovl", "echo more >> a.txt; rm dir/f1");
+    let cs = Changeset::compute(&env.ws, &upper).expect("compute");
+    let (ws, store, journal) = env.open();
+    let e = apply(&cs, &ws, &store, &journal, &ApplyOptions::default()).expect("apply");
+    let kept = kept_files(&env, &e.id);
+    assert_eq!(kept.len(), 2, "both kept");
+    for (p, content) in &kept {
+        // Same size, other bytes.
+        let other: Vec<u8> = content.iter().map(|b| b ^ 0x20).collect();
+        std::fs::write(p, other).expect("write kept");
+    }
+    undo(&e.id, &ws, &store, &journal, &UndoOptions::default()).expect("undo");
+    assert_tree("undone from the store", &before, &tree(&env.ws));
+}
+
+/// ADR 0210: a kept file that has gained a link (to a name outside the
+/// workspace) is not put back: the workspace's file would be that
+/// outside file too. The pre-image is copied from the store instead.
+#[test]
+fn a_kept_file_with_another_link_is_not_put_back() {
+    let env = Env::new();
+    base_tree(&env.ws);
+    let before = tree(&env.ws);
+    let (upper, _) = env.overlay("ovl", "echo more >> a.txt");
+    let cs = Changeset::compute(&env.ws, &upper).expect("compute");
+    let (ws, store, journal) = env.open();
+    let e = apply(&cs, &ws, &store, &journal, &ApplyOptions::default()).expect("apply");
+    let kept = kept_files(&env, &e.id);
+    assert_eq!(kept.len(), 1, "kept");
+    let outside = env.out.join("linked");
+    std::fs::hard_link(&kept[0].0, &outside).expect("link");
+    undo(&e.id, &ws, &store, &journal, &UndoOptions::default()).expect("undo");
+    assert_tree("undone", &before, &tree(&env.ws));
+    assert_ne!(
+        ino(&env.ws.join("a.txt")),
+        ino(&outside),
+        "the workspace's file is not the outside one"
+    );
+}

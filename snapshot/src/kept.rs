@@ -1,0 +1,221 @@
+//! The files a transition takes out of the workspace, kept for its undo
+//! (ADR 0210).
+//!
+//! An apply that replaces or removes a file, and an undo that does, used to
+//! unlink the version that came out; the undo then made a new inode for
+//! each restored file and copied the pre-image from the blob store into it.
+//! On ext4 both are the slow part of a big change (an unlink frees blocks
+//! and an inode in the journal; a new inode is allocated and written), and
+//! the undo paid the second for every file the apply had paid the first.
+//!
+//! Now a small file that comes out of the workspace (a plain file of one
+//! link, at most [`KEEP_FILE_MAX`] bytes) is renamed into
+//! `<state>/kept/<entry id>/<blake3 of its path>` instead: same filesystem
+//! as the workspace, or the rename fails with `EXDEV` and the file is
+//! unlinked as before. The undo of that entry renames the file back into
+//! the workspace's temporary name, checks it (a plain file of one link
+//! whose content hashes to the pre-image; anything else is removed and the
+//! pre-image copied from the store, as before), sets its modification time
+//! to now (as a copy would have it: a build tool must see the file changed)
+//! and puts it in place by the same checked rename as any other.
+//!
+//! What is kept is a cache, never the pre-image itself: the blob store and
+//! the journal entry hold every pre-image, durable before the workspace is
+//! touched, exactly as before. Recovery and roll-back read the store only.
+//! A kept directory goes when its entry can no longer use it: renamed to
+//! `.done-…` at the end of the entry's undo, when the entry is rolled back,
+//! or by `gc` when it expires, and removed by [`sweep_kept`] off the
+//! caller's path (while the next command runs, or by `retie gc`).
+
+use std::cell::{Cell, OnceCell};
+use std::fs;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags};
+use rustix::io::Errno;
+
+use crate::fsx;
+use crate::hash::Hash;
+use crate::relpath::RelPath;
+use crate::store::{nanos, Store};
+
+/// The largest file kept: past it, the cost of a copy is its bytes, which
+/// the apply's own pre-image copy pays too, and keeping it would hold that
+/// much disk until the entry is undone or expires.
+pub(crate) const KEEP_FILE_MAX: u64 = 64 * 1024;
+
+/// The kept files of one journal entry: where its transition puts the
+/// files it takes out ([`Keep::put`]), and where its undo takes them back
+/// from ([`Keep::take`]).
+#[derive(Debug)]
+pub(crate) struct Keep {
+    path: PathBuf,
+    /// Made on first use when putting; only opened when taking.
+    create: bool,
+    fd: OnceCell<Option<OwnedFd>>,
+    /// Set at the first `EXDEV`: the state directory is on another
+    /// filesystem, nothing more is tried.
+    off: Cell<bool>,
+}
+
+impl Keep {
+    /// Where entry `id`'s transition keeps what it takes out.
+    pub(crate) fn putting(store: &Store, id: &str) -> Keep {
+        Keep {
+            path: store.kept_dir().join(id),
+            create: true,
+            fd: OnceCell::new(),
+            off: Cell::new(false),
+        }
+    }
+
+    /// What entry `id`'s transition kept, for its undo.
+    pub(crate) fn taking(store: &Store, id: &str) -> Keep {
+        Keep {
+            create: false,
+            ..Keep::putting(store, id)
+        }
+    }
+
+    fn dir(&self) -> Option<BorrowedFd<'_>> {
+        if self.off.get() {
+            return None;
+        }
+        let fd = self.fd.get_or_init(|| {
+            if self.create {
+                for d in [self.path.parent(), Some(self.path.as_path())]
+                    .into_iter()
+                    .flatten()
+                {
+                    match fs::DirBuilder::new().mode(0o700).create(d) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                        Err(_) => return None,
+                    }
+                }
+            }
+            rustix::fs::open(
+                &self.path,
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .ok()
+        });
+        fd.as_ref().map(|f| f.as_fd())
+    }
+
+    /// Moves `name` of `dir`, the version of `path` just taken out of the
+    /// workspace, here, if it is a plain file of one link and at most
+    /// [`KEEP_FILE_MAX`] bytes. `false`: not kept, the caller removes it.
+    pub(crate) fn put(&self, dir: BorrowedFd<'_>, name: &str, path: &RelPath) -> bool {
+        if self.off.get() {
+            return false;
+        }
+        let Ok(Some(st)) = fsx::lstat_at(dir, name) else {
+            return false;
+        };
+        if fsx::ftype(&st) != FileType::RegularFile
+            || st.st_nlink != 1
+            || u64::try_from(st.st_size).map_or(true, |n| n > KEEP_FILE_MAX)
+        {
+            return false;
+        }
+        let Some(kd) = self.dir() else {
+            self.off.set(true);
+            return false;
+        };
+        match rustix::fs::renameat_with(dir, name, kd, key(path).as_str(), RenameFlags::NOREPLACE) {
+            Ok(()) => true,
+            Err(Errno::XDEV) => {
+                self.off.set(true);
+                false
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Moves the file kept for `path` into `dir` as `tmp` (which must not
+    /// exist). `false`: none kept, or it could not be moved. The caller
+    /// checks what it got before using it.
+    pub(crate) fn take(&self, path: &RelPath, dir: BorrowedFd<'_>, tmp: &str) -> bool {
+        let Some(kd) = self.dir() else {
+            self.off.set(true);
+            return false;
+        };
+        match rustix::fs::renameat_with(kd, key(path).as_str(), dir, tmp, RenameFlags::NOREPLACE) {
+            Ok(()) => true,
+            Err(Errno::XDEV) => {
+                self.off.set(true);
+                false
+            }
+            Err(_) => false,
+        }
+    }
+}
+
+/// The name a path's file is kept under (fixed length, any depth).
+fn key(path: &RelPath) -> String {
+    Hash::of(path.as_str().as_bytes()).to_hex()
+}
+
+/// Entry `id` can no longer use what it kept (it was undone, rolled back
+/// or expired): its directory is renamed for [`sweep_kept`] to remove.
+/// Best effort: a directory left behind costs only its disk.
+pub(crate) fn retire(store: &Store, id: &str) {
+    let from = store.kept_dir().join(id);
+    if fs::symlink_metadata(&from).is_ok_and(|m| m.is_dir()) {
+        let _ = fs::rename(
+            &from,
+            store.kept_dir().join(format!(".done-{id}-{}", nanos())),
+        );
+    }
+}
+
+/// Removes the kept directories no entry can use any more (retired ones),
+/// off the caller's path: while the next command runs, or by `retie gc`.
+/// `state_dir` is the snapshot state directory ([`Store::open`]'s).
+/// Best effort.
+pub fn sweep_kept(state_dir: &Path) {
+    let Ok(rd) = fs::read_dir(state_dir.join(crate::store::KEPT)) else {
+        return;
+    };
+    for e in rd.flatten() {
+        if e.file_name().to_string_lossy().starts_with(".done-")
+            && e.file_type().is_ok_and(|t| t.is_dir())
+        {
+            let _ = fs::remove_dir_all(e.path());
+        }
+    }
+}
+
+/// Whether `st` may stand for the pre-image a kept file was taken back for:
+/// a plain file of one link.
+pub(crate) fn usable(st: &rustix::fs::Stat) -> bool {
+    fsx::ftype(st) == FileType::RegularFile && st.st_nlink == 1
+}
+
+/// Sets the modification time of the file open at `fd` to now, as a copy
+/// would have it.
+pub(crate) fn touch(fd: BorrowedFd<'_>) -> Result<(), Errno> {
+    use rustix::fs::{Timespec, Timestamps, UTIME_NOW, UTIME_OMIT};
+    rustix::fs::futimens(
+        fd,
+        &Timestamps {
+            last_access: Timespec {
+                tv_sec: 0,
+                tv_nsec: UTIME_OMIT,
+            },
+            last_modification: Timespec {
+                tv_sec: 0,
+                tv_nsec: UTIME_NOW,
+            },
+        },
+    )
+}
+
+/// Unlinks `name` of `dir`, ignoring errors (a kept file found unusable).
+pub(crate) fn drop_at(dir: BorrowedFd<'_>, name: &str) {
+    let _ = rustix::fs::unlinkat(dir, name, AtFlags::empty());
+}
