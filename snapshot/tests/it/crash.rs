@@ -228,6 +228,28 @@ fn kill_9_during_apply_then_recover_gives_before_or_after() {
     );
 }
 
+/// Wait until `child`'s journal entry under `state` is pending (its
+/// `journal/open/*.pending.json` exists), polling; how long that took
+/// from now, or `None` when the child ended first.
+fn wait_pending(state: &std::path::Path, child: &mut std::process::Child) -> Option<Duration> {
+    let t = Instant::now();
+    let open = state.join("journal").join("open");
+    loop {
+        if let Ok(rd) = fs::read_dir(&open) {
+            let pending = rd
+                .flatten()
+                .any(|e| e.file_name().to_string_lossy().ends_with(".pending.json"));
+            if pending {
+                return Some(t.elapsed());
+            }
+        }
+        if matches!(child.try_wait(), Ok(Some(_))) {
+            return None;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
 /// A 10,000-file tree (100 directories of 100 files of 1 KiB).
 fn big_tree(env: &Env) {
     for d in 0..100 {
@@ -317,14 +339,19 @@ fn big_crash_loop(undoing: bool) {
     };
     let (dir, ws, state, arg) = run(0);
     let t0 = Instant::now();
-    let st = spawn_child(mode, &arg, &ws, &state).wait().expect("wait");
+    let mut child = spawn_child(mode, &arg, &ws, &state);
+    // When its journal entry became pending: the window a kill must hit
+    // to interrupt it is from there to the end.
+    let pending_at = wait_pending(&state, &mut child);
+    let st = child.wait().expect("wait");
     let full = t0.elapsed();
     assert!(st.success(), "uninterrupted child {mode} failed");
+    let window = pending_at.map_or(full, |p| full.saturating_sub(p));
     assert_tree(&format!("uninterrupted {mode}"), end, &tree(&ws));
     fs::remove_dir_all(&dir).expect("cleanup");
 
     let seed = seed();
-    eprintln!("big crash loop ({mode}): full {full:?}, seed {seed}");
+    eprintln!("big crash loop ({mode}): full {full:?}, pending after {pending_at:?}, seed {seed}");
     let mut rng = Rng(seed);
     let (mut at_start, mut at_end, mut mid) = (0, 0, 0);
     let mut rounds = 0;
@@ -336,10 +363,24 @@ fn big_crash_loop(undoing: bool) {
     for i in 1..=wanted {
         rounds = i;
         let (dir, ws_path, state, arg) = run(i);
-        let span = full.as_micros() as u64;
-        let delay = Duration::from_micros(span / 5 + rng.next() % (span * 4 / 5 + 1));
+        // Odd rounds: a moment anywhere from a fifth of the way on. Even
+        // rounds: a moment after its journal entry became pending, within
+        // the uninterrupted run's window from there to the end (the
+        // other leg may share the machine and stretch the run: a blind
+        // moment could land before that point every time).
         let mut child = spawn_child(mode, &arg, &ws_path, &state);
-        std::thread::sleep(delay);
+        let delay = if i % 2 == 1 {
+            let span = full.as_micros() as u64;
+            let d = Duration::from_micros(span / 5 + rng.next() % (span * 4 / 5 + 1));
+            std::thread::sleep(d);
+            d
+        } else {
+            let span = window.as_micros() as u64;
+            let d = Duration::from_micros(rng.next() % (span * 9 / 10 + 1));
+            let _ = wait_pending(&state, &mut child);
+            std::thread::sleep(d);
+            d
+        };
         let _ = child.kill(); // SIGKILL
         let _ = child.wait();
         let ws = Workspace::open(&ws_path).expect("ws");
