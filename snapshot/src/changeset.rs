@@ -400,9 +400,9 @@ impl Walker {
                     self.refused.push(x);
                     return Ok(());
                 }
-                drop(fd);
-                let new = fsx::read_node(udir, name, path, None)?;
-                self.replace(ldir, path, lower, new)?;
+                // Hashed through the descriptor just checked.
+                let new = fsx::file_node(fd, path, None)?;
+                self.replace(ldir, path, lower, Some(new))?;
             }
             FileType::Symlink => {
                 let new = fsx::read_node(udir, name, path, None)?;
@@ -415,8 +415,10 @@ impl Walker {
                     self.refused.push(x);
                     return Ok(());
                 }
+                let listed = fsx::xattr_names(sub.as_fd());
                 let opaque = OPAQUE_XATTRS
                     .iter()
+                    .filter(|x| listed.as_ref().is_none_or(|l| l.iter().any(|n| n == x.as_bytes())))
                     .any(|x| fsx::get_xattr(sub.as_fd(), x).as_deref() == Some(b"y"));
                 let new = Node::Dir {
                     mode: fsx::perm(&ust),
@@ -473,9 +475,14 @@ impl Walker {
     }
 
     fn unsupported(&self, fd: &OwnedFd, path: &RelPath) -> Option<Refused> {
+        // One listing instead of a lookup per name, where it can be had.
+        let listed = fsx::xattr_names(fd.as_fd());
         UNSUPPORTED_XATTRS
             .iter()
-            .find(|x| fsx::get_xattr(fd.as_fd(), x).is_some())
+            .find(|x| match &listed {
+                Some(l) => l.iter().any(|n| n == x.as_bytes()),
+                None => fsx::get_xattr(fd.as_fd(), x).is_some(),
+            })
             .map(|x| Refused {
                 path: path.to_string(),
                 reason: RefuseReason::OverlayFeature {

@@ -24,6 +24,7 @@
 //! neither stored nor carried never reached step 5, and is closed as rolled
 //! back without touching anything.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -45,6 +46,7 @@ use crate::manifest::Manifest;
 use crate::node::Node;
 use crate::relpath::RelPath;
 use crate::store::Store;
+use crate::tree::{self, FileRule, Way, Whole};
 
 /// The real workspace, held open by a directory fd. All access beneath it
 /// goes through the boundary guard.
@@ -289,7 +291,10 @@ fn apply_inner(
             upper: cs.upper.clone(),
         },
         targets,
-        &Source::Upper(&upper),
+        &Source::Upper {
+            root: &upper,
+            consume: opts.consume_layer,
+        },
         Check::Base,
         opts.manifest.as_ref(),
         alongside,
@@ -308,19 +313,22 @@ fn apply_inner(
 /// conflict check reads as the person's edit.) Best effort: a name left
 /// behind costs only that.
 fn release_links(upper: &Root, ws: &Workspace, entry: &Entry) {
-    let mut dirs: Option<(Option<RelPath>, OwnedFd, OwnedFd)> = None;
+    // The last parent opened in both, or not (a directory moved in whole,
+    // ADR 0211, is no longer in the layer).
+    let mut dirs: Option<(Option<RelPath>, Option<(OwnedFd, OwnedFd)>)> = None;
     for s in &entry.steps {
         if !matches!(s.after, Some(Node::File { .. })) {
             continue;
         }
         let parent = s.path.parent();
-        if dirs.as_ref().is_none_or(|(p, _, _)| *p != parent) {
-            dirs = match (upper.open_parent(&s.path), ws.root.open_parent(&s.path)) {
-                (Ok(u), Ok(w)) => Some((parent, u, w)),
+        if dirs.as_ref().is_none_or(|(p, _)| *p != parent) {
+            let fds = match (upper.open_parent(&s.path), ws.root.open_parent(&s.path)) {
+                (Ok(u), Ok(w)) => Some((u, w)),
                 _ => None,
             };
+            dirs = Some((parent, fds));
         }
-        let Some((_, ud, wd)) = &dirs else {
+        let Some((_, Some((ud, wd)))) = &dirs else {
             continue;
         };
         let name = s.path.file_name();
@@ -420,7 +428,7 @@ pub fn recover(ws: &Workspace, store: &Store, journal: &Journal) -> Result<Recov
             .iter()
             .map(|s| (s.path.clone(), s.before.clone()))
             .collect();
-        transition(ws, store, &Source::Store, &e.id, &back, None, None).map_err(
+        transition(ws, store, &Source::Store, &e.id, &back, None, None, &no_trees()).map_err(
             |(path, err)| Error::RollbackFailed {
                 id: e.id.clone(),
                 path,
@@ -497,8 +505,10 @@ fn pre_images_complete(store: &Store, steps: &[Step]) -> bool {
 
 /// Where the content of a target file comes from.
 enum Source<'a> {
-    /// The overlay upper layer (apply).
-    Upper(&'a Root),
+    /// The overlay upper layer (apply); `consume`: the run is over once
+    /// applied, and a directory it created may be moved out of it whole
+    /// (ADR 0211).
+    Upper { root: &'a Root, consume: bool },
     /// The blob store (file writes, rollback, recovery).
     Store,
     /// The blob store, after the files the undone entry kept (ADR 0210):
@@ -708,6 +718,29 @@ fn run_locked(
     // What comes out of the workspace is kept for this entry's undo
     // (ADR 0210): a cache beside the store, which holds every pre-image.
     let keep = Keep::putting(store, &entry.id);
+    // Directories created or removed whole move by one rename each
+    // (ADR 0211): in from a consumed layer or the undone entry's kept
+    // files, out into this entry's kept files.
+    let mut whole = Vec::new();
+    if entry.steps.len() >= BATCH_SYNC_FROM {
+        if matches!(src, Source::Upper { consume: true, .. } | Source::Kept(_)) {
+            whole.extend(tree::plan(&entry.steps, Way::In, &|_| true));
+        }
+        whole.extend(tree::plan(&entry.steps, Way::Out, &|s| {
+            !matches!(s.before, Some(Node::File { size, .. }) if size > kept::KEEP_FILE_MAX)
+        }));
+    }
+    let pos: BTreeMap<&RelPath, usize> = if whole.is_empty() {
+        BTreeMap::new()
+    } else {
+        forward.iter().enumerate().map(|(i, (p, _))| (p, i)).collect()
+    };
+    let now = |p: &RelPath| pos.get(p).and_then(|&i| captured.get(i).cloned().flatten());
+    let trees = Trees {
+        whole,
+        now: &now,
+        moved: RefCell::new(Vec::new()),
+    };
     let went = transition(
         ws,
         store,
@@ -716,6 +749,7 @@ fn run_locked(
         &forward,
         Some(&as_captured),
         Some(&keep),
+        &trees,
     );
     if let Ok(raced) = &went {
         if !raced.is_empty() {
@@ -732,6 +766,11 @@ fn run_locked(
         }
     }
     if let Err((path, err)) = went {
+        // The trees moved go back where they came from first, whole: a
+        // layer kept after a failed apply still holds all it made.
+        for w in trees.moved.take().iter().rev() {
+            move_back(ws, src, &keep, w);
+        }
         if let Err(rerr) = store_carried(store, &entry.steps) {
             return Err(Error::RollbackFailed {
                 id: entry.id,
@@ -761,6 +800,7 @@ fn run_locked(
             &back,
             Some(&ours),
             None,
+            &no_trees(),
         ) {
             return Err(Error::RollbackFailed {
                 id: entry.id,
@@ -885,6 +925,7 @@ type StepResult<T> = std::result::Result<T, (String, Error)>;
 /// Anything else found (a person's edit made after the conflict check) is
 /// put back in place and the path is returned as [`Raced`]: both versions
 /// kept, the caller told.
+#[allow(clippy::too_many_arguments)]
 fn transition(
     ws: &Workspace,
     store: &Store,
@@ -893,6 +934,7 @@ fn transition(
     targets: &[(RelPath, Option<Node>)],
     check: Option<&Accept<'_>>,
     keep: Option<&Keep>,
+    trees: &Trees<'_>,
 ) -> StepResult<Vec<Raced>> {
     let mut raced: Vec<Raced> = Vec::new();
     let root = &ws.root;
@@ -905,8 +947,31 @@ fn transition(
         let p = p.to_string();
         move |e: Error| (p, e)
     };
+    // Whole trees (ADR 0211), in a batch only (its one sync covers what
+    // they moved): first out, into the kept files; then, in pass (B), in.
+    let whole: &[Whole] = if batch { &trees.whole } else { &[] };
+    let gone = |p: &RelPath| tree::beneath_any(p, &trees.moved.borrow());
+    if let Some(keep) = keep {
+        for w in whole.iter().filter(|w| w.way == Way::Out) {
+            if take_out_tree(root, keep, w, trees.now)? {
+                trees.moved.borrow_mut().push(w.clone());
+            }
+        }
+    }
+    let wanted: BTreeMap<&RelPath, &Node> = if whole.iter().any(|w| w.way == Way::In) {
+        targets
+            .iter()
+            .filter_map(|(p, t)| t.as_ref().map(|t| (p, t)))
+            .collect()
+    } else {
+        BTreeMap::new()
+    };
+    let want = |p: &RelPath| wanted.get(p).map(|n| (*n).clone());
     // (0)
     for (path, _) in targets {
+        if gone(path) || whole.iter().any(|w| w.way == Way::In && path.starts_with(&w.path)) {
+            continue;
+        }
         let Ok(dir) = root.open_parent(path) else {
             continue;
         };
@@ -921,6 +986,9 @@ fn transition(
     }
     // (A)
     for (idx, (path, target)) in targets.iter().enumerate().rev() {
+        if gone(path) {
+            continue;
+        }
         let dir = match root.open_parent(path) {
             Ok(d) => d,
             // Nothing beneath a missing, non-directory or symlinked
@@ -970,10 +1038,20 @@ fn transition(
     // (B)
     let mut touched: BTreeSet<Option<RelPath>> = BTreeSet::new();
     for (idx, (path, target)) in targets.iter().enumerate() {
+        if gone(path) {
+            continue;
+        }
         touched.insert(path.parent());
         let Some(target) = target else { continue };
         if raced.iter().any(|r| r.path == *path) {
             continue;
+        }
+        if let Some(w) = whole.iter().find(|w| w.way == Way::In && w.path == *path) {
+            if bring_in_tree(root, src, w, &want)? {
+                trees.moved.borrow_mut().push(w.clone());
+                touched.insert(Some(path.clone()));
+                continue;
+            }
         }
         let place = |dir: BorrowedFd<'_>, tmp: &str| -> Result<Option<Raced>> {
             match check {
@@ -1059,6 +1137,9 @@ fn transition(
         let Some(Node::Dir { mode }) = target else {
             continue;
         };
+        if gone(path) {
+            continue;
+        }
         let sub = root
             .open_dir(Some(path))
             .map_err(|e| (path.to_string(), Error::at("open", path, e)))?;
@@ -1091,6 +1172,139 @@ fn transition(
 /// What a checked [`transition`] accepts to find at target `index` when it
 /// replaces or removes it.
 type Accept<'a> = dyn Fn(usize, Option<&Node>) -> bool + 'a;
+
+/// The directories a [`transition`] may move whole (ADR 0211), what the
+/// workspace held at each path as captured (checked where a tree taken
+/// out lands), and the ones it moved.
+struct Trees<'a> {
+    whole: Vec<Whole>,
+    now: &'a dyn Fn(&RelPath) -> Option<Node>,
+    moved: RefCell<Vec<Whole>>,
+}
+
+fn nothing(_: &RelPath) -> Option<Node> {
+    None
+}
+
+/// No tree moved whole: every path its own way.
+fn no_trees() -> Trees<'static> {
+    Trees {
+        whole: Vec::new(),
+        now: &nothing,
+        moved: RefCell::new(Vec::new()),
+    }
+}
+
+/// Moves tree `w` out of the workspace into `keep` whole and checks it
+/// there against what was captured. `false`: not moved (another
+/// filesystem, no kept files), or moved and back in place because it did
+/// not match; its paths then go their own way.
+fn take_out_tree(
+    root: &Root,
+    keep: &Keep,
+    w: &Whole,
+    now: &dyn Fn(&RelPath) -> Option<Node>,
+) -> StepResult<bool> {
+    let Some(kd) = keep.tree_dir() else {
+        return Ok(false);
+    };
+    let Ok(dir) = root.open_parent(&w.path) else {
+        return Ok(false);
+    };
+    let (name, key) = (w.path.file_name(), kept::tree_key(&w.path));
+    match tree::rename(dir.as_fd(), name, kd, &key) {
+        Ok(()) => {}
+        Err(Errno::XDEV) => {
+            keep.off();
+            return Ok(false);
+        }
+        Err(_) => return Ok(false),
+    }
+    let rule = FileRule {
+        max_size: Some(kept::KEEP_FILE_MAX),
+        touch: false,
+    };
+    if tree::holds(kd, &key, &w.path, now, w.beneath, rule) {
+        return Ok(true);
+    }
+    tree::rename(kd, &key, dir.as_fd(), name)
+        .map_err(|e| (w.path.to_string(), Error::at("put back", &w.path, e)))?;
+    Ok(false)
+}
+
+/// Moves tree `w` into the workspace whole, from the consumed layer or the
+/// kept files of the entry being undone, and checks it where it landed
+/// against the targets. `false`: not moved, or moved and back where it
+/// came from because it did not match; its paths then go their own way.
+fn bring_in_tree(
+    root: &Root,
+    src: &Source<'_>,
+    w: &Whole,
+    want: &dyn Fn(&RelPath) -> Option<Node>,
+) -> StepResult<bool> {
+    let Ok(dir) = root.open_parent(&w.path) else {
+        return Ok(false);
+    };
+    let name = w.path.file_name();
+    let upper_dir;
+    let (from, from_name, touch) = match src {
+        Source::Upper {
+            root: up,
+            consume: true,
+        } => {
+            let Ok(d) = up.open_parent(&w.path) else {
+                return Ok(false);
+            };
+            upper_dir = d;
+            (upper_dir.as_fd(), name.to_owned(), false)
+        }
+        Source::Kept(k) => {
+            let Some(kd) = k.tree_dir() else {
+                return Ok(false);
+            };
+            (kd, kept::tree_key(&w.path), true)
+        }
+        _ => return Ok(false),
+    };
+    if tree::rename(from, &from_name, dir.as_fd(), name).is_err() {
+        return Ok(false);
+    }
+    let rule = FileRule {
+        max_size: None,
+        touch,
+    };
+    if tree::holds(dir.as_fd(), name, &w.path, want, w.beneath, rule) {
+        return Ok(true);
+    }
+    tree::rename(dir.as_fd(), name, from, &from_name)
+        .map_err(|e| (w.path.to_string(), Error::at("put back", &w.path, e)))?;
+    Ok(false)
+}
+
+/// After a failed transition, tree `w` goes back where it came from,
+/// whole. Best effort: what stays is undone path by path.
+fn move_back(ws: &Workspace, src: &Source<'_>, keep: &Keep, w: &Whole) {
+    let Ok(dir) = ws.root.open_parent(&w.path) else {
+        return;
+    };
+    let name = w.path.file_name();
+    let key = kept::tree_key(&w.path);
+    let _ = match (w.way, src) {
+        (Way::In, Source::Upper { root: up, .. }) => match up.open_parent(&w.path) {
+            Ok(u) => tree::rename(dir.as_fd(), name, u.as_fd(), name),
+            Err(e) => Err(e),
+        },
+        (Way::In, Source::Kept(k)) => match k.tree_dir() {
+            Some(kd) => tree::rename(dir.as_fd(), name, kd, &key),
+            None => Err(Errno::NOENT),
+        },
+        (Way::Out, _) => match keep.tree_dir() {
+            Some(kd) => tree::rename(kd, &key, dir.as_fd(), name),
+            None => Err(Errno::NOENT),
+        },
+        (Way::In, Source::Store) => Err(Errno::NOENT),
+    };
+}
 
 /// Puts the prepared entry `tmp` (a file or symlink, in `dir`) at `path`,
 /// replacing only what `ok` accepts: where nothing is, by a rename that
@@ -1270,7 +1484,7 @@ fn write_file(
     batch: bool,
 ) -> Result<()> {
     let _ = rustix::fs::unlinkat(dir, tmp, AtFlags::empty());
-    if let Source::Upper(upper) = src {
+    if let Source::Upper { root: upper, .. } = src {
         if let Some(done) = link_from_upper(upper, dir, path, tmp, mode, hash, batch) {
             return done;
         }
@@ -1414,7 +1628,7 @@ fn open_source(
 ) -> Result<File> {
     match src {
         Source::Store | Source::Kept(_) => store.open_blob(hash),
-        Source::Upper(upper) => {
+        Source::Upper { root: upper, .. } => {
             let dir = upper
                 .open_parent(path)
                 .map_err(|e| Error::at("open upper parent of", path, e))?;

@@ -167,6 +167,31 @@ pub(crate) fn get_xattr(fd: BorrowedFd<'_>, name: &str) -> Option<Vec<u8>> {
     }
 }
 
+/// The names of the xattrs on `fd` (empty where the filesystem has none),
+/// in one call; `None` when they cannot be listed (the caller asks for
+/// each name it needs instead).
+pub(crate) fn xattr_names(fd: BorrowedFd<'_>) -> Option<Vec<Vec<u8>>> {
+    let mut buf = [0u8; 1024];
+    let list = match rustix::fs::flistxattr(fd, &mut buf[..]) {
+        Ok(n) => buf[..n.min(buf.len())].to_vec(),
+        Err(Errno::NOTSUP) => return Some(Vec::new()),
+        Err(Errno::RANGE) => {
+            let n = rustix::fs::flistxattr(fd, &mut [0u8; 0][..]).ok()?;
+            let mut big = vec![0u8; n];
+            let n = rustix::fs::flistxattr(fd, &mut big[..]).ok()?;
+            big.truncate(n);
+            big
+        }
+        Err(_) => return None,
+    };
+    Some(
+        list.split(|b| *b == 0)
+            .filter(|x| !x.is_empty())
+            .map(<[u8]>::to_vec)
+            .collect(),
+    )
+}
+
 /// Permission bits of a stat.
 pub(crate) fn perm(st: &rustix::fs::Stat) -> u32 {
     st.st_mode & 0o7777
@@ -193,13 +218,32 @@ pub(crate) fn special_name(t: FileType) -> Option<&'static str> {
 /// the number of bytes.
 pub(crate) fn hash_stream(
     r: &mut impl Read,
+    sink: Option<&mut dyn Write>,
+) -> io::Result<(Hash, u64)> {
+    thread_local! {
+        static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    BUF.with(|b| match b.try_borrow_mut() {
+        Ok(mut buf) => {
+            // One buffer per thread, not one zeroed allocation per file.
+            if buf.is_empty() {
+                buf.resize(128 * 1024, 0);
+            }
+            hash_with(r, sink, &mut buf)
+        }
+        Err(_) => hash_with(r, sink, &mut vec![0u8; 128 * 1024]),
+    })
+}
+
+fn hash_with(
+    r: &mut impl Read,
     mut sink: Option<&mut dyn Write>,
+    buf: &mut [u8],
 ) -> io::Result<(Hash, u64)> {
     let mut hasher = blake3::Hasher::new();
-    let mut buf = vec![0u8; 128 * 1024];
     let mut total = 0u64;
     loop {
-        let n = match r.read(&mut buf) {
+        let n = match r.read(buf) {
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -229,25 +273,7 @@ pub(crate) fn read_node(
     match ftype(&st) {
         FileType::RegularFile => {
             let fd = open_file_at(dir, name).map_err(|e| Error::at("open", rel, e))?;
-            let st = rustix::fs::fstat(&fd).map_err(|e| Error::at("fstat", rel, e))?;
-            if ftype(&st) != FileType::RegularFile {
-                return Err(Error::SpecialFile {
-                    path: rel.clone(),
-                    what: special_name(ftype(&st)).unwrap_or("non-file"),
-                });
-            }
-            let mut f = File::from(fd);
-            let (hash, size) = match store {
-                Some(blobs) => blobs.put_reader(&mut f)?,
-                None => {
-                    hash_stream(&mut f, None).map_err(|e| Error::io("read", rel.as_str(), e))?
-                }
-            };
-            Ok(Some(Node::File {
-                mode: perm(&st),
-                size,
-                hash,
-            }))
+            file_node(fd, rel, store).map(Some)
         }
         FileType::Symlink => {
             let t = readlink_at(dir, name).map_err(|e| Error::at("readlink", rel, e))?;
@@ -263,6 +289,33 @@ pub(crate) fn read_node(
             what: special_name(t).unwrap_or("special file"),
         }),
     }
+}
+
+/// The state of the file open at `fd` (workspace path `rel`), opened by
+/// [`open_file_at`]: its content hashed and, when `store` is given, stored.
+/// Anything but a regular file is [`Error::SpecialFile`].
+pub(crate) fn file_node(
+    fd: OwnedFd,
+    rel: &RelPath,
+    store: Option<&mut Batch<'_>>,
+) -> Result<Node> {
+    let st = rustix::fs::fstat(&fd).map_err(|e| Error::at("fstat", rel, e))?;
+    if ftype(&st) != FileType::RegularFile {
+        return Err(Error::SpecialFile {
+            path: rel.clone(),
+            what: special_name(ftype(&st)).unwrap_or("non-file"),
+        });
+    }
+    let mut f = File::from(fd);
+    let (hash, size) = match store {
+        Some(blobs) => blobs.put_reader(&mut f)?,
+        None => hash_stream(&mut f, None).map_err(|e| Error::io("read", rel.as_str(), e))?,
+    };
+    Ok(Node::File {
+        mode: perm(&st),
+        size,
+        hash,
+    })
 }
 
 /// Reads the state of workspace path `rel` in the no-follow view: absent

@@ -153,6 +153,23 @@ impl Keep {
             Err(_) => false,
         }
     }
+
+    /// The kept files' directory, opened (made when putting), for a whole
+    /// tree's move (ADR 0211). `None`: none, or on another filesystem.
+    pub(crate) fn tree_dir(&self) -> Option<BorrowedFd<'_>> {
+        self.dir()
+    }
+
+    /// Marks the kept files as on another filesystem than the workspace:
+    /// nothing more is tried.
+    pub(crate) fn off(&self) {
+        self.off.set(true);
+    }
+}
+
+/// The name a whole directory is kept under (ADR 0211), beside the files.
+pub(crate) fn tree_key(path: &RelPath) -> String {
+    format!("t-{}", key(path))
 }
 
 /// The name a path's file is kept under (fixed length, any depth).

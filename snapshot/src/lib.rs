@@ -53,6 +53,7 @@ mod node;
 pub mod plants;
 mod relpath;
 mod store;
+mod tree;
 
 pub use changeset::{
     plant_of_file_write, BlockReason, Blocked, Change, ChangeKind, Changeset, ComputeOptions,

@@ -4,7 +4,7 @@
 //! and no journal entry is left pending.
 
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -47,7 +47,16 @@ fn crash_child() {
         return;
     }
     let cs: Changeset = serde_json::from_slice(&fs::read(cs).expect("read cs")).expect("parse cs");
-    apply(&cs, &ws, &store, &journal, &ApplyOptions::default()).expect("child apply");
+    apply(&cs, &ws, &store, &journal, &consumed()).expect("child apply");
+}
+
+/// As `retie` applies a finished run: its layer is consumed, and the
+/// directories it created move into the workspace whole (ADR 0211).
+fn consumed() -> ApplyOptions {
+    ApplyOptions {
+        consume_layer: true,
+        ..ApplyOptions::default()
+    }
 }
 
 fn spawn_child(mode: &str, cs: &Path, ws: &Path, state: &Path) -> std::process::Child {
@@ -66,6 +75,43 @@ fn spawn_child(mode: &str, cs: &Path, ws: &Path, state: &Path) -> std::process::
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("spawn child")
+}
+
+/// A round's own copy of the layer (the apply consumes it: the directories
+/// it created move into the workspace whole, ADR 0211), and the changeset
+/// naming it, written beside; returns its path.
+fn layer_of_round(cs: &Changeset, upper: &Path, dir: &Path) -> PathBuf {
+    copy_layer(upper, &dir.join("upper"));
+    let mut cs = cs.clone();
+    cs.upper = dir.join("upper");
+    let cs_path = dir.join("cs.json");
+    fs::write(&cs_path, serde_json::to_vec(&cs).expect("json")).expect("write cs");
+    cs_path
+}
+
+/// Copies a layer's directories, files and symlinks (modes kept); its
+/// whiteouts, which an apply never reads, are left out (a character
+/// device only root can make outside a user namespace).
+fn copy_layer(from: &Path, to: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    fs::create_dir(to).expect("mkdir layer copy");
+    for e in fs::read_dir(from).expect("read layer") {
+        let e = e.expect("layer entry");
+        let (ft, dst) = (e.file_type().expect("type"), to.join(e.file_name()));
+        if ft.is_dir() {
+            copy_layer(&e.path(), &dst);
+        } else if ft.is_file() {
+            fs::copy(e.path(), &dst).expect("copy layer file");
+        } else if ft.is_symlink() {
+            std::os::unix::fs::symlink(fs::read_link(e.path()).expect("readlink"), &dst)
+                .expect("symlink");
+            continue;
+        } else {
+            continue;
+        }
+        let mode = e.metadata().expect("meta").permissions().mode();
+        fs::set_permissions(&dst, fs::Permissions::from_mode(mode)).expect("chmod");
+    }
 }
 
 fn copy_tree(from: &Path, to: &Path) {
@@ -111,8 +157,6 @@ fn kill_9_during_apply_then_recover_gives_before_or_after() {
     let after: Tree = tree(&merged);
     let cs = Changeset::compute(&env.ws, &upper).expect("compute");
     assert!(cs.changes.len() > 300, "{} changes", cs.changes.len());
-    let cs_path = env.tmp.path().join("cs.json");
-    fs::write(&cs_path, serde_json::to_vec(&cs).expect("json")).expect("write cs");
 
     // Calibrate: one uninterrupted child run.
     let run = |i: usize| {
@@ -120,9 +164,10 @@ fn kill_9_during_apply_then_recover_gives_before_or_after() {
         fs::create_dir_all(&dir).expect("mkdir");
         let ws = dir.join("ws");
         copy_tree(&env.ws, &ws);
-        (dir.clone(), ws, dir.join("state"))
+        let cs_path = layer_of_round(&cs, &upper, &dir);
+        (dir.clone(), ws, dir.join("state"), cs_path)
     };
-    let (dir, ws, state) = run(0);
+    let (dir, ws, state, cs_path) = run(0);
     let t0 = Instant::now();
     let st = spawn_child("apply", &cs_path, &ws, &state)
         .wait()
@@ -153,7 +198,7 @@ fn kill_9_during_apply_then_recover_gives_before_or_after() {
             break;
         }
         iterations = i;
-        let (dir, ws_path, state) = run(i);
+        let (dir, ws_path, state, cs_path) = run(i);
         // Capturing pre-images takes the first part of an apply; spread the
         // kills over [full/4, full] so most land after the journal entry.
         let span = full.as_micros() as u64;
@@ -308,15 +353,16 @@ fn big_crash_loop(undoing: bool) {
     let after: Tree = tree(&merged);
     let cs = Changeset::compute(&env.ws, &upper).expect("compute");
     assert!(cs.changes.len() > 12_000, "{} changes", cs.changes.len());
-    let cs_path = env.tmp.path().join("cs.json");
-    fs::write(&cs_path, serde_json::to_vec(&cs).expect("json")).expect("write cs");
-    // Each round: a fresh copy of the workspace; for the undo loop, the
-    // apply done in full first, and the id of its entry handed to the child.
+    // Each round: a fresh copy of the workspace and of the layer's created
+    // tree (the apply consumes the layer: `gen` moves into the workspace
+    // whole, ADR 0211); for the undo loop, the apply done in full first,
+    // and the id of its entry handed to the child.
     let run = |i: usize| {
         let dir = env.tmp.path().join(format!("run{i}"));
         fs::create_dir_all(&dir).expect("mkdir");
         let ws = dir.join("ws");
         copy_tree(&env.ws, &ws);
+        let cs_path = layer_of_round(&cs, &upper, &dir);
         let state = dir.join("state");
         let arg = if undoing {
             let w = Workspace::open(&ws).expect("ws");
@@ -324,10 +370,12 @@ fn big_crash_loop(undoing: bool) {
                 Store::open(&state).expect("store"),
                 Journal::open(&state).expect("journal"),
             );
-            let e = apply(&cs, &w, &store, &journal, &ApplyOptions::default()).expect("apply");
+            let cs: Changeset =
+                serde_json::from_slice(&fs::read(&cs_path).expect("read cs")).expect("parse cs");
+            let e = apply(&cs, &w, &store, &journal, &consumed()).expect("apply");
             std::path::PathBuf::from(e.id)
         } else {
-            cs_path.clone()
+            cs_path
         };
         (dir, ws, state, arg)
     };

@@ -8,3 +8,4 @@ mod common;
 mod crash;
 mod plants;
 mod race;
+mod whole;
