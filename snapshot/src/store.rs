@@ -97,6 +97,7 @@ impl Store {
         Batch {
             store: self,
             staged: Vec::new(),
+            staged_hashes: std::collections::HashSet::new(),
             inline_left: 0,
             inline: Vec::new(),
             existing: Vec::new(),
@@ -221,6 +222,9 @@ pub(crate) struct Batch<'s> {
     /// (the temporary, still open while few are staged; its path; the
     /// blob's name)
     staged: Vec<(Option<File>, PathBuf, PathBuf)>,
+    /// The contents staged, by hash (a lookup per file, not a scan of the
+    /// staged list: ten thousand distinct pre-images were quadratic).
+    staged_hashes: std::collections::HashSet<Hash>,
     /// Bytes that may still be kept in memory instead of staged.
     inline_left: usize,
     /// Content kept in memory (its hash, its bytes), for the caller to
@@ -264,7 +268,20 @@ impl Batch<'_> {
     pub(crate) fn put_reader(&mut self, r: &mut impl Read) -> Result<(Hash, u64)> {
         let cap = INLINE_FILE_MAX.min(self.inline_left);
         if cap == 0 {
-            return self.stage(r);
+            // A small content the store or this batch holds already needs
+            // no temporary (an undo of thousands of files that share one
+            // content made and removed one each).
+            let mut head = Vec::new();
+            r.take(INLINE_FILE_MAX as u64 + 1)
+                .read_to_end(&mut head)
+                .map_err(|e| Error::io("read a pre-image for", &self.store.tmp, e))?;
+            if head.len() <= INLINE_FILE_MAX {
+                let hash = Hash::of(&head);
+                if self.already(&hash) {
+                    return Ok((hash, head.len() as u64));
+                }
+            }
+            return self.stage(&mut head.as_slice().chain(r));
         }
         let mut head = Vec::new();
         r.take(cap as u64 + 1)
@@ -312,30 +329,37 @@ impl Batch<'_> {
                 return Err(Error::io("write blob", &tmp, e));
             }
         };
-        let dest = self.store.blob_path(&hash);
-        let stored = dest.is_file();
-        if stored
-            || self.staged.iter().any(|(_, _, d)| *d == dest)
-            || self.inline.iter().any(|(h, _)| *h == hash)
-        {
+        if self.already(&hash) {
             drop(f);
             fs::remove_file(&tmp).map_err(|e| Error::io("remove", &tmp, e))?;
-            // A blob already there may have been put by a process that
-            // does not hold the journal lock, its shard not synced yet:
-            // the commit syncs that shard too.
-            if stored {
-                let shard = dest.parent().unwrap_or(&self.store.blobs).to_path_buf();
-                if !self.existing.contains(&shard) {
-                    self.existing.push(shard);
-                }
-            }
             return Ok((hash, len));
         }
+        let dest = self.store.blob_path(&hash);
         // Past the first few, the temporaries are closed unsynced and the
         // commit syncs them all by one `syncfs` (ADR 0208).
         let f = (self.staged.len() < OPEN_STAGED).then_some(f);
         self.staged.push((f, tmp, dest));
+        self.staged_hashes.insert(hash);
         Ok((hash, len))
+    }
+
+    /// Whether the store or this batch holds content `hash` already. A
+    /// blob already there may have been put by a process that does not
+    /// hold the journal lock, its shard not synced yet: the commit syncs
+    /// that shard too.
+    fn already(&mut self, hash: &Hash) -> bool {
+        if self.staged_hashes.contains(hash) || self.inline.iter().any(|(h, _)| h == hash) {
+            return true;
+        }
+        let dest = self.store.blob_path(hash);
+        if !dest.is_file() {
+            return false;
+        }
+        let shard = dest.parent().unwrap_or(&self.store.blobs).to_path_buf();
+        if !self.existing.contains(&shard) {
+            self.existing.push(shard);
+        }
+        true
     }
 
     /// Makes every blob of the batch durable under its name: each
