@@ -10,8 +10,15 @@ Scenarios (1 KiB files, 100 per directory):
 - modified N: a formatter-like rewrite of N existing files;
 - deleted N: the command removes a tree of N files.
 
+Nothing is deleted between the timed runs: each used workspace is moved
+to a graveyard removed at the end. On an ext4 without a journal (this
+project's VM), the inode allocator skips every inode freed in the last
+minute or more (`recently_deleted`), so a run that follows the removal of
+10,000 files creates its own files several times slower: whichever side
+ran after the script's own clean-up lost, by up to 10x.
+
 Never asserts: machines are noisy. Needs bwrap and /usr/bin/python3.
-usage: tests/bench/apply.py [--retie PATH] [--runs N] [--only created:1000,modified:1000]
+usage: tests/bench/apply.py [--retie PATH [--retie PATH2]] [--runs N] [--dir DIR] [--only created:1000,modified:1000]
 """
 import argparse
 import json
@@ -80,29 +87,47 @@ def run(argv, cwd, env=None):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--retie", default=os.path.join(
-        os.path.dirname(__file__), "../../target/x86_64-unknown-linux-musl/release/retie"))
+    ap.add_argument("--retie", action="append", help="a retie binary; give it twice "
+                    "(say, before and after a change) to time both in the same loop")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--dir", help="where the workspaces and retie's state go (default: "
+                    "the system's temporary directory); one filesystem for both sides")
     ap.add_argument("--only", default="created:1000,created:10000,created:50000,"
                     "modified:1000,modified:10000,deleted:10000")
     args = ap.parse_args()
-    retie = os.path.abspath(args.retie)
+    retie = [os.path.abspath(r) for r in (args.retie or [os.path.join(
+        os.path.dirname(__file__), "../../target/x86_64-unknown-linux-musl/release/retie")])]
     if not shutil.which("bwrap"):
         sys.exit("needs bubblewrap (Debian: bubblewrap)")
-    root = tempfile.mkdtemp(prefix="retie-applybench-")
-    env = dict(os.environ, XDG_STATE_HOME=os.path.join(root, "state"),
-               XDG_CONFIG_HOME=os.path.join(root, "config"))
+    root = tempfile.mkdtemp(prefix="retie-applybench-", dir=args.dir)
+    # Each binary its own state (a journal and store of its own).
+    envs = [dict(os.environ, XDG_STATE_HOME=os.path.join(root, f"state{i}"),
+                 XDG_CONFIG_HOME=os.path.join(root, "config")) for i in range(len(retie))]
+    sides = ["bwrap"] + list(range(len(retie)))
     rows = []
+    graves = os.path.join(root, "graveyard")
+    os.makedirs(graves)
+
+    def bury(path):
+        if os.path.exists(path):
+            os.rename(path, os.path.join(graves, str(len(os.listdir(graves)))))
+
     try:
         for item in args.only.split(","):
             kind, n = item.split(":")
             n = int(n)
             script = {"created": CREATE.format(n=n), "modified": MODIFY, "deleted": DELETE}[kind]
-            bw, rt, un, peak, handled = [], [], [], 0, []
+            bw = []
+            rt = {i: [] for i in range(len(retie))}
+            un = {i: [] for i in range(len(retie))}
+            handled = {i: [] for i in range(len(retie))}
+            peak = {i: 0 for i in range(len(retie))}
             for r in range(args.runs):
-                for who in (("bwrap", "retie") if r % 2 == 0 else ("retie", "bwrap")):
+                # Each side first in turn.
+                order = sides[r % len(sides):] + sides[:r % len(sides)]
+                for who in order:
                     ws = os.path.join(root, f"ws-{who}")
-                    shutil.rmtree(ws, ignore_errors=True)
+                    bury(ws)
                     os.makedirs(ws)
                     if kind != "created":
                         populate(ws, n)
@@ -114,32 +139,37 @@ def main():
                                         PY, "-c", script], ws)
                         bw.append(dt)
                     else:
-                        dt, p, rss = run([retie, "sandbox", "exec", "--json", "--",
-                                          PY, "-c", script], ws, env)
+                        dt, p, rss = run([retie[who], "sandbox", "exec", "--json", "--",
+                                          PY, "-c", script], ws, envs[who])
                         status = json.loads(p.stderr.decode().strip().splitlines()[-1])
                         if not status["changes"]["applied"]:
                             sys.exit(f"not applied: {status['changes']}")
-                        handled.append(status["changes"]["handled_ms"] / 1000)
-                        rt.append(dt)
-                        peak = max(peak, rss)
-                        du, _, rss = run([retie, "undo", "last", "--json"], ws, env)
-                        un.append(du)
-                        peak = max(peak, rss)
-                    shutil.rmtree(ws, ignore_errors=True)
-            b, t, u = statistics.median(bw), statistics.median(rt), statistics.median(un)
-            rows.append((kind, n, b, t, t / b, statistics.median(handled), u, u / t, peak))
-            print(f"{kind} {n}: bwrap {b:.2f} s, retie {t:.2f} s ({t / b:.2f}x), "
-                  f"undo {u:.2f} s", file=sys.stderr)
+                        handled[who].append(status["changes"]["handled_ms"] / 1000)
+                        rt[who].append(dt)
+                        peak[who] = max(peak[who], rss)
+                        du, _, rss = run([retie[who], "undo", "last", "--json"], ws, envs[who])
+                        un[who].append(du)
+                        peak[who] = max(peak[who], rss)
+                    bury(ws)
+            b = statistics.median(bw)
+            for i in range(len(retie)):
+                t, u = statistics.median(rt[i]), statistics.median(un[i])
+                h = statistics.median(handled[i])
+                rows.append((kind, n, i, b, t, t / b, h, u, u / h, peak[i]))
+                print(f"{kind} {n} [{i}]: bwrap {b:.2f} s, retie {t:.2f} s ({t / b:.2f}x), "
+                      f"apply {h:.2f} s, undo {u:.2f} s", file=sys.stderr)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    print(f"runs per cell: {args.runs}, interleaved; retie: {retie}")
+    print(f"runs per cell: {args.runs}, interleaved (each side first in turn)")
+    for i, r in enumerate(retie):
+        print(f"- retie [{i}]: {r}")
     print()
-    print("| change | files | bubblewrap | retie (run + review + apply + record) | ratio | of which apply | "
-          "retie undo | undo / apply run | peak RSS |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for kind, n, b, t, ratio, h, u, ur, peak in rows:
-        print(f"| {kind} | {n:,} | {b:.2f} s | {t:.2f} s | {ratio:.2f}x | {h:.2f} s | {u:.2f} s | "
-              f"{ur:.2f} | {peak / 1024:.0f} MiB |")
+    print("| change | files | retie | bubblewrap | retie (run + review + apply + record) | ratio | "
+          "of which apply | retie undo | undo / apply | peak RSS |")
+    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for kind, n, i, b, t, ratio, h, u, uh, pk in rows:
+        print(f"| {kind} | {n:,} | [{i}] | {b:.2f} s | {t:.2f} s | {ratio:.2f}x | {h:.2f} s | "
+              f"{u:.2f} s | {uh:.2f} | {pk / 1024:.0f} MiB |")
 
 
 if __name__ == "__main__":
