@@ -522,7 +522,7 @@ impl<'u> SandboxJob<'u> {
                     &mut hooks,
                 )?;
                 let applied = h.json["applied"] == json!(true);
-                let n = h.json["changes"].as_array().map_or(0, Vec::len);
+                let n = overlay::changes_count(&h.json);
                 let status = if applied {
                     Status::Applied
                 } else if h.failure.is_some() {

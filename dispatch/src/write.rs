@@ -184,7 +184,7 @@ impl Executor for WriteJob<'_> {
             step.set_outcome(json!({
                 "status": Status::Applied.word(),
                 "changeset": h.json["id"],
-                "changes": h.json["changes"].as_array().map_or(0, Vec::len),
+                "changes": crate::overlay::changes_count(&h.json),
                 "bytes": w.content.len(),
                 "created_dirs": made.iter().map(RelPath::as_str).collect::<Vec<_>>(),
             }));

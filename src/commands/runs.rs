@@ -235,7 +235,7 @@ impl Executor for KeptApply<'_> {
                 Status::NotApplied
             }
             .word(),
-            "changes": h.json["changes"].as_array().map(Vec::len),
+            "changes": retie_dispatch::overlay::changes_count(&h.json),
             "conflicts": h.json.get("conflicts"),
             "failure": h.failure,
         }));

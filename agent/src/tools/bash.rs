@@ -187,7 +187,7 @@ impl Executor for BashExec<'_> {
             text.push_str(&format!("exit code {}\n", o.exit_code));
         }
         if let Some(h) = &ran.changes {
-            let n = h.json["changes"].as_array().map_or(0, Vec::len);
+            let n = retie_dispatch::overlay::changes_count(&h.json);
             if h.json["applied"] == Value::Bool(true) {
                 text.push_str(&format!(
                     "{n} change(s) to the workspace applied (undoable)\n"
