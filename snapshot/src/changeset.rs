@@ -418,7 +418,11 @@ impl Walker {
                 let listed = fsx::xattr_names(sub.as_fd());
                 let opaque = OPAQUE_XATTRS
                     .iter()
-                    .filter(|x| listed.as_ref().is_none_or(|l| l.iter().any(|n| n == x.as_bytes())))
+                    .filter(|x| {
+                        listed
+                            .as_ref()
+                            .is_none_or(|l| l.iter().any(|n| n == x.as_bytes()))
+                    })
                     .any(|x| fsx::get_xattr(sub.as_fd(), x).as_deref() == Some(b"y"));
                 let new = Node::Dir {
                     mode: fsx::perm(&ust),

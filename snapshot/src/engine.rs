@@ -315,7 +315,8 @@ fn apply_inner(
 fn release_links(upper: &Root, ws: &Workspace, entry: &Entry) {
     // The last parent opened in both, or not (a directory moved in whole,
     // ADR 0211, is no longer in the layer).
-    let mut dirs: Option<(Option<RelPath>, Option<(OwnedFd, OwnedFd)>)> = None;
+    type Opened = Option<(OwnedFd, OwnedFd)>;
+    let mut dirs: Option<(Option<RelPath>, Opened)> = None;
     for s in &entry.steps {
         if !matches!(s.after, Some(Node::File { .. })) {
             continue;
@@ -428,13 +429,21 @@ pub fn recover(ws: &Workspace, store: &Store, journal: &Journal) -> Result<Recov
             .iter()
             .map(|s| (s.path.clone(), s.before.clone()))
             .collect();
-        transition(ws, store, &Source::Store, &e.id, &back, None, None, &no_trees()).map_err(
-            |(path, err)| Error::RollbackFailed {
-                id: e.id.clone(),
-                path,
-                source: Box::new(err),
-            },
-        )?;
+        transition(
+            ws,
+            store,
+            &Source::Store,
+            &e.id,
+            &back,
+            None,
+            None,
+            &no_trees(),
+        )
+        .map_err(|(path, err)| Error::RollbackFailed {
+            id: e.id.clone(),
+            path,
+            source: Box::new(err),
+        })?;
         remove_temps(ws, &e);
         e.state = EntryState::RolledBack;
         journal.write(&e)?;
@@ -726,14 +735,20 @@ fn run_locked(
         if matches!(src, Source::Upper { consume: true, .. } | Source::Kept(_)) {
             whole.extend(tree::plan(&entry.steps, Way::In, &|_| true));
         }
-        whole.extend(tree::plan(&entry.steps, Way::Out, &|s| {
-            !matches!(s.before, Some(Node::File { size, .. }) if size > kept::KEEP_FILE_MAX)
-        }));
+        whole.extend(tree::plan(
+            &entry.steps,
+            Way::Out,
+            &|s| !matches!(s.before, Some(Node::File { size, .. }) if size > kept::KEEP_FILE_MAX),
+        ));
     }
     let pos: BTreeMap<&RelPath, usize> = if whole.is_empty() {
         BTreeMap::new()
     } else {
-        forward.iter().enumerate().map(|(i, (p, _))| (p, i)).collect()
+        forward
+            .iter()
+            .enumerate()
+            .map(|(i, (p, _))| (p, i))
+            .collect()
     };
     let now = |p: &RelPath| pos.get(p).and_then(|&i| captured.get(i).cloned().flatten());
     let trees = Trees {
@@ -969,7 +984,11 @@ fn transition(
     let want = |p: &RelPath| wanted.get(p).map(|n| (*n).clone());
     // (0)
     for (path, _) in targets {
-        if gone(path) || whole.iter().any(|w| w.way == Way::In && path.starts_with(&w.path)) {
+        if gone(path)
+            || whole
+                .iter()
+                .any(|w| w.way == Way::In && path.starts_with(&w.path))
+        {
             continue;
         }
         let Ok(dir) = root.open_parent(path) else {

@@ -294,11 +294,7 @@ pub(crate) fn read_node(
 /// The state of the file open at `fd` (workspace path `rel`), opened by
 /// [`open_file_at`]: its content hashed and, when `store` is given, stored.
 /// Anything but a regular file is [`Error::SpecialFile`].
-pub(crate) fn file_node(
-    fd: OwnedFd,
-    rel: &RelPath,
-    store: Option<&mut Batch<'_>>,
-) -> Result<Node> {
+pub(crate) fn file_node(fd: OwnedFd, rel: &RelPath, store: Option<&mut Batch<'_>>) -> Result<Node> {
     let st = rustix::fs::fstat(&fd).map_err(|e| Error::at("fstat", rel, e))?;
     if ftype(&st) != FileType::RegularFile {
         return Err(Error::SpecialFile {

@@ -137,9 +137,10 @@ pub(crate) fn holds(
         return false;
     };
     if fsx::ftype(&st) != FileType::Directory
-        || want(top) != Some(Node::Dir {
-            mode: fsx::perm(&st),
-        })
+        || want(top)
+            != Some(Node::Dir {
+                mode: fsx::perm(&st),
+            })
     {
         return false;
     }
@@ -173,16 +174,14 @@ fn walk(
         *seen += 1;
         let name = path.file_name();
         let ok = match &w {
-            Node::Dir { mode } => {
-                match (fsx::lstat_at(dir, name), fsx::open_subdir(dir, name)) {
-                    (Ok(Some(st)), Ok(sub)) => {
-                        fsx::ftype(&st) == FileType::Directory
-                            && fsx::perm(&st) == *mode
-                            && walk(sub.as_fd(), &path, want, rule, seen)
-                    }
-                    _ => false,
+            Node::Dir { mode } => match (fsx::lstat_at(dir, name), fsx::open_subdir(dir, name)) {
+                (Ok(Some(st)), Ok(sub)) => {
+                    fsx::ftype(&st) == FileType::Directory
+                        && fsx::perm(&st) == *mode
+                        && walk(sub.as_fd(), &path, want, rule, seen)
                 }
-            }
+                _ => false,
+            },
             Node::File { mode, size, hash } => {
                 if rule.max_size.is_some_and(|m| *size > m) {
                     return false;
@@ -190,7 +189,11 @@ fn walk(
                 file_holds(dir, name, *mode, *size, hash, rule.touch)
             }
             Node::Symlink { .. } => {
-                fsx::read_node(dir, name, &path, None).ok().flatten().as_ref() == Some(&w)
+                fsx::read_node(dir, name, &path, None)
+                    .ok()
+                    .flatten()
+                    .as_ref()
+                    == Some(&w)
             }
         };
         if !ok {

@@ -63,7 +63,9 @@ fn a_10k_file_change_keeps_every_rule_and_undoes_whole() {
         // The result lists the first 64 paths and says how many there are
         // (the whole list as JSON was most of a big apply's memory).
         let listed = st["changes"]["changes"].as_array().expect("changes").len();
-        let total = st["changes"]["changes_total"].as_u64().expect("changes_total");
+        let total = st["changes"]["changes_total"]
+            .as_u64()
+            .expect("changes_total");
         assert_eq!(listed, 64, "{leg:?}: a 10k-path result lists 64 paths");
         assert!(total > 10_100, "{leg:?}: changes_total {total}");
         let blocked: Vec<String> = st["changes"]["blocked"]

@@ -67,7 +67,11 @@ fn a_created_tree_moves_in_whole_and_its_undo_and_redo_move_it_whole() {
 
     undo(&u.id, &ws, &store, &journal, &UndoOptions::default()).expect("redo");
     assert_tree("after redo", &after, &tree(&env.ws));
-    assert_eq!(ino(&env.ws.join("gen")), gen, "the redo did not bring gen back whole");
+    assert_eq!(
+        ino(&env.ws.join("gen")),
+        gen,
+        "the redo did not bring gen back whole"
+    );
 }
 
 /// A file of the layer changed after the changeset was computed (what the
@@ -101,8 +105,18 @@ fn a_tree_that_changed_since_review_is_not_placed_and_stays_in_the_layer() {
 fn a_removed_tree_is_kept_whole_unless_a_file_is_too_big_to_keep() {
     let env = Env::new();
     for i in 0..100 {
-        put(&env.ws, &format!("old/x/f{i}"), format!("{i}\n").as_bytes(), 0o644);
-        put(&env.ws, &format!("big/f{i}"), format!("{i}\n").as_bytes(), 0o644);
+        put(
+            &env.ws,
+            &format!("old/x/f{i}"),
+            format!("{i}\n").as_bytes(),
+            0o644,
+        );
+        put(
+            &env.ws,
+            &format!("big/f{i}"),
+            format!("{i}\n").as_bytes(),
+            0o644,
+        );
     }
     put(&env.ws, "big/huge", &vec![7u8; 100 * 1024], 0o644);
     let before = tree(&env.ws);
@@ -120,5 +134,9 @@ fn a_removed_tree_is_kept_whole_unless_a_file_is_too_big_to_keep() {
     undo(&e.id, &ws, &store, &journal, &UndoOptions::default()).expect("undo");
     assert_tree("after undo", &before, &tree(&env.ws));
     assert_eq!(ino(&env.ws.join("old")), old, "old did not come back whole");
-    assert_ne!(ino(&env.ws.join("big")), big, "big cannot have been kept whole");
+    assert_ne!(
+        ino(&env.ws.join("big")),
+        big,
+        "big cannot have been kept whole"
+    );
 }
