@@ -120,6 +120,29 @@ fn a_10k_file_change_keeps_every_rule_and_undoes_whole() {
             vec!["keep.txt".to_string()],
             "{leg:?}: undo left paths behind"
         );
+
+        // A created tree with nothing to hold it back (no plant, no second
+        // link) moves in whole (ADR 0211): the ownership rule still reaches
+        // every path of it.
+        let o = s.exec(
+            &["--json"],
+            &[
+                "sh",
+                "-c",
+                "mkdir -p whole/a; for i in $(seq 1 200); do echo $i > whole/a/f$i; done",
+            ],
+        );
+        assert_code(&o, 0, "whole-tree run");
+        assert_eq!(json_status(&o)["changes"]["applied"], true, "{leg:?}");
+        let files = walk(&s.ws.join("whole"));
+        assert_eq!(files.len(), 201, "{leg:?}: whole/a and its 200 files");
+        let not_owner: Vec<_> = files.iter().filter(|(_, u, _)| *u != owner).collect();
+        assert!(
+            not_owner.is_empty(),
+            "{leg:?}: {} paths of a tree moved whole not owned by {owner}, e.g. {:?}",
+            not_owner.len(),
+            not_owner.first()
+        );
     }
 }
 
