@@ -948,6 +948,23 @@ fn kept_on_failure(run: &mut OverlayRun, hooks: &mut dyn ChangesHooks, e: Error)
     e
 }
 
+/// Starts writing out the filesystem that holds `upper`, on a thread of
+/// its own that nothing joins (`syncfs` on a descriptor of `upper`).
+fn early_flush(upper: &Path) {
+    let Ok(dir) = rustix::fs::open(
+        upper,
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    ) else {
+        return;
+    };
+    let _ = std::thread::Builder::new()
+        .name("flush".into())
+        .spawn(move || {
+            let _ = rustix::fs::syncfs(&dir);
+        });
+}
+
 /// Compute the changeset of `run` and do what `mode` says. `started` is
 /// when the sandbox was started. `before_apply` runs right before the
 /// changes reach the workspace (the ledger writes the intent and undo plan
@@ -977,6 +994,15 @@ pub fn handle(
         protected,
         ..plant_options(&ws_path)
     };
+    // What the command wrote into the layer, not yet on disk, starts on
+    // its way now (ADR 0212): the review and the capture of pre-images
+    // run while it is written, and the batch's one `syncfs` at the end
+    // (ADR 0208) waits for less. A flush only: nothing waits for it or
+    // depends on it (the commit point is still that last `syncfs`), and a
+    // refused apply loses nothing but the writing.
+    if mode == ChangesMode::Apply {
+        early_flush(&run.upper);
+    }
     let mut cs = match Changeset::compute_with(&ws_path, &run.upper, &opts) {
         Ok(cs) => cs,
         Err(e) => return Err(kept_on_failure(run, hooks, snap(e))),

@@ -616,8 +616,9 @@ fn run_locked(
     let mut blobs = store.batch().inline_up_to(INLINE_ENTRY_MAX);
     let mut steps = Vec::with_capacity(targets.len());
     let mut mismatches = Vec::new();
+    let parents = fsx::Parents::new(&ws.root);
     for t in &targets {
-        let cur = fsx::read_path(&ws.root, &t.path, Some(&mut blobs))?;
+        let cur = fsx::read_path_via(&parents, &t.path, Some(&mut blobs))?;
         if let Some(exp) = &t.expected {
             if *exp != cur {
                 mismatches.push(Mismatch {
@@ -982,6 +983,13 @@ fn transition(
         BTreeMap::new()
     };
     let want = |p: &RelPath| wanted.get(p).map(|n| (*n).clone());
+    // Each pass opens a parent directory once for a run of paths in it
+    // (ADR 0212); none asks again beneath a directory it removed.
+    let parents = fsx::Parents::new(root);
+    let upper_parents = match src {
+        Source::Upper { root: upper, .. } => Some(fsx::Parents::new(upper)),
+        _ => None,
+    };
     // (0)
     for (path, _) in targets {
         if gone(path)
@@ -991,7 +999,7 @@ fn transition(
         {
             continue;
         }
-        let Ok(dir) = root.open_parent(path) else {
+        let Ok(dir) = parents.open(path) else {
             continue;
         };
         if let Ok(Some(st)) = fsx::lstat_at(dir.as_fd(), path.file_name()) {
@@ -1004,11 +1012,12 @@ fn transition(
         }
     }
     // (A)
+    let parents = fsx::Parents::new(root);
     for (idx, (path, target)) in targets.iter().enumerate().rev() {
         if gone(path) {
             continue;
         }
-        let dir = match root.open_parent(path) {
+        let dir = match parents.open(path) {
             Ok(d) => d,
             // Nothing beneath a missing, non-directory or symlinked
             // ancestor is in the workspace: nothing to remove.
@@ -1055,6 +1064,7 @@ fn transition(
         }
     }
     // (B)
+    let parents = fsx::Parents::new(root);
     let mut touched: BTreeSet<Option<RelPath>> = BTreeSet::new();
     for (idx, (path, target)) in targets.iter().enumerate() {
         if gone(path) {
@@ -1080,8 +1090,8 @@ fn transition(
                 Some(ok) => place_checked(dir, path, tmp, id, target, keep, |f| ok(idx, f)),
             }
         };
-        let dir = root
-            .open_parent(path)
+        let dir = parents
+            .open(path)
             .map_err(|e| (path.to_string(), Error::at("open parent of", path, e)))?;
         let name = path.file_name();
         let cur = fsx::lstat_at(dir.as_fd(), name)
@@ -1095,13 +1105,32 @@ fn transition(
                 }
             }
             Node::File { mode, size, hash } => {
+                // Whether the file there may already hold the target's
+                // content: always in a recovery; in a checked transition
+                // only where what it may find is that content (a change
+                // of mode alone). Else it is not read here: the exchange
+                // below judges what comes out.
+                let same_content_allowed = |st: &rustix::fs::Stat| {
+                    check.is_none_or(|ok| {
+                        ok(
+                            idx,
+                            Some(&Node::File {
+                                mode: fsx::perm(st),
+                                size: *size,
+                                hash: *hash,
+                            }),
+                        )
+                    })
+                };
                 if let Some(st) = cur.filter(|st| {
-                    fsx::ftype(st) == FileType::RegularFile && st.st_size as u64 == *size
+                    fsx::ftype(st) == FileType::RegularFile
+                        && st.st_size as u64 == *size
+                        && same_content_allowed(st)
                 }) {
                     let fd = fsx::open_file_at(dir.as_fd(), name)
                         .map_err(|e| (path.to_string(), Error::at("open", path, e)))?;
                     let mut f = File::from(fd);
-                    let (h, _) = fsx::hash_stream(&mut f, None)
+                    let (h, _) = fsx::hash_stream(&mut fsx::ToEnd::new(&mut f, &st), None)
                         .map_err(|e| (path.to_string(), Error::io("read", path.as_str(), e)))?;
                     // Same content: only the mode may change, in place.
                     // Not on an inode with other links: one may be outside
@@ -1118,8 +1147,18 @@ fn transition(
                     }
                 }
                 let tmp = tmp_name(id, idx);
-                write_file(store, src, dir.as_fd(), path, &tmp, *mode, *hash, batch)
-                    .map_err(wrap(path))?;
+                write_file(
+                    store,
+                    src,
+                    upper_parents.as_ref(),
+                    dir.as_fd(),
+                    path,
+                    &tmp,
+                    *mode,
+                    *hash,
+                    batch,
+                )
+                .map_err(wrap(path))?;
                 match place(dir.as_fd(), &tmp) {
                     Ok(Some(r)) => raced.push(r),
                     Ok(None) => {}
@@ -1347,25 +1386,36 @@ fn place_checked(
         path: path.clone(),
         saved_as,
     };
-    let here = fsx::lstat_at(dir, name).map_err(|e| Error::at("stat", path, e))?;
-    if here.is_none() {
-        return match renameat_with(dir, tmp, dir, name, RenameFlags::NOREPLACE) {
-            Ok(()) => Ok(None),
-            // Made by someone else since the check: theirs stays.
-            Err(Errno::EXIST) => {
-                let _ = rustix::fs::unlinkat(dir, tmp, AtFlags::empty());
-                Ok(Some(raced(None)))
-            }
-            Err(Errno::INVAL) => place_unchecked(dir, path, tmp, ok),
-            Err(e) => Err(Error::at("rename", path, e)),
-        };
+    // Where nothing is there, the temp goes in by a rename that replaces
+    // nothing; where something is, by an exchange. Which one is tried
+    // first follows what the check expects (nothing: a created path), so
+    // the common case costs one call and no `stat` (ADR 0212); the other
+    // follows when the first finds the opposite.
+    let put_new = || match renameat_with(dir, tmp, dir, name, RenameFlags::NOREPLACE) {
+        Ok(()) => Ok(Some(None)),
+        Err(Errno::EXIST) => Ok(None),
+        Err(Errno::INVAL) => place_unchecked(dir, path, tmp, &ok).map(Some),
+        Err(e) => Err(Error::at("rename", path, e)),
+    };
+    // Made by someone else since the check (`None`): judged as it comes
+    // out of the exchange below (theirs stays).
+    if ok(None) {
+        if let Some(done) = put_new()? {
+            return Ok(done);
+        }
     }
     match renameat_with(dir, tmp, dir, name, RenameFlags::EXCHANGE) {
         Ok(()) => {}
-        // Removed by someone else between the stat and the exchange.
+        // Nothing there (removed since the check): the temp goes in.
         Err(Errno::NOENT) => {
-            let _ = rustix::fs::unlinkat(dir, tmp, AtFlags::empty());
-            return Ok(Some(raced(None)));
+            return match put_new()? {
+                Some(done) => Ok(done),
+                // Made again in between: theirs stays.
+                None => {
+                    let _ = rustix::fs::unlinkat(dir, tmp, AtFlags::empty());
+                    Ok(Some(raced(None)))
+                }
+            };
         }
         Err(Errno::INVAL) => return place_unchecked(dir, path, tmp, ok),
         Err(e) => return Err(Error::at("rename", path, e)),
@@ -1495,6 +1545,7 @@ fn kept_name(name: &str, id: &str) -> String {
 fn write_file(
     store: &Store,
     src: &Source<'_>,
+    upper_parents: Option<&fsx::Parents<'_>>,
     dir: BorrowedFd<'_>,
     path: &RelPath,
     tmp: &str,
@@ -1502,9 +1553,8 @@ fn write_file(
     hash: crate::Hash,
     batch: bool,
 ) -> Result<()> {
-    let _ = rustix::fs::unlinkat(dir, tmp, AtFlags::empty());
-    if let Source::Upper { root: upper, .. } = src {
-        if let Some(done) = link_from_upper(upper, dir, path, tmp, mode, hash, batch) {
+    if let (Source::Upper { .. }, Some(up)) = (src, upper_parents) {
+        if let Some(done) = link_from_upper(up, dir, path, tmp, mode, hash, batch) {
             return done;
         }
     }
@@ -1514,7 +1564,7 @@ fn write_file(
         }
     }
     let mut reader = open_source(store, src, path, &hash)?;
-    let copied = fsx::create_at(dir, tmp)
+    let copied = afresh(dir, tmp, || fsx::create_at(dir, tmp))
         .map_err(|e| Error::at("create temp for", path, e))
         .and_then(|fd| {
             let mut f = File::from(fd);
@@ -1529,7 +1579,7 @@ fn write_file(
 /// `None`: no link could be made (another filesystem, a link limit, a
 /// layer file that is not a plain single-link file): the caller copies.
 fn link_from_upper(
-    upper: &Root,
+    upper: &fsx::Parents<'_>,
     dir: BorrowedFd<'_>,
     path: &RelPath,
     tmp: &str,
@@ -1537,7 +1587,7 @@ fn link_from_upper(
     hash: crate::Hash,
     batch: bool,
 ) -> Option<Result<()>> {
-    let udir = upper.open_parent(path).ok()?;
+    let udir = upper.open(path).ok()?;
     let name = path.file_name();
     // A layer file with other links would tie two workspace paths (or a
     // path and something else) to one inode: copied instead.
@@ -1545,7 +1595,10 @@ fn link_from_upper(
     if fsx::ftype(&st) != FileType::RegularFile || st.st_nlink != 1 {
         return None;
     }
-    rustix::fs::linkat(udir.as_fd(), name, dir, tmp, AtFlags::empty()).ok()?;
+    afresh(dir, tmp, || {
+        rustix::fs::linkat(udir.as_fd(), name, dir, tmp, AtFlags::empty())
+    })
+    .ok()?;
     let linked = fsx::open_file_at(dir, tmp)
         .map_err(|e| Error::at("open temp for", path, e))
         .and_then(|fd| {
@@ -1557,11 +1610,30 @@ fn link_from_upper(
                 });
             }
             let mut f = File::from(fd);
-            let (h, _) =
-                fsx::hash_stream(&mut f, None).map_err(|e| Error::io("read", path.as_str(), e))?;
+            let (h, _) = fsx::hash_stream(&mut fsx::ToEnd::new(&mut f, &st), None)
+                .map_err(|e| Error::io("read", path.as_str(), e))?;
             Ok((f, h, Some(fsx::perm(&st))))
         });
     Some(seal_temp(dir, tmp, path, linked, mode, hash, batch))
+}
+
+/// Makes temp `tmp` in `dir` by `make`, which fails with `EEXIST` where
+/// something has the name: removed, and made again, once. The temp's name
+/// holds the entry's id, so nothing is there unless a run of the same id
+/// left it (an apply rolled back and tried again); looked for only then,
+/// not by a system call a file.
+fn afresh<T>(
+    dir: BorrowedFd<'_>,
+    tmp: &str,
+    make: impl Fn() -> std::result::Result<T, Errno>,
+) -> std::result::Result<T, Errno> {
+    match make() {
+        Err(Errno::EXIST) => {
+            let _ = rustix::fs::unlinkat(dir, tmp, AtFlags::empty());
+            make()
+        }
+        r => r,
+    }
 }
 
 /// The end of preparing temp `tmp` for `path`, copied or linked (`got`:
@@ -1624,7 +1696,7 @@ fn take_kept(
             return None;
         }
         let mut f = File::from(fd);
-        let (h, _) = fsx::hash_stream(&mut f, None).ok()?;
+        let (h, _) = fsx::hash_stream(&mut fsx::ToEnd::new(&mut f, &st), None).ok()?;
         if h != hash {
             return None;
         }

@@ -95,6 +95,79 @@ impl Root {
     }
 }
 
+/// The parent directories of a run of paths under one [`Root`], each
+/// opened once for consecutive paths in the same directory (ADR 0212):
+/// a pass over sorted paths opens a directory of 100 files once, not 100
+/// times. Opened as [`Root::open_parent`] opens it; only a successful
+/// open is remembered. A pass that removes or replaces a directory must
+/// not ask again for a path beneath it (the passes of a transition never
+/// do: a directory is removed after everything beneath it, and created
+/// before).
+pub(crate) struct Parents<'r> {
+    root: &'r Root,
+    last: std::cell::RefCell<Option<(Option<RelPath>, std::rc::Rc<OwnedFd>)>>,
+}
+
+impl<'r> Parents<'r> {
+    pub(crate) fn new(root: &'r Root) -> Parents<'r> {
+        Parents {
+            root,
+            last: std::cell::RefCell::new(None),
+        }
+    }
+
+    /// The directory that holds `rel`.
+    pub(crate) fn open(&self, rel: &RelPath) -> Result<std::rc::Rc<OwnedFd>, Errno> {
+        let parent = rel.parent();
+        if let Some((p, fd)) = &*self.last.borrow() {
+            if *p == parent {
+                return Ok(fd.clone());
+            }
+        }
+        let fd = std::rc::Rc::new(self.root.open_dir(parent.as_ref())?);
+        *self.last.borrow_mut() = Some((parent, fd.clone()));
+        Ok(fd)
+    }
+}
+
+/// A regular file read to its end without the last read of zero bytes (a
+/// system call a file): once at least the size `fstat` gave has been read,
+/// a read shorter than asked is taken as the end, as a regular file's is.
+/// A short read before that size (a network or FUSE filesystem may give
+/// one) goes on reading; a file that grows while read is a changed file
+/// either way, caught by the hash comparisons that follow.
+pub(crate) struct ToEnd<'f> {
+    file: &'f mut File,
+    size: u64,
+    read: u64,
+    done: bool,
+}
+
+impl<'f> ToEnd<'f> {
+    pub(crate) fn new(file: &'f mut File, st: &rustix::fs::Stat) -> ToEnd<'f> {
+        ToEnd {
+            file,
+            size: u64::try_from(st.st_size).unwrap_or(u64::MAX),
+            read: 0,
+            done: false,
+        }
+    }
+}
+
+impl Read for ToEnd<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.done || buf.is_empty() {
+            return Ok(0);
+        }
+        let n = self.file.read(buf)?;
+        self.read += n as u64;
+        if n < buf.len() && self.read >= self.size {
+            self.done = true;
+        }
+        Ok(n)
+    }
+}
+
 /// `fstatat(dir, name, AT_SYMLINK_NOFOLLOW)`; `None` when absent.
 pub(crate) fn lstat_at(dir: BorrowedFd<'_>, name: &str) -> Result<Option<rustix::fs::Stat>, Errno> {
     match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
@@ -303,9 +376,10 @@ pub(crate) fn file_node(fd: OwnedFd, rel: &RelPath, store: Option<&mut Batch<'_>
         });
     }
     let mut f = File::from(fd);
+    let mut r = ToEnd::new(&mut f, &st);
     let (hash, size) = match store {
-        Some(blobs) => blobs.put_reader(&mut f)?,
-        None => hash_stream(&mut f, None).map_err(|e| Error::io("read", rel.as_str(), e))?,
+        Some(blobs) => blobs.put_reader(&mut r)?,
+        None => hash_stream(&mut r, None).map_err(|e| Error::io("read", rel.as_str(), e))?,
     };
     Ok(Node::File {
         mode: perm(&st),
@@ -324,7 +398,17 @@ pub(crate) fn read_path(
     rel: &RelPath,
     store: Option<&mut Batch<'_>>,
 ) -> Result<Option<Node>> {
-    let dir = match root.open_parent(rel) {
+    read_path_via(&Parents::new(root), rel, store)
+}
+
+/// [`read_path`] through parent directories opened once for a run of
+/// paths in one directory.
+pub(crate) fn read_path_via(
+    parents: &Parents<'_>,
+    rel: &RelPath,
+    store: Option<&mut Batch<'_>>,
+) -> Result<Option<Node>> {
+    let dir = match parents.open(rel) {
         Ok(d) => d,
         Err(Errno::NOENT) | Err(Errno::NOTDIR) | Err(Errno::LOOP) => return Ok(None),
         Err(e) => return Err(Error::at("open parent of", rel, e)),

@@ -69,6 +69,9 @@ pub fn gc(store: &Store, journal: &Journal, opts: &GcOptions) -> Result<GcReport
             if expire {
                 report.expired.push(e.id.clone());
                 e.state = EntryState::Expired;
+                if !opts.dry_run {
+                    journal.forget_undone(&e.id);
+                }
             }
             // What it kept for its undo (ADR 0210) goes too.
             if !opts.dry_run {

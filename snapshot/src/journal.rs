@@ -404,6 +404,15 @@ impl Journal {
                 what: "only a pending entry is completed",
             });
         }
+        // An undo names what it undid by a marker, made before the entry
+        // is given its final name and durable with it (ADR 0212), so that
+        // "is it undone?" is one `readlink`, not a read of every entry.
+        // A crash that leaves the marker without the final name leaves
+        // the undo pending: recovery rolls it back, and the marker then
+        // names an entry that is not complete, which answers no.
+        if let Op::Undo { of } = &entry.op {
+            self.mark_undone(of, &entry.id)?;
+        }
         let from = self.pending_path(&entry.id);
         let to = self.final_path(&entry.id);
         // A second name first, synced, then the pending name dropped: on a
@@ -425,6 +434,45 @@ impl Journal {
         }
         entry.state = EntryState::Complete;
         Ok(())
+    }
+
+    fn undone_path(&self, of: &str) -> PathBuf {
+        self.dir.join(format!("{of}.undone"))
+    }
+
+    /// Points the marker of entry `of` at undo entry `by`: a symlink (its
+    /// target held in the inode, made whole or not at all), put in place
+    /// by a rename. Synced by the caller's sync of `journal/`.
+    fn mark_undone(&self, of: &str, by: &str) -> Result<()> {
+        check_id(of)?;
+        check_id(by)?;
+        let tmp = self.dir.join(format!(".{of}.undone.{by}.tmp"));
+        let _ = fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(by, &tmp).map_err(|e| Error::io("symlink", &tmp, e))?;
+        let to = self.undone_path(of);
+        fs::rename(&tmp, &to).map_err(|e| Error::io("rename", &to, e))
+    }
+
+    /// The complete undo of entry `of`, if its marker names one: in one
+    /// `readlink` and one read of that entry, however long the journal.
+    /// An undo completed before markers were kept (an older journal) is
+    /// not found here; undoing its entry again is then refused by the
+    /// engine's check, as the workspace no longer holds what it left.
+    pub fn undone_by(&self, of: &str) -> Option<Entry> {
+        check_id(of).ok()?;
+        let by = fs::read_link(self.undone_path(of)).ok()?;
+        let by = by.to_str()?;
+        check_id(by).ok()?;
+        let u = self.get(by).ok()?;
+        (u.state == EntryState::Complete && matches!(&u.op, Op::Undo { of: o } if o == of))
+            .then_some(u)
+    }
+
+    /// Drops the marker of entry `of` (it expired).
+    pub(crate) fn forget_undone(&self, of: &str) {
+        if check_id(of).is_ok() {
+            let _ = fs::remove_file(self.undone_path(of));
+        }
     }
 
     /// The next sequence number (call with the lock held). Kept in

@@ -136,15 +136,25 @@ impl Keep {
         }
     }
 
-    /// Moves the file kept for `path` into `dir` as `tmp` (which must not
-    /// exist). `false`: none kept, or it could not be moved. The caller
-    /// checks what it got before using it.
+    /// Moves the file kept for `path` into `dir` as `tmp` (anything already
+    /// named `tmp` is removed first: a temp left by an earlier run of the
+    /// same entry). `false`: none kept, or it could not be moved. The
+    /// caller checks what it got before using it.
     pub(crate) fn take(&self, path: &RelPath, dir: BorrowedFd<'_>, tmp: &str) -> bool {
         let Some(kd) = self.dir() else {
             self.off.set(true);
             return false;
         };
-        match rustix::fs::renameat_with(kd, key(path).as_str(), dir, tmp, RenameFlags::NOREPLACE) {
+        let key = key(path);
+        let mv = || rustix::fs::renameat_with(kd, key.as_str(), dir, tmp, RenameFlags::NOREPLACE);
+        let moved = match mv() {
+            Err(Errno::EXIST) => {
+                let _ = rustix::fs::unlinkat(dir, tmp, AtFlags::empty());
+                mv()
+            }
+            r => r,
+        };
+        match moved {
             Ok(()) => true,
             Err(Errno::XDEV) => {
                 self.off.set(true);

@@ -227,7 +227,7 @@ fn file_holds(
         return false;
     }
     let mut f = File::from(fd);
-    match fsx::hash_stream(&mut f, None) {
+    match fsx::hash_stream(&mut fsx::ToEnd::new(&mut f, &st), None) {
         Ok((h, n)) if h == *hash && n == size => {}
         _ => return false,
     }

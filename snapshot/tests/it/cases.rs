@@ -958,3 +958,72 @@ fn a_kept_file_with_another_link_is_not_put_back() {
         "the workspace's file is not the outside one"
     );
 }
+
+/// Whether an entry was undone is answered by the journal's marker, not
+/// by reading every entry (ADR 0212): it holds with another entry's file
+/// unreadable, which a scan of the journal would trip over; an apply not
+/// undone has no answer, and a redo (the undo of the undo) is found for
+/// the undo.
+#[test]
+fn an_undo_is_found_by_its_marker_without_reading_the_journal() {
+    let env = Env::new();
+    base_tree(&env.ws);
+    let (upper, _) = env.overlay("ovl", "echo changed > a.txt\nmkdir fresh\necho x > fresh/f");
+    let cs = Changeset::compute(&env.ws, &upper).expect("compute");
+    let (ws, store, journal) = env.open();
+    apply(&cs, &ws, &store, &journal, &ApplyOptions::default()).expect("apply");
+    assert!(journal.undone_by(&cs.id).is_none(), "applied, not undone");
+    let u = undo(&cs.id, &ws, &store, &journal, &UndoOptions::default()).expect("undo");
+    // Another entry's file, unreadable as an entry: a scan fails on it.
+    std::fs::write(journal.dir().join("0000000000000000.json"), b"{ not json").expect("junk");
+    assert!(
+        journal.entries().is_err(),
+        "the scan trips over the broken entry"
+    );
+    let found = journal.undone_by(&cs.id).expect("the undo is found");
+    assert_eq!(found.id, u.id);
+    assert!(matches!(&found.op, Op::Undo { of } if *of == cs.id));
+    std::fs::remove_file(journal.dir().join("0000000000000000.json")).expect("rm junk");
+    let redo = undo(&u.id, &ws, &store, &journal, &UndoOptions::default()).expect("redo");
+    assert_eq!(journal.undone_by(&u.id).map(|e| e.id), Some(redo.id));
+}
+
+/// A temp left under the very name an apply uses for a path (an earlier
+/// run of the same changeset cut short) is replaced, not a failure: the
+/// apply no longer removes the name before every file (ADR 0212), only
+/// when making the temp finds it taken.
+#[test]
+fn a_temp_left_under_the_applys_own_name_is_replaced() {
+    let env = Env::new();
+    base_tree(&env.ws);
+    let (upper, expected) = env.overlay("ovl", "echo changed > a.txt\necho new > dir/new.txt");
+    let cs = Changeset::compute(&env.ws, &upper).expect("compute");
+    let paths: Vec<String> = cs.changes.iter().map(|c| c.path.to_string()).collect();
+    assert_eq!(paths, ["a.txt", "dir/new.txt"], "targets in path order");
+    // Index 0 is a.txt (in the root), 1 is dir/new.txt.
+    put(
+        &env.ws,
+        &format!(".retie-tmp-{}-0", cs.id),
+        b"stale one\n",
+        0o644,
+    );
+    put(
+        &env.ws,
+        &format!("dir/.retie-tmp-{}-1", cs.id),
+        b"stale two\n",
+        0o600,
+    );
+    let (ws, store, journal) = env.open();
+    apply(&cs, &ws, &store, &journal, &ApplyOptions::default()).expect("apply");
+    assert_eq!(
+        std::fs::read(env.ws.join("a.txt")).expect("a"),
+        b"changed\n"
+    );
+    assert_eq!(
+        std::fs::read(env.ws.join("dir/new.txt")).expect("n"),
+        b"new\n"
+    );
+    assert!(!env.ws.join(format!(".retie-tmp-{}-0", cs.id)).exists());
+    assert!(!env.ws.join(format!("dir/.retie-tmp-{}-1", cs.id)).exists());
+    assert_tree("after apply", &tree(&expected), &tree(&env.ws));
+}
