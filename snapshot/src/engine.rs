@@ -756,6 +756,7 @@ fn run_locked(
         whole,
         now: &now,
         moved: RefCell::new(Vec::new()),
+        files: RefCell::new(Vec::new()),
     };
     let went = transition(
         ws,
@@ -786,6 +787,11 @@ fn run_locked(
         // layer kept after a failed apply still holds all it made.
         for w in trees.moved.take().iter().rev() {
             move_back(ws, src, &keep, w);
+        }
+        if let Source::Upper { root: up, .. } = src {
+            for m in trees.files.take().iter().rev() {
+                move_file_back(ws, up, m);
+            }
         }
         if let Err(rerr) = store_carried(store, &entry.steps) {
             return Err(Error::RollbackFailed {
@@ -1146,6 +1152,28 @@ fn transition(
                         continue;
                     }
                 }
+                // From a consumed layer, in a batch: the layer's file
+                // itself moves in (ADR 0213), no link, temp or unlink.
+                if let (true, Source::Upper { consume: true, .. }, Some(up), Some(ok)) =
+                    (batch, src, upper_parents.as_ref(), check)
+                {
+                    let moved = move_from_upper(
+                        up,
+                        dir.as_fd(),
+                        path,
+                        *mode,
+                        *hash,
+                        keep,
+                        |f| ok(idx, f),
+                        &trees.files,
+                    );
+                    if let Some(r) = moved {
+                        if let Some(rc) = r.map_err(wrap(path))? {
+                            raced.push(rc);
+                        }
+                        continue;
+                    }
+                }
                 let tmp = tmp_name(id, idx);
                 write_file(
                     store,
@@ -1238,6 +1266,16 @@ struct Trees<'a> {
     whole: Vec<Whole>,
     now: &'a dyn Fn(&RelPath) -> Option<Node>,
     moved: RefCell<Vec<Whole>>,
+    /// The files moved in from a consumed layer one by one (ADR 0213).
+    files: RefCell<Vec<MovedFile>>,
+}
+
+/// A file [`move_from_upper`] moved into the workspace: its inode, and
+/// where what it replaced went.
+struct MovedFile {
+    path: RelPath,
+    dev: u64,
+    ino: u64,
 }
 
 fn nothing(_: &RelPath) -> Option<Node> {
@@ -1250,6 +1288,7 @@ fn no_trees() -> Trees<'static> {
         whole: Vec::new(),
         now: &nothing,
         moved: RefCell::new(Vec::new()),
+        files: RefCell::new(Vec::new()),
     }
 }
 
@@ -1362,6 +1401,135 @@ fn move_back(ws: &Workspace, src: &Source<'_>, keep: &Keep, w: &Whole) {
         },
         (Way::In, Source::Store) => Err(Errno::NOENT),
     };
+}
+
+/// Moves the consumed layer's file for `path` into the workspace (`dir`,
+/// its parent there) as it is, in a batch (ADR 0213): by a rename that
+/// replaces nothing where the check expects nothing, else by an exchange
+/// across the two directories, after which what came out (now in the
+/// layer) is judged by `ok` as [`place_checked`] judges it, and kept for
+/// the undo or removed. `None`: nothing was moved (not a plain file of one
+/// link holding the target, another filesystem, no `renameat2` flags):
+/// the caller goes the way of a link and a temp, which judges the same.
+#[allow(clippy::too_many_arguments)]
+fn move_from_upper(
+    up: &fsx::Parents<'_>,
+    dir: BorrowedFd<'_>,
+    path: &RelPath,
+    mode: u32,
+    hash: crate::Hash,
+    keep: Option<&Keep>,
+    ok: impl Fn(Option<&Node>) -> bool,
+    files: &RefCell<Vec<MovedFile>>,
+) -> Option<Result<Option<Raced>>> {
+    use rustix::fs::{renameat_with, RenameFlags};
+    let udir = up.open(path).ok()?;
+    let udir = udir.as_fd();
+    let name = path.file_name();
+    let fd = fsx::open_file_at(udir, name).ok()?;
+    let st = rustix::fs::fstat(&fd).ok()?;
+    if fsx::ftype(&st) != FileType::RegularFile || st.st_nlink != 1 {
+        return None;
+    }
+    let mut f = File::from(fd);
+    let (h, _) = fsx::hash_stream(&mut fsx::ToEnd::new(&mut f, &st), None).ok()?;
+    if h != hash {
+        return None;
+    }
+    if fsx::perm(&st) != mode && rustix::fs::fchmod(&f, Mode::from_raw_mode(mode)).is_err() {
+        return None;
+    }
+    let raced = || Raced {
+        path: path.clone(),
+        saved_as: None,
+    };
+    // What is at `path` now must be the inode read above (a name in the
+    // layer swapped since is not placed).
+    let placed = |exchanged: bool| -> Result<Option<Raced>> {
+        let here = fsx::lstat_at(dir, name).map_err(|e| Error::at("stat", path, e))?;
+        if !here.is_some_and(|h| h.st_dev == st.st_dev && h.st_ino == st.st_ino) {
+            let flags = if exchanged {
+                RenameFlags::EXCHANGE
+            } else {
+                RenameFlags::NOREPLACE
+            };
+            renameat_with(dir, name, udir, name, flags)
+                .map_err(|e| Error::at("put back", path, e))?;
+            return Err(Error::SourceChanged {
+                path: path.to_string(),
+                expected: hash.to_hex(),
+            });
+        }
+        files.borrow_mut().push(MovedFile {
+            path: path.clone(),
+            dev: st.st_dev,
+            ino: st.st_ino,
+        });
+        Ok(None)
+    };
+    let put_new = || renameat_with(udir, name, dir, name, RenameFlags::NOREPLACE);
+    if ok(None) {
+        match put_new() {
+            Ok(()) => return Some(placed(false)),
+            // Made by someone else since the check: judged as it comes
+            // out of the exchange below (theirs stays).
+            Err(Errno::EXIST) => {}
+            Err(_) => return None,
+        }
+    }
+    match renameat_with(udir, name, dir, name, RenameFlags::EXCHANGE) {
+        Ok(()) => {}
+        // Nothing there (removed since the check): the file goes in.
+        Err(Errno::NOENT) => {
+            return match put_new() {
+                Ok(()) => Some(placed(false)),
+                // Made again in between: theirs stays, ours in the layer.
+                Err(Errno::EXIST) => Some(Ok(Some(raced()))),
+                Err(_) => None,
+            };
+        }
+        Err(_) => return None,
+    }
+    // Ours is at `path`; what was there is in the layer under its name.
+    let out = fsx::read_node(udir, name, path, None).ok().flatten();
+    if !ok(out.as_ref()) {
+        // Someone else's version: back in place, atomically again; ours
+        // back in the layer.
+        return Some(
+            renameat_with(udir, name, dir, name, RenameFlags::EXCHANGE)
+                .map(|()| Some(raced()))
+                .map_err(|e| Error::at("put back", path, e)),
+        );
+    }
+    if let Err(e) = placed(true) {
+        return Some(Err(e));
+    }
+    // The replaced file is kept for the undo (ADR 0210), or removed now,
+    // not left in the layer: a later sweep of the layer would change the
+    // ctime of an inode it shares with another workspace path, which the
+    // next run's check reads as the person's edit.
+    if !keep.is_some_and(|k| k.put(udir, name, path)) {
+        if let Err(e) = rustix::fs::unlinkat(udir, name, AtFlags::empty()) {
+            return Some(Err(Error::at("remove the replaced", path, e)));
+        }
+    }
+    Some(Ok(None))
+}
+
+/// After a failed transition, a file [`move_from_upper`] moved in goes
+/// back into the layer where it is still the inode moved (a run kept after
+/// a failed apply still holds all it made, ADR 0211); the roll-back then
+/// puts the pre-image at the path from the store. Best effort.
+fn move_file_back(ws: &Workspace, up: &Root, m: &MovedFile) {
+    let (Ok(dir), Ok(udir)) = (ws.root.open_parent(&m.path), up.open_parent(&m.path)) else {
+        return;
+    };
+    let name = m.path.file_name();
+    if matches!(fsx::lstat_at(dir.as_fd(), name), Ok(Some(h)) if h.st_dev == m.dev && h.st_ino == m.ino)
+    {
+        let _ =
+            rustix::fs::renameat_with(&dir, name, &udir, name, rustix::fs::RenameFlags::NOREPLACE);
+    }
 }
 
 /// Puts the prepared entry `tmp` (a file or symlink, in `dir`) at `path`,

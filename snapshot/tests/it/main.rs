@@ -6,6 +6,7 @@ mod boundary;
 mod cases;
 mod common;
 mod crash;
+mod moved;
 mod plants;
 mod race;
 mod whole;

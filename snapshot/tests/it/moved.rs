@@ -1,0 +1,169 @@
+//! ADR 0213: in a batch from a consumed layer, the layer's file itself
+//! moves into the workspace (a rename that replaces nothing, or an
+//! exchange across the two directories, judged as it comes out). A
+//! person's edit made after the capture is kept and named, ours stays in
+//! the layer; a failed apply moves every file it moved back into the
+//! layer, so a kept run still holds all it made.
+
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use retie_snapshot::{apply, apply_alongside, undo, ApplyOptions, Changeset, Error, UndoOptions};
+
+use crate::common::{assert_tree, put, tree, Env};
+
+fn consumed() -> ApplyOptions {
+    ApplyOptions {
+        consume_layer: true,
+        ..ApplyOptions::default()
+    }
+}
+
+/// 100 files in `tree/` (an existing directory): a batch (ADR 0208) of
+/// modified files and of files created beside them, none in a new
+/// directory (those move whole, ADR 0211).
+fn hundred(env: &Env) {
+    for i in 0..100 {
+        put(
+            &env.ws,
+            &format!("tree/f{i:03}"),
+            format!("old {i}\n").as_bytes(),
+            0o644,
+        );
+    }
+}
+
+const REWRITE_AND_ADD: &str = "for i in $(seq -w 0 099); do echo new $i > tree/f$i; done; \
+    for i in $(seq -w 0 069); do echo made $i > tree/n$i; done";
+
+fn ino(p: &Path) -> u64 {
+    fs::symlink_metadata(p).expect("lstat").ino()
+}
+
+/// Waits until the journal holds a pending entry: the capture is done.
+fn wait_pending(state: &Path) {
+    let open = state.join("journal").join("open");
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(30) {
+        if fs::read_dir(&open).is_ok_and(|mut d| {
+            d.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".pending.json")))
+        }) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    panic!("no pending entry in {}", open.display());
+}
+
+#[test]
+fn the_layers_file_moves_in_and_a_persons_edit_after_the_capture_is_kept() {
+    let env = Env::new();
+    hundred(&env);
+    let (upper, merged) = env.overlay("ovl", REWRITE_AND_ADD);
+    let cs = Changeset::compute(&env.ws, &upper).expect("compute");
+    assert_eq!(cs.changes.len(), 170, "{:?}", cs.changes.len());
+    let (ws, store, journal) = env.open();
+    let moved_in = ino(&upper.join("tree/f010"));
+    let made_in = ino(&upper.join("tree/n020"));
+    // The person saves f050 and makes n030 after the pre-images were
+    // captured, before the first rename.
+    let state = env.state.clone();
+    let wsp = env.ws.clone();
+    let e = apply_alongside(&cs, &ws, &store, &journal, &consumed(), move || {
+        wait_pending(&state);
+        fs::write(wsp.join("tree/f050"), "person's f050\n").expect("person f050");
+        fs::write(wsp.join("tree/n030"), "person's n030\n").expect("person n030");
+        true
+    })
+    .expect("apply");
+    let mut raced: Vec<&str> = e.raced.iter().map(|r| r.path.as_str()).collect();
+    raced.sort_unstable();
+    assert_eq!(raced, ["tree/f050", "tree/n030"], "{:?}", e.raced);
+    // Theirs in the workspace; ours still in the layer.
+    assert_eq!(
+        fs::read_to_string(env.ws.join("tree/f050")).expect("f050"),
+        "person's f050\n"
+    );
+    assert_eq!(
+        fs::read_to_string(env.ws.join("tree/n030")).expect("n030"),
+        "person's n030\n"
+    );
+    assert_eq!(
+        fs::read_to_string(upper.join("tree/f050")).expect("ours f050"),
+        "new 050\n"
+    );
+    assert_eq!(
+        fs::read_to_string(upper.join("tree/n030")).expect("ours n030"),
+        "made 030\n"
+    );
+    // The very inodes of the layer, moved: no copy, no second link.
+    assert_eq!(ino(&env.ws.join("tree/f010")), moved_in);
+    assert_eq!(ino(&env.ws.join("tree/n020")), made_in);
+    assert_eq!(
+        fs::symlink_metadata(env.ws.join("tree/f010"))
+            .expect("f010")
+            .nlink(),
+        1
+    );
+    assert!(!upper.join("tree/f010").exists(), "moved out of the layer");
+    // Everything else is what the command left.
+    let mut want = tree(&merged);
+    let got = tree(&env.ws);
+    for p in ["tree/f050", "tree/n030"] {
+        want.insert(p.into(), got[p].clone());
+    }
+    assert_tree("after the apply", &want, &got);
+    // The undo puts back what the apply changed, and leaves the
+    // person's two files.
+    undo(&e.id, &ws, &store, &journal, &UndoOptions::default()).expect("undo");
+    assert_eq!(
+        fs::read_to_string(env.ws.join("tree/f010")).expect("f010"),
+        "old 10\n"
+    );
+    assert!(!env.ws.join("tree/n020").exists());
+    assert_eq!(
+        fs::read_to_string(env.ws.join("tree/f050")).expect("f050"),
+        "person's f050\n"
+    );
+    assert_eq!(
+        fs::read_to_string(env.ws.join("tree/n030")).expect("n030"),
+        "person's n030\n"
+    );
+}
+
+#[test]
+fn a_failed_apply_moves_each_file_back_into_the_layer() {
+    let env = Env::new();
+    hundred(&env);
+    let (upper, merged) = env.overlay("ovl", REWRITE_AND_ADD);
+    let cs = Changeset::compute(&env.ws, &upper).expect("compute");
+    let before = tree(&env.ws);
+    let layer = tree(&upper);
+    // The last path's file in the layer changes after the review: the
+    // apply reaches it after moving the others, fails, rolls back.
+    let last = cs.changes.last().expect("changes").path.to_string();
+    assert_eq!(last, "tree/n069");
+    fs::write(upper.join(&last), "changed after review\n").expect("tamper");
+    let layer_tampered = tree(&upper);
+    assert_ne!(layer, layer_tampered);
+    let (ws, store, journal) = env.open();
+    let err = apply(&cs, &ws, &store, &journal, &consumed()).expect_err("must fail");
+    assert!(
+        matches!(&err, Error::RolledBack { path, .. } if *path == last),
+        "{err:?}"
+    );
+    assert_tree("workspace after the failed apply", &before, &tree(&env.ws));
+    // Every file the apply moved in is back in the layer.
+    assert_tree(
+        "layer after the failed apply",
+        &layer_tampered,
+        &tree(&upper),
+    );
+    // Mended, the same layer applies in full.
+    fs::write(upper.join(&last), "made 069\n").expect("mend");
+    let cs = Changeset::compute(&env.ws, &upper).expect("compute again");
+    apply(&cs, &ws, &store, &journal, &consumed()).expect("apply");
+    assert_tree("after the second apply", &tree(&merged), &tree(&env.ws));
+}
