@@ -256,9 +256,18 @@ impl Changeset {
     pub fn compute_with(lower: &Path, upper: &Path, opts: &ComputeOptions) -> Result<Changeset> {
         let lower_root = Root::open(lower)?;
         let upper_root = Root::open(upper)?;
-        let mut w = walk_all(&upper_root, &lower_root)?;
+        let mut w = Walker {
+            changes: Vec::new(),
+            refused: Vec::new(),
+        };
+        let ufd = upper_root
+            .open_dir(None)
+            .map_err(|e| Error::io("open", upper, e.into()))?;
+        let lfd = lower_root
+            .open_dir(None)
+            .map_err(|e| Error::io("open", lower, e.into()))?;
+        w.walk(ufd.as_fd(), Some(lfd.as_fd()), None, false)?;
         w.changes.sort_by(|a, b| a.path.cmp(&b.path));
-        w.refused.sort_by(|a, b| a.path.cmp(&b.path));
         // Only a run that changed something needs the repository's config.
         let named = if w.changes.is_empty() {
             Vec::new()
@@ -284,146 +293,9 @@ impl Changeset {
     }
 }
 
-#[derive(Default)]
 struct Walker {
     changes: Vec<Change>,
     refused: Vec<Refused>,
-    /// Directories found and not yet walked: each one a job of its own,
-    /// taken by whichever thread is free (`walk_all`).
-    jobs: Vec<Job>,
-}
-
-/// A directory to walk, named by its path: reopened from the roots with
-/// the same no-symlink resolution (`Root::open_dir`), so that a job
-/// waiting holds no descriptor (a wide tree would exhaust them).
-enum Job {
-    /// Upper directory `path` against the lower one (`lower`: there is
-    /// one); `complete` as for [`Walker::walk`].
-    Merge {
-        path: Option<RelPath>,
-        lower: bool,
-        complete: bool,
-    },
-    /// Lower directory `path` goes with everything beneath it.
-    Delete { path: RelPath },
-}
-
-/// How many threads walk a layer: the cores, at most 4 (two already
-/// halve a 10,000-file walk here; more mostly contend for the same
-/// directories' locks).
-fn walkers() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
-}
-
-/// Walks the whole layer `upper` over `lower`: the root on this thread,
-/// then, when it found more than one directory, the directories on as many
-/// threads as [`walkers`] gives, each taking the next job as it finishes
-/// one (ADR 0213). What they found is put together and sorted by the
-/// caller; the first error ends every thread's walk.
-fn walk_all(upper: &Root, lower: &Root) -> Result<Walker> {
-    let mut w = Walker::default();
-    w.run(
-        upper,
-        lower,
-        Job::Merge {
-            path: None,
-            lower: true,
-            complete: false,
-        },
-    )?;
-    let n = walkers();
-    if n < 2 || w.jobs.len() < 2 {
-        while let Some(job) = w.jobs.pop() {
-            w.run(upper, lower, job)?;
-        }
-        return Ok(w);
-    }
-    struct Shared {
-        jobs: Vec<Job>,
-        busy: usize,
-        failed: Option<Error>,
-    }
-    let shared = std::sync::Mutex::new(Shared {
-        jobs: std::mem::take(&mut w.jobs),
-        busy: 0,
-        failed: None,
-    });
-    let turn = std::sync::Condvar::new();
-    let work = || -> Walker {
-        let mut mine = Walker::default();
-        loop {
-            let job = {
-                let Ok(mut g) = shared.lock() else {
-                    return mine;
-                };
-                loop {
-                    if g.failed.is_some() {
-                        return mine;
-                    }
-                    if let Some(j) = g.jobs.pop() {
-                        g.busy += 1;
-                        break j;
-                    }
-                    if g.busy == 0 {
-                        turn.notify_all();
-                        return mine;
-                    }
-                    g = match turn.wait(g) {
-                        Ok(g) => g,
-                        Err(_) => return mine,
-                    };
-                }
-            };
-            let r = mine.run(upper, lower, job);
-            let Ok(mut g) = shared.lock() else {
-                return mine;
-            };
-            g.busy -= 1;
-            match r {
-                Ok(()) => g.jobs.append(&mut mine.jobs),
-                Err(e) => {
-                    g.failed.get_or_insert(e);
-                }
-            }
-            turn.notify_all();
-        }
-    };
-    let found: Vec<Walker> = std::thread::scope(|sc| {
-        let helpers: Vec<_> = (1..n).map(|_| sc.spawn(work)).collect();
-        let mut all = vec![work()];
-        for h in helpers {
-            // A walker thread that panicked: its part is missing, so the
-            // walk as a whole fails (below), never silently short.
-            match h.join() {
-                Ok(x) => all.push(x),
-                Err(_) => {
-                    if let Ok(mut g) = shared.lock() {
-                        g.failed.get_or_insert(Error::io(
-                            "walk",
-                            upper.path(),
-                            std::io::Error::other("a thread walking the layer panicked"),
-                        ));
-                    }
-                }
-            }
-        }
-        all
-    });
-    let shared = shared.into_inner().map_err(|_| {
-        Error::io(
-            "walk",
-            upper.path(),
-            std::io::Error::other("a thread walking the layer panicked"),
-        )
-    })?;
-    if let Some(e) = shared.failed {
-        return Err(e);
-    }
-    for mut x in found {
-        w.changes.append(&mut x.changes);
-        w.refused.append(&mut x.refused);
-    }
-    Ok(w)
 }
 
 const OPAQUE_XATTRS: [&str; 2] = ["user.overlay.opaque", "trusted.overlay.opaque"];
@@ -443,50 +315,6 @@ fn lossy(parent: Option<&RelPath>, name: &[u8]) -> String {
 }
 
 impl Walker {
-    /// Does one job; the directories it finds beneath are left in
-    /// `self.jobs`.
-    fn run(&mut self, upper: &Root, lower: &Root, job: Job) -> Result<()> {
-        match job {
-            Job::Merge {
-                path,
-                lower: has_lower,
-                complete,
-            } => {
-                let here = || PathBuf::from(path.as_ref().map_or(".", RelPath::as_str));
-                let udir = upper
-                    .open_dir(path.as_ref())
-                    .map_err(|e| Error::io("open upper dir", here(), e.into()))?;
-                let ldir = if has_lower {
-                    Some(
-                        lower
-                            .open_dir(path.as_ref())
-                            .map_err(|e| Error::io("open lower dir", here(), e.into()))?,
-                    )
-                } else {
-                    None
-                };
-                self.walk(
-                    udir.as_fd(),
-                    ldir.as_ref().map(AsFd::as_fd),
-                    path.as_ref(),
-                    complete,
-                )
-            }
-            Job::Delete { path } => {
-                let dir = lower
-                    .open_dir(Some(&path))
-                    .map_err(|e| Error::at("open lower", &path, e))?;
-                let names = fsx::list_dir(dir.as_fd())
-                    .map_err(|e| Error::io("read lower dir", path.as_str(), e.into()))?;
-                for name in names {
-                    let child = RelPath::child(Some(&path), &name)?;
-                    self.delete_lower(dir.as_fd(), &child)?;
-                }
-                Ok(())
-            }
-        }
-    }
-
     /// Walks upper directory `udir` (workspace path `rel`) against lower
     /// directory `ldir` (`None`: no lower counterpart). `complete`: `udir`
     /// lists its full content (opaque, or replacing a non-directory), so
@@ -600,27 +428,26 @@ impl Walker {
                     mode: fsx::perm(&ust),
                 };
                 match (&lower, ldir) {
-                    (Some(Node::Dir { .. }), Some(_)) => {
+                    (Some(Node::Dir { .. }), Some(l)) => {
                         // Merged (or opaque replacement of) a lower directory.
                         if let Some(c) = Change::new(path.clone(), lower.clone(), Some(new)) {
                             self.changes.push(c);
                         }
+                        let lsub = fsx::open_subdir(l, name)
+                            .map_err(|e| Error::at("open lower", path, e))?;
                         // Beneath an opaque directory nothing is merged.
-                        self.jobs.push(Job::Merge {
-                            path: Some(path.clone()),
-                            lower: true,
-                            complete: opaque || complete,
-                        });
+                        self.walk(
+                            sub.as_fd(),
+                            Some(lsub.as_fd()),
+                            Some(path),
+                            opaque || complete,
+                        )?;
                     }
                     _ => {
                         if let Some(c) = Change::new(path.clone(), lower, Some(new)) {
                             self.changes.push(c);
                         }
-                        self.jobs.push(Job::Merge {
-                            path: Some(path.clone()),
-                            lower: false,
-                            complete: true,
-                        });
+                        self.walk(sub.as_fd(), None, Some(path), true)?;
                     }
                 }
             }
@@ -676,9 +503,11 @@ impl Walker {
         lower: Option<Node>,
         new: Option<Node>,
     ) -> Result<()> {
-        if let (Some(Node::Dir { .. }), Some(_)) = (&lower, ldir) {
+        if let (Some(Node::Dir { .. }), Some(l)) = (&lower, ldir) {
             // The lower directory's subtree goes away with it.
-            self.jobs.push(Job::Delete { path: path.clone() });
+            let lsub = fsx::open_subdir(l, path.file_name())
+                .map_err(|e| Error::at("open lower", path, e))?;
+            self.delete_children(lsub.as_fd(), path)?;
         }
         if let Some(c) = Change::new(path.clone(), lower, new) {
             self.changes.push(c);
@@ -691,10 +520,21 @@ impl Walker {
         let name = path.file_name();
         let node = fsx::read_node(ldir, name, path, None)?;
         if let Some(Node::Dir { .. }) = node {
-            self.jobs.push(Job::Delete { path: path.clone() });
+            let sub = fsx::open_subdir(ldir, name).map_err(|e| Error::at("open lower", path, e))?;
+            self.delete_children(sub.as_fd(), path)?;
         }
         if let Some(c) = Change::new(path.clone(), node, None) {
             self.changes.push(c);
+        }
+        Ok(())
+    }
+
+    fn delete_children(&mut self, dir: BorrowedFd<'_>, path: &RelPath) -> Result<()> {
+        let names =
+            fsx::list_dir(dir).map_err(|e| Error::io("read lower dir", path.as_str(), e.into()))?;
+        for name in names {
+            let child = RelPath::child(Some(path), &name)?;
+            self.delete_lower(dir, &child)?;
         }
         Ok(())
     }
