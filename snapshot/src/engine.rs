@@ -462,6 +462,9 @@ const INLINE_ENTRY_MAX: usize = 256 * 1024;
 /// undo, a roll-back). A carried content that does not hash to its step's
 /// pre-image (a damaged journal) is refused.
 fn store_carried(store: &Store, steps: &[Step]) -> Result<()> {
+    // One batch, one commit (ADR 0212): a blob each with a sync of its own
+    // cost an undo of 250 carried pre-images some 500 syncs.
+    let mut batch = store.batch();
     for s in steps {
         let (Some(bytes), Some(Node::File { hash, .. })) = (&s.before_content, &s.before) else {
             continue;
@@ -475,9 +478,12 @@ fn store_carried(store: &Store, steps: &[Step]) -> Result<()> {
                 expected: hash.to_hex(),
             });
         }
-        store.put_bytes(bytes)?;
+        batch.put_blob(bytes)?;
     }
-    Ok(())
+    if batch.is_empty() {
+        return Ok(());
+    }
+    batch.commit()
 }
 
 /// Entry `id`, if it can be undone (it is complete).

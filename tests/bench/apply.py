@@ -63,8 +63,10 @@ def populate(ws, n):
         d = os.path.join(tree, f"d{i // 100:04d}")
         if i % 100 == 0:
             os.makedirs(d)
+        # Each file its own content, as a project's files are: the
+        # pre-images are then 10,000 blobs, not one stored once.
         with open(os.path.join(d, f"f{i:06d}"), "wb") as f:
-            f.write(b"a" * 1024)
+            f.write(f"{i:08d}".encode() + b"a" * 1016)
 
 
 def run(argv, cwd, env=None):
