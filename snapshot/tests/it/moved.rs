@@ -38,6 +38,12 @@ fn hundred(env: &Env) {
 const REWRITE_AND_ADD: &str = "for i in $(seq -w 0 099); do echo new $i > tree/f$i; done; \
     for i in $(seq -w 0 069); do echo made $i > tree/n$i; done";
 
+/// `p` holds exactly `text`.
+fn holds(p: &Path, text: &str) {
+    let got = fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    assert_eq!(got, text, "{}", p.display());
+}
+
 fn ino(p: &Path) -> u64 {
     fs::symlink_metadata(p).expect("lstat").ino()
 }
@@ -82,22 +88,10 @@ fn the_layers_file_moves_in_and_a_persons_edit_after_the_capture_is_kept() {
     raced.sort_unstable();
     assert_eq!(raced, ["tree/f050", "tree/n030"], "{:?}", e.raced);
     // Theirs in the workspace; ours still in the layer.
-    assert_eq!(
-        fs::read_to_string(env.ws.join("tree/f050")).expect("f050"),
-        "person's f050\n"
-    );
-    assert_eq!(
-        fs::read_to_string(env.ws.join("tree/n030")).expect("n030"),
-        "person's n030\n"
-    );
-    assert_eq!(
-        fs::read_to_string(upper.join("tree/f050")).expect("ours f050"),
-        "new 050\n"
-    );
-    assert_eq!(
-        fs::read_to_string(upper.join("tree/n030")).expect("ours n030"),
-        "made 030\n"
-    );
+    holds(&env.ws.join("tree/f050"), "person's f050\n");
+    holds(&env.ws.join("tree/n030"), "person's n030\n");
+    holds(&upper.join("tree/f050"), "new 050\n");
+    holds(&upper.join("tree/n030"), "made 030\n");
     // The very inodes of the layer, moved: no copy, no second link.
     assert_eq!(ino(&env.ws.join("tree/f010")), moved_in);
     assert_eq!(ino(&env.ws.join("tree/n020")), made_in);
@@ -118,19 +112,10 @@ fn the_layers_file_moves_in_and_a_persons_edit_after_the_capture_is_kept() {
     // The undo puts back what the apply changed, and leaves the
     // person's two files.
     undo(&e.id, &ws, &store, &journal, &UndoOptions::default()).expect("undo");
-    assert_eq!(
-        fs::read_to_string(env.ws.join("tree/f010")).expect("f010"),
-        "old 10\n"
-    );
+    holds(&env.ws.join("tree/f010"), "old 10\n");
     assert!(!env.ws.join("tree/n020").exists());
-    assert_eq!(
-        fs::read_to_string(env.ws.join("tree/f050")).expect("f050"),
-        "person's f050\n"
-    );
-    assert_eq!(
-        fs::read_to_string(env.ws.join("tree/n030")).expect("n030"),
-        "person's n030\n"
-    );
+    holds(&env.ws.join("tree/f050"), "person's f050\n");
+    holds(&env.ws.join("tree/n030"), "person's n030\n");
 }
 
 #[test]
