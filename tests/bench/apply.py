@@ -57,16 +57,18 @@ shutil.rmtree("tree")
 """
 
 
-def populate(ws, n):
+def populate(ws, n, salt):
     tree = os.path.join(ws, "tree")
     for i in range(n):
         d = os.path.join(tree, f"d{i // 100:04d}")
         if i % 100 == 0:
             os.makedirs(d)
-        # Each file its own content, as a project's files are: the
-        # pre-images are then 10,000 blobs, not one stored once.
+        # Each file its own content, as a project's files are, and each
+        # run its own (`salt`): the pre-images are then 10,000 blobs new to
+        # the store every run, not one stored once, nor a run's found
+        # stored by the run before it.
         with open(os.path.join(d, f"f{i:06d}"), "wb") as f:
-            f.write(f"{i:08d}".encode() + b"a" * 1016)
+            f.write(f"{salt:08d}:{i:08d}".encode() + b"a" * 1007)
 
 
 def run(argv, cwd, env=None):
@@ -114,6 +116,7 @@ def main():
         if os.path.exists(path):
             os.rename(path, os.path.join(graves, str(len(os.listdir(graves)))))
 
+    salt = 0
     try:
         for item in args.only.split(","):
             kind, n = item.split(":")
@@ -132,7 +135,8 @@ def main():
                     bury(ws)
                     os.makedirs(ws)
                     if kind != "created":
-                        populate(ws, n)
+                        salt += 1
+                        populate(ws, n, salt)
                     subprocess.run(["sync"])
                     if who == "bwrap":
                         dt, _, _ = run(["bwrap", "--ro-bind", "/", "/", "--dev", "/dev",
