@@ -13,6 +13,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use retie_snapshot::{
     apply_alongside, recover, ApplyOptions, BlockReason, Change, ChangeKind, Changeset,
     ComputeOptions, Error as SnapError, Journal, Manifest, Node, RelPath, Store, Workspace,
+    BATCH_SYNC_FROM,
 };
 use serde_json::json;
 use sha2::Digest;
@@ -994,19 +995,21 @@ pub fn handle(
         protected,
         ..plant_options(&ws_path)
     };
-    // What the command wrote into the layer, not yet on disk, starts on
-    // its way now (ADR 0212): the review and the capture of pre-images
-    // run while it is written, and the batch's one `syncfs` at the end
-    // (ADR 0208) waits for less. A flush only: nothing waits for it or
-    // depends on it (the commit point is still that last `syncfs`), and a
-    // refused apply loses nothing but the writing.
-    if mode == ChangesMode::Apply {
-        early_flush(&run.upper);
-    }
     let mut cs = match Changeset::compute_with(&ws_path, &run.upper, &opts) {
         Ok(cs) => cs,
         Err(e) => return Err(kept_on_failure(run, hooks, snap(e))),
     };
+    // A change big enough to be synced as one batch (ADR 0208): what the
+    // command wrote into the layer starts on its way to disk now (ADR
+    // 0212), while the conflict check, the pre-images and the record are
+    // made, so the batch's one `syncfs` at the end waits for less. A flush
+    // only: the commit point is still that last `syncfs`, and a refused
+    // apply loses nothing but the writing. Not for an empty or small run:
+    // its own syncs are per file, and a whole-filesystem flush may carry
+    // other programs' dirty data, which the exit would wait for.
+    if mode == ChangesMode::Apply && cs.changes.len() >= BATCH_SYNC_FROM {
+        early_flush(&run.upper);
+    }
     // retie's own files are never applied, not even with --allow-blocked.
     let (never, blocked): (Vec<_>, Vec<_>) = std::mem::take(&mut cs.blocked)
         .into_iter()

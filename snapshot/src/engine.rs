@@ -27,7 +27,7 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
 
 use rustix::fs::{AtFlags, FileType, Mode};
@@ -313,23 +313,20 @@ fn apply_inner(
 /// conflict check reads as the person's edit.) Best effort: a name left
 /// behind costs only that.
 fn release_links(upper: &Root, ws: &Workspace, entry: &Entry) {
-    // The last parent opened in both, or not (a directory moved in whole,
-    // ADR 0211, is no longer in the layer).
-    type Opened = Option<(OwnedFd, OwnedFd)>;
-    let mut dirs: Option<(Option<RelPath>, Opened)> = None;
+    // A directory moved in whole (ADR 0211) is no longer in the layer: its
+    // parent there does not open, and its files are skipped.
+    let (ups, wss) = (fsx::Parents::new(upper), fsx::Parents::new(&ws.root));
+    // The parent that did not open, not asked again for each of its files.
+    let mut failed: Option<Option<RelPath>> = None;
     for s in &entry.steps {
         if !matches!(s.after, Some(Node::File { .. })) {
             continue;
         }
-        let parent = s.path.parent();
-        if dirs.as_ref().is_none_or(|(p, _)| *p != parent) {
-            let fds = match (upper.open_parent(&s.path), ws.root.open_parent(&s.path)) {
-                (Ok(u), Ok(w)) => Some((u, w)),
-                _ => None,
-            };
-            dirs = Some((parent, fds));
+        if failed.as_ref() == Some(&s.path.parent()) {
+            continue;
         }
-        let Some((_, Some((ud, wd)))) = &dirs else {
+        let (Ok(ud), Ok(wd)) = (ups.open(&s.path), wss.open(&s.path)) else {
+            failed = Some(s.path.parent());
             continue;
         };
         let name = s.path.file_name();
@@ -338,7 +335,7 @@ fn release_links(upper: &Root, ws: &Workspace, entry: &Entry) {
             fsx::lstat_at(wd.as_fd(), name),
         ) {
             if a.st_dev == b.st_dev && a.st_ino == b.st_ino {
-                let _ = rustix::fs::unlinkat(ud, name, AtFlags::empty());
+                let _ = rustix::fs::unlinkat(&*ud, name, AtFlags::empty());
             }
         }
     }
@@ -916,7 +913,7 @@ fn preflight(ws: &Workspace, steps: &[Step]) -> Result<()> {
 /// instead of once per file and directory (ADR 0208). Below it the
 /// per-file syncs are cheaper than a whole-filesystem sync that may carry
 /// other programs' dirty data.
-const BATCH_SYNC_FROM: usize = 64;
+pub const BATCH_SYNC_FROM: usize = 64;
 
 fn tmp_name(id: &str, idx: usize) -> String {
     format!(".retie-tmp-{id}-{idx}")

@@ -61,7 +61,7 @@ pub use changeset::{
 };
 pub use engine::{
     apply, apply_alongside, recover, undo, ApplyOptions, DirEntryKind, RecoveryReport, UndoOptions,
-    Workspace,
+    Workspace, BATCH_SYNC_FROM,
 };
 pub use error::{Error, Mismatch, Result};
 pub use gc::{gc, GcOptions, GcReport};

@@ -7,7 +7,7 @@
 
 use std::fs;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use retie_snapshot::{apply, apply_alongside, undo, ApplyOptions, Changeset, Error, UndoOptions};
@@ -63,12 +63,19 @@ fn wait_pending(state: &Path) {
     panic!("no pending entry in {}", open.display());
 }
 
-#[test]
-fn the_layers_file_moves_in_and_a_persons_edit_after_the_capture_is_kept() {
+/// The 100 files, rewritten and 70 made beside them in a layer: the
+/// workspace, the layer, what the command saw, the changeset.
+fn rewritten() -> (Env, PathBuf, PathBuf, Changeset) {
     let env = Env::new();
     hundred(&env);
     let (upper, merged) = env.overlay("ovl", REWRITE_AND_ADD);
     let cs = Changeset::compute(&env.ws, &upper).expect("compute");
+    (env, upper, merged, cs)
+}
+
+#[test]
+fn the_layers_file_moves_in_and_a_persons_edit_after_the_capture_is_kept() {
+    let (env, upper, merged, cs) = rewritten();
     assert_eq!(cs.changes.len(), 170, "{:?}", cs.changes.len());
     let (ws, store, journal) = env.open();
     let moved_in = ino(&upper.join("tree/f010"));
@@ -120,10 +127,7 @@ fn the_layers_file_moves_in_and_a_persons_edit_after_the_capture_is_kept() {
 
 #[test]
 fn a_failed_apply_moves_each_file_back_into_the_layer() {
-    let env = Env::new();
-    hundred(&env);
-    let (upper, merged) = env.overlay("ovl", REWRITE_AND_ADD);
-    let cs = Changeset::compute(&env.ws, &upper).expect("compute");
+    let (env, upper, merged, cs) = rewritten();
     let before = tree(&env.ws);
     let layer = tree(&upper);
     // The last path's file in the layer changes after the review: the
