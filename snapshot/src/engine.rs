@@ -1887,7 +1887,7 @@ fn open_source(
     src: &Source<'_>,
     path: &RelPath,
     hash: &crate::Hash,
-) -> Result<File> {
+) -> Result<crate::store::Blob> {
     match src {
         Source::Store | Source::Kept(_) => store.open_blob(hash),
         Source::Upper { root: upper, .. } => {
@@ -1903,7 +1903,7 @@ fn open_source(
                     expected: hash.to_hex(),
                 });
             }
-            Ok(File::from(fd))
+            Ok(crate::store::Blob::Loose(File::from(fd)))
         }
     }
 }

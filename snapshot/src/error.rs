@@ -107,6 +107,17 @@ pub enum Error {
         /// The blake3 hash in hex.
         hash: String,
     },
+    /// A blob is not found and a file of the store's `packs/` cannot be
+    /// read as a pack (it may have held it).
+    #[error("blob {hash} is missing from the store, and {} is not a readable pack ({why}); it may have held the blob: restore the file from a backup, or move it aside to undo what needs no blob of it", path.display())]
+    DamagedPack {
+        /// The damaged pack.
+        path: std::path::PathBuf,
+        /// Why it cannot be read.
+        why: String,
+        /// The blob looked for.
+        hash: String,
+    },
     /// No journal entry with this id.
     #[error("no journal entry {id}")]
     UnknownEntry {

@@ -107,17 +107,10 @@ pub fn gc(store: &Store, journal: &Journal, opts: &GcOptions) -> Result<GcReport
     if !opts.dry_run {
         crate::kept::sweep_kept(store.state_dir());
     }
-    for (h, size) in store.blobs()? {
-        if live.contains(&h) {
-            report.blobs_kept += 1;
-            report.bytes_kept += size;
-        } else {
-            report.blobs_removed += 1;
-            report.bytes_removed += size;
-            if !opts.dry_run {
-                store.remove(&h)?;
-            }
-        }
-    }
+    let c = store.collect(&live, opts.dry_run)?;
+    report.blobs_kept = c.kept;
+    report.bytes_kept = c.bytes_kept;
+    report.blobs_removed = c.removed;
+    report.bytes_removed = c.bytes_removed;
     Ok(report)
 }

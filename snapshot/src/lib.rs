@@ -50,6 +50,7 @@ mod journal;
 mod kept;
 mod manifest;
 mod node;
+mod pack;
 pub mod plants;
 mod relpath;
 mod store;

@@ -7,6 +7,7 @@ mod cases;
 mod common;
 mod crash;
 mod moved;
+mod packs;
 mod plants;
 mod race;
 mod whole;
