@@ -299,9 +299,6 @@ fn apply_inner(
         opts.manifest.as_ref(),
         alongside,
     )?;
-    if opts.consume_layer {
-        release_links(&upper, ws, &entry);
-    }
     Ok(entry)
 }
 
@@ -312,14 +309,21 @@ fn apply_inner(
 /// unlink there would change the inode's ctime, which the next run's
 /// conflict check reads as the person's edit.) Best effort: a name left
 /// behind costs only that.
-fn release_links(upper: &Root, ws: &Workspace, entry: &Entry) {
+/// `moved`: paths whose layer file moved in itself (ADR 0213), no longer
+/// linked from the layer.
+fn release_links(
+    upper: &Root,
+    ws: &Workspace,
+    entry: &Entry,
+    moved: &std::collections::HashSet<&RelPath>,
+) {
     // A directory moved in whole (ADR 0211) is no longer in the layer: its
     // parent there does not open, and its files are skipped.
     let (ups, wss) = (fsx::Parents::new(upper), fsx::Parents::new(&ws.root));
     // The parent that did not open, not asked again for each of its files.
     let mut failed: Option<Option<RelPath>> = None;
     for s in &entry.steps {
-        if !matches!(s.after, Some(Node::File { .. })) {
+        if !matches!(s.after, Some(Node::File { .. })) || moved.contains(&s.path) {
             continue;
         }
         if failed.as_ref() == Some(&s.path.parent()) {
@@ -844,6 +848,25 @@ fn run_locked(
         });
     }
     journal.complete(&mut entry)?;
+    // What the moved files replaced and left in the layer: the layer
+    // becomes the entry's kept files (ADR 0215).
+    if let Source::Upper {
+        root: up,
+        consume: true,
+    } = src
+    {
+        let files = trees.files.take();
+        let moved: std::collections::HashSet<&RelPath> = files.iter().map(|m| &m.path).collect();
+        release_links(up, ws, &entry, &moved);
+        let left: Vec<RelPath> = files
+            .iter()
+            .filter(|m| m.out_left)
+            .map(|m| m.path.clone())
+            .collect();
+        if !left.is_empty() {
+            keep.adopt_layer(up, &left, entry.raced.is_empty());
+        }
+    }
     // The undone entry's kept files are back in the workspace, or no
     // longer what it left: nothing can use the rest.
     if let Op::Undo { of } = &entry.op {
@@ -1279,6 +1302,9 @@ struct MovedFile {
     path: RelPath,
     dev: u64,
     ino: u64,
+    /// What it replaced stayed in the layer under its name, to be this
+    /// entry's kept file with the rest of the layer (ADR 0215).
+    out_left: bool,
 }
 
 fn nothing(_: &RelPath) -> Option<Node> {
@@ -1467,6 +1493,7 @@ fn move_from_upper(
             path: path.clone(),
             dev: st.st_dev,
             ino: st.st_ino,
+            out_left: false,
         });
         Ok(None)
     };
@@ -1507,14 +1534,20 @@ fn move_from_upper(
     if let Err(e) = placed(true) {
         return Some(Err(e));
     }
-    // The replaced file is kept for the undo (ADR 0210), or removed now,
-    // not left in the layer: a later sweep of the layer would change the
-    // ctime of an inode it shares with another workspace path, which the
-    // next run's check reads as the person's edit.
-    if !keep.is_some_and(|k| k.put(udir, name, path)) {
-        if let Err(e) = rustix::fs::unlinkat(udir, name, AtFlags::empty()) {
-            return Some(Err(Error::at("remove the replaced", path, e)));
+    // The replaced file is kept for the undo (ADR 0210): where it is, in
+    // the layer under its name, which becomes this entry's kept files
+    // whole after the apply (ADR 0215). Or removed now, not left in the
+    // layer: a later sweep of the layer would change the ctime of an inode
+    // it shares with another workspace path, which the next run's check
+    // reads as the person's edit.
+    if keep.is_some_and(|k| k.may_keep(udir, name)) {
+        if let Some(m) = files.borrow_mut().last_mut() {
+            m.out_left = true;
         }
+        return Some(Ok(None));
+    }
+    if let Err(e) = rustix::fs::unlinkat(udir, name, AtFlags::empty()) {
+        return Some(Err(Error::at("remove the replaced", path, e)));
     }
     Some(Ok(None))
 }
@@ -1530,8 +1563,14 @@ fn move_file_back(ws: &Workspace, up: &Root, m: &MovedFile) {
     let name = m.path.file_name();
     if matches!(fsx::lstat_at(dir.as_fd(), name), Ok(Some(h)) if h.st_dev == m.dev && h.st_ino == m.ino)
     {
-        let _ =
-            rustix::fs::renameat_with(&dir, name, &udir, name, rustix::fs::RenameFlags::NOREPLACE);
+        // Where what it replaced is still in the layer, the two change
+        // places again: the workspace's file is back where it was.
+        let how = if m.out_left {
+            rustix::fs::RenameFlags::EXCHANGE
+        } else {
+            rustix::fs::RenameFlags::NOREPLACE
+        };
+        let _ = rustix::fs::renameat_with(&dir, name, &udir, name, how);
     }
 }
 

@@ -58,6 +58,20 @@ pub(crate) struct Keep {
     /// Set at the first `EXDEV`: the state directory is on another
     /// filesystem, nothing more is tried.
     off: Cell<bool>,
+    /// The layer kept whole, when taking (ADR 0215).
+    layer: OnceCell<Option<crate::fsx::Root>>,
+}
+
+/// The name the layer of an apply is kept under, beside the files kept by
+/// key (ADR 0215). A key is 64 hex digits and a tree's starts `t-`: no
+/// file is kept under this name.
+const LAYER: &str = "layer";
+
+/// A plain file of one link, small enough to keep.
+fn keepable(st: &rustix::fs::Stat) -> bool {
+    fsx::ftype(st) == FileType::RegularFile
+        && st.st_nlink == 1
+        && u64::try_from(st.st_size).is_ok_and(|n| n <= KEEP_FILE_MAX)
 }
 
 impl Keep {
@@ -68,6 +82,7 @@ impl Keep {
             create: true,
             fd: OnceCell::new(),
             off: Cell::new(false),
+            layer: OnceCell::new(),
         }
     }
 
@@ -116,10 +131,7 @@ impl Keep {
         let Ok(Some(st)) = fsx::lstat_at(dir, name) else {
             return false;
         };
-        if fsx::ftype(&st) != FileType::RegularFile
-            || st.st_nlink != 1
-            || u64::try_from(st.st_size).map_or(true, |n| n > KEEP_FILE_MAX)
-        {
+        if !keepable(&st) {
             return false;
         }
         let Some(kd) = self.dir() else {
@@ -136,6 +148,44 @@ impl Keep {
         }
     }
 
+    /// Whether `name` of `dir` may stay where it is as a kept file: a plain
+    /// file of one link, at most [`KEEP_FILE_MAX`] bytes, the kept files on
+    /// this filesystem as far as known. Left in the layer, it becomes a
+    /// kept file with the whole layer ([`Keep::adopt_layer`], ADR 0215).
+    pub(crate) fn may_keep(&self, dir: BorrowedFd<'_>, name: &str) -> bool {
+        !self.off.get() && matches!(fsx::lstat_at(dir, name), Ok(Some(st)) if keepable(&st))
+    }
+
+    /// After an apply from the consumed layer `up` that left the files it
+    /// replaced at `left` in that layer: the layer, renamed whole, becomes
+    /// `layer` of these kept files (`whole`: nothing else needs the layer
+    /// any more). Otherwise (the layer is kept as a run, raced; or it is
+    /// on another filesystem) each is put here one by one, or removed.
+    pub(crate) fn adopt_layer(&self, up: &crate::fsx::Root, left: &[RelPath], whole: bool) {
+        if whole {
+            if let Some(kd) = self.dir() {
+                let moved = rustix::fs::renameat_with(
+                    rustix::fs::CWD,
+                    up.path(),
+                    kd,
+                    LAYER,
+                    RenameFlags::NOREPLACE,
+                );
+                if moved.is_ok() {
+                    return;
+                }
+            }
+        }
+        for path in left {
+            let Ok(udir) = up.open_parent(path) else {
+                continue;
+            };
+            if !self.put(udir.as_fd(), path.file_name(), path) {
+                drop_at(udir.as_fd(), path.file_name());
+            }
+        }
+    }
+
     /// Moves the file kept for `path` into `dir` as `tmp` (anything already
     /// named `tmp` is removed first: a temp left by an earlier run of the
     /// same entry). `false`: none kept, or it could not be moved. The
@@ -146,12 +196,23 @@ impl Keep {
             return false;
         };
         let key = key(path);
-        let mv = || rustix::fs::renameat_with(kd, key.as_str(), dir, tmp, RenameFlags::NOREPLACE);
-        let moved = match mv() {
-            Err(Errno::EXIST) => {
-                let _ = rustix::fs::unlinkat(dir, tmp, AtFlags::empty());
-                mv()
+        let mv = |from: BorrowedFd<'_>, name: &str| {
+            let go = || rustix::fs::renameat_with(from, name, dir, tmp, RenameFlags::NOREPLACE);
+            match go() {
+                Err(Errno::EXIST) => {
+                    let _ = rustix::fs::unlinkat(dir, tmp, AtFlags::empty());
+                    go()
+                }
+                r => r,
             }
+        };
+        let moved = match mv(kd, key.as_str()) {
+            // Not kept by its key: perhaps in the layer kept whole, under
+            // its own path (ADR 0215).
+            Err(Errno::NOENT) => match self.layer().map(|l| l.open_parent(path)) {
+                Some(Ok(ld)) => mv(ld.as_fd(), path.file_name()),
+                _ => Err(Errno::NOENT),
+            },
             r => r,
         };
         match moved {
@@ -162,6 +223,13 @@ impl Keep {
             }
             Err(_) => false,
         }
+    }
+
+    /// The layer kept whole (ADR 0215), opened once.
+    fn layer(&self) -> Option<&crate::fsx::Root> {
+        self.layer
+            .get_or_init(|| crate::fsx::Root::open(&self.path.join(LAYER)).ok())
+            .as_ref()
     }
 
     /// The kept files' directory, opened (made when putting), for a whole

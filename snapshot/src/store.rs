@@ -479,7 +479,7 @@ impl Batch<'_> {
         if cap == 0 {
             return self.stage(r);
         }
-        let mut head = Vec::new();
+        let mut head = Vec::with_capacity(cap + 1);
         r.take(cap as u64 + 1)
             .read_to_end(&mut head)
             .map_err(|e| Error::io("read a pre-image for", &self.store.tmp, e))?;
@@ -508,7 +508,7 @@ impl Batch<'_> {
     /// Keeps the content of `r`: a small one appended to the batch's pack,
     /// a bigger one written to a temporary of its own; hashed either way.
     fn stage(&mut self, r: &mut impl Read) -> Result<(Hash, u64)> {
-        let mut head = Vec::new();
+        let mut head = Vec::with_capacity(PACK_BLOB_MAX + 1);
         r.take(PACK_BLOB_MAX as u64 + 1)
             .read_to_end(&mut head)
             .map_err(|e| Error::io("read a blob for", &self.store.tmp, e))?;

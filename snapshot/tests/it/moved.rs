@@ -156,3 +156,31 @@ fn a_failed_apply_moves_each_file_back_into_the_layer() {
     apply(&cs, &ws, &store, &journal, &consumed()).expect("apply");
     assert_tree("after the second apply", &tree(&merged), &tree(&env.ws));
 }
+
+/// ADR 0215: what the layer's files replaced stays in the layer under its
+/// own name, and the layer, renamed whole, becomes the entry's kept files
+/// (one rename, not one a file); the undo takes those very files back.
+#[test]
+fn the_layer_kept_whole_holds_what_the_apply_replaced_and_the_undo_takes_it_back() {
+    let (env, upper, _, cs) = rewritten();
+    let originals: Vec<(String, u64)> = (0..100)
+        .map(|i| {
+            let p = format!("tree/f{i:03}");
+            let n = ino(&env.ws.join(&p));
+            (p, n)
+        })
+        .collect();
+    let (ws, store, journal) = env.open();
+    let e = apply(&cs, &ws, &store, &journal, &consumed()).expect("apply");
+    let layer = env.state.join("kept").join(&e.id).join("layer");
+    assert!(!upper.exists(), "the layer moved whole");
+    for (p, n) in &originals {
+        assert_eq!(ino(&layer.join(p)), *n, "{p} kept in the layer");
+    }
+    undo(&e.id, &ws, &store, &journal, &UndoOptions::default()).expect("undo");
+    for (i, (p, n)) in originals.iter().enumerate() {
+        assert_eq!(ino(&env.ws.join(p)), *n, "{p}: the very file back");
+        holds(&env.ws.join(p), &format!("old {i}\n"));
+    }
+    assert!(!env.ws.join("tree/n000").exists());
+}
