@@ -519,6 +519,21 @@ fn pre_images_complete(store: &Store, steps: &[Step]) -> bool {
         .all(|h| carried.contains(h) || store.contains(h))
 }
 
+impl Source<'_> {
+    /// The tree whose files a batch moves in themselves: a consumed layer
+    /// (ADR 0213), or the layer an undone entry kept whole (ADR 0215).
+    fn moving_from(&self) -> Option<&Root> {
+        match self {
+            Source::Upper {
+                root,
+                consume: true,
+            } => Some(root),
+            Source::Kept(k) => k.layer(),
+            _ => None,
+        }
+    }
+}
+
 /// Where the content of a target file comes from.
 enum Source<'a> {
     /// The overlay upper layer (apply); `consume`: the run is over once
@@ -795,7 +810,7 @@ fn run_locked(
         for w in trees.moved.take().iter().rev() {
             move_back(ws, src, &keep, w);
         }
-        if let Source::Upper { root: up, .. } = src {
+        if let Some(up) = src.moving_from() {
             for m in trees.files.take().iter().rev() {
                 move_file_back(ws, up, m);
             }
@@ -850,14 +865,13 @@ fn run_locked(
     journal.complete(&mut entry)?;
     // What the moved files replaced and left in the layer: the layer
     // becomes the entry's kept files (ADR 0215).
-    if let Source::Upper {
-        root: up,
-        consume: true,
-    } = src
-    {
+    if let Some(up) = src.moving_from() {
         let files = trees.files.take();
-        let moved: std::collections::HashSet<&RelPath> = files.iter().map(|m| &m.path).collect();
-        release_links(up, ws, &entry, &moved);
+        if let Source::Upper { .. } = src {
+            let moved: std::collections::HashSet<&RelPath> =
+                files.iter().map(|m| &m.path).collect();
+            release_links(up, ws, &entry, &moved);
+        }
         let left: Vec<RelPath> = files
             .iter()
             .filter(|m| m.out_left)
@@ -1022,6 +1036,12 @@ fn transition(
         Source::Upper { root: upper, .. } => Some(fsx::Parents::new(upper)),
         _ => None,
     };
+    // In a checked batch, the tree whose files move in themselves; a kept
+    // file's modification time is set to now as it goes (as a copy's).
+    let moving = match (batch, check, src.moving_from()) {
+        (true, Some(_), Some(t)) => Some((fsx::Parents::new(t), matches!(src, Source::Kept(_)))),
+        _ => None,
+    };
     // (0)
     for (path, _) in targets {
         if gone(path)
@@ -1178,17 +1198,15 @@ fn transition(
                         continue;
                     }
                 }
-                // From a consumed layer, in a batch: the layer's file
-                // itself moves in (ADR 0213), no link, temp or unlink.
-                if let (true, Source::Upper { consume: true, .. }, Some(up), Some(ok)) =
-                    (batch, src, upper_parents.as_ref(), check)
-                {
+                // From a consumed layer, or a layer kept whole, in a
+                // batch: the file itself moves in (ADRs 0213, 0215), no
+                // link, temp or unlink.
+                if let (Some((from, touch)), Some(ok)) = (moving.as_ref(), check) {
                     let moved = move_from_upper(
-                        up,
+                        from,
                         dir.as_fd(),
                         path,
-                        *mode,
-                        *hash,
+                        (*mode, *hash, *touch),
                         keep,
                         |f| ok(idx, f),
                         &trees.files,
@@ -1445,8 +1463,7 @@ fn move_from_upper(
     up: &fsx::Parents<'_>,
     dir: BorrowedFd<'_>,
     path: &RelPath,
-    mode: u32,
-    hash: crate::Hash,
+    (mode, hash, touch): (u32, crate::Hash, bool),
     keep: Option<&Keep>,
     ok: impl Fn(Option<&Node>) -> bool,
     files: &RefCell<Vec<MovedFile>>,
@@ -1466,6 +1483,10 @@ fn move_from_upper(
         return None;
     }
     if fsx::perm(&st) != mode && rustix::fs::fchmod(&f, Mode::from_raw_mode(mode)).is_err() {
+        return None;
+    }
+    // A kept file goes back changed, to whatever reads times (ADR 0210).
+    if touch && kept::touch(f.as_fd()).is_err() {
         return None;
     }
     let raced = || Raced {

@@ -226,7 +226,7 @@ impl Keep {
     }
 
     /// The layer kept whole (ADR 0215), opened once.
-    fn layer(&self) -> Option<&crate::fsx::Root> {
+    pub(crate) fn layer(&self) -> Option<&crate::fsx::Root> {
         self.layer
             .get_or_init(|| crate::fsx::Root::open(&self.path.join(LAYER)).ok())
             .as_ref()

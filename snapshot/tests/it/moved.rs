@@ -177,10 +177,26 @@ fn the_layer_kept_whole_holds_what_the_apply_replaced_and_the_undo_takes_it_back
     for (p, n) in &originals {
         assert_eq!(ino(&layer.join(p)), *n, "{p} kept in the layer");
     }
-    undo(&e.id, &ws, &store, &journal, &UndoOptions::default()).expect("undo");
+    let applied: Vec<u64> = originals
+        .iter()
+        .map(|(p, _)| ino(&env.ws.join(p)))
+        .collect();
+    let u = undo(&e.id, &ws, &store, &journal, &UndoOptions::default()).expect("undo");
     for (i, (p, n)) in originals.iter().enumerate() {
         assert_eq!(ino(&env.ws.join(p)), *n, "{p}: the very file back");
         holds(&env.ws.join(p), &format!("old {i}\n"));
     }
     assert!(!env.ws.join("tree/n000").exists());
+    // The undo moved them in from the kept layer the same way, and left
+    // what it replaced there: that layer is now the undo's kept files,
+    // and the redo moves the command's files back in, as they were.
+    let ulayer = env.state.join("kept").join(&u.id).join("layer");
+    for ((p, _), n) in originals.iter().zip(&applied) {
+        assert_eq!(ino(&ulayer.join(p)), *n, "{p} kept in the undo's layer");
+    }
+    undo(&u.id, &ws, &store, &journal, &UndoOptions::default()).expect("redo");
+    for (i, ((p, _), n)) in originals.iter().zip(&applied).enumerate() {
+        assert_eq!(ino(&env.ws.join(p)), *n, "{p}: the command's file again");
+        holds(&env.ws.join(p), &format!("new {i:03}\n"));
+    }
 }
