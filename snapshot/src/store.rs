@@ -524,7 +524,11 @@ impl Batch<'_> {
     /// or the batch holds it already: in memory while the batch has at
     /// most [`PACK_FROM`] such, then all of them in the batch's pack.
     fn pack_bytes(&mut self, hash: Hash, bytes: &[u8]) -> Result<()> {
-        if self.already(&hash) {
+        // Not looked for in the store: a content stored already costs a
+        // few bytes in a pack, where looking cost a `stat` a file (and
+        // the packs' indexes are not read, ADR 0214). A batch of few looks
+        // before writing them loose.
+        if self.in_batch(&hash) {
             return Ok(());
         }
         self.staged_hashes.insert(hash);
@@ -552,6 +556,9 @@ impl Batch<'_> {
     /// own (a batch of few).
     fn small_to_loose(&mut self) -> Result<()> {
         for (hash, bytes) in std::mem::take(&mut self.small) {
+            if self.stored_loose(&hash) {
+                continue;
+            }
             let (mut f, tmp) = self.store.new_temp("blob")?;
             if let Err(e) = std::io::Write::write_all(&mut f, &bytes) {
                 let _ = fs::remove_file(&tmp);
@@ -596,9 +603,17 @@ impl Batch<'_> {
     /// hold the journal lock, its shard not synced yet: the commit syncs
     /// that shard too.
     fn already(&mut self, hash: &Hash) -> bool {
-        if self.staged_hashes.contains(hash) || self.inline.iter().any(|(h, _)| h == hash) {
-            return true;
-        }
+        self.in_batch(hash) || self.stored_loose(hash)
+    }
+
+    /// Whether this batch holds content `hash` already.
+    fn in_batch(&self, hash: &Hash) -> bool {
+        self.staged_hashes.contains(hash) || self.inline.iter().any(|(h, _)| h == hash)
+    }
+
+    /// Whether the store holds content `hash` as a loose blob (see
+    /// [`Batch::already`]).
+    fn stored_loose(&mut self, hash: &Hash) -> bool {
         let dest = self.store.blob_path(hash);
         if !dest.is_file() {
             return false;
