@@ -121,7 +121,7 @@ pub(crate) fn read_index(file: &File, path: &Path) -> Result<Index, String> {
     let n = u64::from_le_bytes(n8);
     let index_len = n
         .checked_mul(ENTRY as u64)
-        .filter(|l| l + (TRAILER as u64) <= size)
+        .filter(|l| l.checked_add(TRAILER as u64).is_some_and(|t| t <= size))
         .ok_or_else(|| format!("{} names {n} blobs, more than it can hold", path.display()))?;
     let data_end = size - TRAILER as u64 - index_len;
     let mut index = vec![0u8; index_len as usize];
@@ -157,4 +157,89 @@ pub(crate) fn read_at(file: &File, r: Range) -> io::Result<Vec<u8>> {
     let mut buf = vec![0u8; r.len as usize];
     file.read_exact_at(&mut buf, r.off)?;
     Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pack_of(blobs: &[&[u8]]) -> (tempfile::TempDir, PathBuf) {
+        let d = tempfile::tempdir().expect("tempdir");
+        let p = d.path().join("p");
+        let mut w = Writer::new(File::create(&p).expect("create"), p.clone());
+        for b in blobs {
+            w.push(Hash::of(b), b).expect("push");
+        }
+        w.finish().expect("finish");
+        (d, p)
+    }
+
+    fn index(p: &Path) -> Result<Index, String> {
+        read_index(&File::open(p).expect("open"), p)
+    }
+
+    #[test]
+    fn a_pack_reads_back_what_was_pushed() {
+        let (_d, p) = pack_of(&[b"one", b"", b"three"]);
+        let idx = index(&p).expect("index");
+        let f = File::open(&p).expect("open");
+        for (want, (h, r)) in [&b"one"[..], b"", b"three"].iter().zip(&idx) {
+            assert_eq!(*h, Hash::of(want));
+            assert_eq!(read_at(&f, *r).expect("read"), *want);
+        }
+    }
+
+    /// Every damaged or hostile pack is refused with a reason, never a
+    /// panic or an allocation of what a header claims.
+    #[test]
+    fn a_damaged_or_hostile_pack_is_refused() {
+        let (_d, p) = pack_of(&[b"one", b"two"]);
+        let good = std::fs::read(&p).expect("read");
+        let cases: Vec<(&str, Vec<u8>)> = vec![
+            ("empty", Vec::new()),
+            ("cut short", good[..good.len() - 1].to_vec()),
+            ("bad magic", {
+                let mut b = good.clone();
+                let n = b.len();
+                b[n - 1] ^= 1;
+                b
+            }),
+            ("index changed", {
+                let mut b = good.clone();
+                b[6] ^= 1; // the first entry's hash (contents are 6 bytes)
+                b
+            }),
+            ("a count past the file", {
+                let mut b = good.clone();
+                let n = b.len();
+                b[n - TRAILER..n - TRAILER + 8].copy_from_slice(&u64::MAX.to_le_bytes());
+                b
+            }),
+            ("a count whose index ends past u64", {
+                let mut b = good.clone();
+                let n = b.len();
+                let count = u64::MAX / ENTRY as u64; // its index fits, index + trailer does not
+                b[n - TRAILER..n - TRAILER + 8].copy_from_slice(&count.to_le_bytes());
+                b
+            }),
+            ("a range past the contents", {
+                // A valid trailer over an index naming bytes that are not there.
+                let mut index = Vec::new();
+                index.extend_from_slice(&Hash::of(b"x").0);
+                index.extend_from_slice(&0u64.to_le_bytes());
+                index.extend_from_slice(&1000u64.to_le_bytes());
+                let mut b = b"abc".to_vec();
+                b.extend_from_slice(&index);
+                b.extend_from_slice(&1u64.to_le_bytes());
+                b.extend_from_slice(&Hash::of(&index).0);
+                b.extend_from_slice(MAGIC);
+                b
+            }),
+        ];
+        for (what, bytes) in cases {
+            std::fs::write(&p, &bytes).expect("write");
+            let e = index(&p).expect_err(what);
+            assert!(e.contains(&p.display().to_string()), "{what}: {e}");
+        }
+    }
 }
