@@ -294,6 +294,7 @@ fn apply_inner(
         &Source::Upper {
             root: &upper,
             consume: opts.consume_layer,
+            rest: !cs.refused.is_empty() || !(opts.allow_blocked || cs.blocked.is_empty()),
         },
         Check::Base,
         opts.manifest.as_ref(),
@@ -527,6 +528,7 @@ impl Source<'_> {
             Source::Upper {
                 root,
                 consume: true,
+                ..
             } => Some(root),
             Source::Kept(k) => k.layer(),
             _ => None,
@@ -538,8 +540,13 @@ impl Source<'_> {
 enum Source<'a> {
     /// The overlay upper layer (apply); `consume`: the run is over once
     /// applied, and a directory it created may be moved out of it whole
-    /// (ADR 0211).
-    Upper { root: &'a Root, consume: bool },
+    /// (ADR 0211). `rest`: it holds what the apply does not take
+    /// (blocked or refused entries), so it is never kept whole (ADR 0215).
+    Upper {
+        root: &'a Root,
+        consume: bool,
+        rest: bool,
+    },
     /// The blob store (file writes, rollback, recovery).
     Store,
     /// The blob store, after the files the undone entry kept (ADR 0210):
@@ -878,7 +885,12 @@ fn run_locked(
             .map(|m| m.path.clone())
             .collect();
         if !left.is_empty() {
-            keep.adopt_layer(up, &left, entry.raced.is_empty());
+            // Whole only where it holds nothing but what the entry left:
+            // no path raced (the layer stays a run) and nothing blocked
+            // or refused stays in it (kept for the entry's life, it would
+            // hold the command's leftovers that long).
+            let rest = matches!(src, Source::Upper { rest: true, .. });
+            keep.adopt_layer(up, &left, entry.raced.is_empty() && !rest);
         }
     }
     // The undone entry's kept files are back in the workspace, or no
@@ -1395,6 +1407,7 @@ fn bring_in_tree(
         Source::Upper {
             root: up,
             consume: true,
+            ..
         } => {
             let Ok(d) = up.open_parent(&w.path) else {
                 return Ok(false);

@@ -200,3 +200,31 @@ fn the_layer_kept_whole_holds_what_the_apply_replaced_and_the_undo_takes_it_back
         holds(&env.ws.join(p), &format!("new {i:03}\n"));
     }
 }
+
+/// ADR 0215: a layer that still holds what the apply did not take (here a
+/// blocked `.envrc`) is not kept whole for the entry's life; what the
+/// apply replaced is kept file by file, and the undo still puts back the
+/// very files.
+#[test]
+fn a_layer_holding_a_blocked_entry_is_not_kept_whole() {
+    let env = Env::new();
+    hundred(&env);
+    let (upper, _) = env.overlay("ovl", &format!("{REWRITE_AND_ADD}; echo hi > .envrc"));
+    let cs = Changeset::compute(&env.ws, &upper).expect("compute");
+    assert_eq!(cs.blocked.len(), 1, "{:?}", cs.blocked);
+    let original = ino(&env.ws.join("tree/f007"));
+    let (ws, store, journal) = env.open();
+    let e = apply(&cs, &ws, &store, &journal, &consumed()).expect("apply");
+    assert!(
+        !env.state.join("kept").join(&e.id).join("layer").exists(),
+        "the layer, blocked entry and all, was kept whole"
+    );
+    assert!(!env.ws.join(".envrc").exists());
+    undo(&e.id, &ws, &store, &journal, &UndoOptions::default()).expect("undo");
+    assert_eq!(
+        ino(&env.ws.join("tree/f007")),
+        original,
+        "the very file back"
+    );
+    holds(&env.ws.join("tree/f007"), "old 7\n");
+}
