@@ -640,10 +640,15 @@ pub struct Handled {
 ///   only if it existed when the command started, i.e. the person removed
 ///   it since. overlayfs marks every entry it copied up from the workspace
 ///   with an `overlay.origin` xattr in `upper`; an entry the command made
-///   from nothing has none. Where the workspace's filesystem is one on
-///   which overlayfs records origins (ext4, xfs, btrfs), that mark decides;
-///   elsewhere the nearest ancestor that still exists decides by its ctime
-///   (conservative: an entry added beside is a conflict there, never a
+///   from nothing has none, and is no conflict. An entry with the mark was
+///   either removed by the person after the command copied it up, or
+///   renamed by the command (`mv a b`, `git mv`: the copy-up keeps the mark
+///   under the new name, and in a user namespace the mark is empty, so it
+///   cannot name where it came from). Both are told apart as on a
+///   filesystem where overlayfs records no origins (anything but ext4,
+///   xfs, btrfs): the nearest ancestor still in the workspace decides by
+///   its change time, since a removal changes the directory it was made
+///   in (conservative: an entry added beside is a conflict there, never a
 ///   missed removal).
 ///
 /// `since` must come from [`run_start`], read before the sandbox starts:
@@ -655,6 +660,11 @@ pub fn changed_during_run(
     since: SystemTime,
 ) -> Vec<String> {
     let origins = records_origins(ws);
+    // Directories of the change absent from the workspace now: what lies
+    // beneath them is absent too, and is not looked up (a created tree of
+    // 10,000 files: one `lstat` each saved). One made there since is the
+    // apply's to find (it places nothing over an existing path).
+    let mut absent: std::collections::HashSet<&str> = std::collections::HashSet::new();
     let mut out = Vec::new();
     for c in cs
         .changes
@@ -662,9 +672,18 @@ pub fn changed_during_run(
         .chain(cs.blocked.iter().map(|b| &b.change))
     {
         let p = ws.join(c.path.as_str());
-        let changed = match change_time(&p) {
+        let under_absent = c
+            .path
+            .as_str()
+            .rfind('/')
+            .is_some_and(|i| absent.contains(&c.path.as_str()[..i]));
+        let now = if under_absent { None } else { change_time(&p) };
+        if now.is_none() && matches!(c.new, Some(Node::Dir { .. })) {
+            absent.insert(c.path.as_str());
+        }
+        let changed = match now {
             Some(t) => t >= since,
-            None if origins => copied_up(&upper.join(c.path.as_str())),
+            None if origins && !copied_up(&upper.join(c.path.as_str())) => false,
             None => p
                 .ancestors()
                 .skip(1)

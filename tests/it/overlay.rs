@@ -1201,6 +1201,45 @@ fn a_file_added_beside_a_created_one_is_no_conflict() {
     }
 }
 
+/// Session 26: `mv a.txt b.txt` in the sandbox (a `git mv`, a module
+/// renamed by a refactoring) was refused as "removed after the command
+/// started": overlayfs marks the renamed file as copied up, and a copied-up
+/// entry absent from the workspace counted as one the person removed. Now
+/// that mark sends the path to the nearest directory still in the
+/// workspace, whose time tells whether anything was removed from it
+/// during the run: the renames apply, and a source the person removed
+/// while the command moved it is still a conflict.
+#[test]
+fn files_the_command_renamed_apply_and_a_source_removed_meanwhile_conflicts() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        write(&s, "a.txt", "alpha\n");
+        write(&s, "src/old name.rs", "fn f() {}\n");
+        write(&s, "keep.txt", "kept\n");
+        let o = s.sh("mv a.txt b.txt && mkdir -p src/new && mv 'src/old name.rs' src/new/mod.rs");
+        assert_code(&o, 0, "renames in the sandbox");
+        assert_eq!(read(&s, "a.txt"), None, "{leg:?}: the old name stayed");
+        assert_eq!(read(&s, "b.txt").as_deref(), Some("alpha\n"));
+        assert_eq!(read(&s, "src/old name.rs"), None);
+        assert_eq!(read(&s, "src/new/mod.rs").as_deref(), Some("fn f() {}\n"));
+        assert_eq!(read(&s, "keep.txt").as_deref(), Some("kept\n"));
+        assert_eq!(runs_left(&s), 0, "{leg:?}: the applied run stayed");
+
+        let s = Scratch::new(leg);
+        write(&s, "shared.txt", "base\n");
+        let o = with_person_during_run(&s, "mv shared.txt moved.txt; sleep 1", || {
+            std::fs::remove_file(s.ws.join("shared.txt")).expect("rm");
+        });
+        assert_code(&o, 125, "the source removed while the command moved it");
+        assert!(stderr(&o).contains("moved.txt"), "{}", stderr(&o));
+        assert_eq!(
+            read(&s, "moved.txt"),
+            None,
+            "{leg:?}: the removed file came back"
+        );
+    }
+}
+
 /// A real conflict shows both sides and the way out, instead of a dead
 /// end: `--theirs` keeps the workspace's version of the conflicting paths
 /// and applies the rest; `--ours` takes the command's version, the
