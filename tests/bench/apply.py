@@ -5,6 +5,13 @@ one loop. Then retie's undo of each. Prints a markdown table of medians and
 ratios, and retie's peak memory (max RSS of the `retie` process and what it waited
 for, by wait4).
 
+A second anchor, "overlay alone", runs the same command in a bare overlayfs
+mount of a copy of the workspace (`unshare -Urm`, `mount -t overlay` with the
+options retie's sandbox uses, `userxattr,volatile`): no walls, no review, no
+apply, nothing recorded. It is the floor of any design that runs the command
+in an overlay and reviews what it wrote; what retie adds on top is the
+last column's ratio.
+
 Scenarios (1 KiB files, 100 per directory):
 - created N: the command writes N new files under a new directory;
 - modified N: a formatter-like rewrite of N existing files;
@@ -31,6 +38,11 @@ import tempfile
 import time
 
 PY = "/usr/bin/python3"
+
+# The same command in a bare overlay of the workspace (ws, upper, work,
+# script as positional arguments), mounted as retie's sandbox mounts it.
+OVERLAY_ALONE = ('mount -t overlay overlay -o "lowerdir=$1,upperdir=$2,workdir=$3,userxattr,volatile" '
+                 '"$1" && cd "$1" && exec "$5" -c "$4"')
 
 CREATE = """import os
 n={n}
@@ -107,7 +119,9 @@ def main():
     # Each binary its own state (a journal and store of its own).
     envs = [dict(os.environ, XDG_STATE_HOME=os.path.join(root, f"state{i}"),
                  XDG_CONFIG_HOME=os.path.join(root, "config")) for i in range(len(retie))]
-    sides = ["bwrap"] + list(range(len(retie)))
+    if not shutil.which("unshare"):
+        sys.exit("needs unshare (util-linux)")
+    sides = ["bwrap", "overlay"] + list(range(len(retie)))
     rows = []
     graves = os.path.join(root, "graveyard")
     os.makedirs(graves)
@@ -123,6 +137,7 @@ def main():
             n = int(n)
             script = {"created": CREATE.format(n=n), "modified": MODIFY, "deleted": DELETE}[kind]
             bw = []
+            ov = []
             rt = {i: [] for i in range(len(retie))}
             un = {i: [] for i in range(len(retie))}
             handled = {i: [] for i in range(len(retie))}
@@ -144,6 +159,16 @@ def main():
                                         "--unshare-all", "--die-with-parent",
                                         PY, "-c", script], ws)
                         bw.append(dt)
+                    elif who == "overlay":
+                        layer = ws + ".layer"
+                        bury(layer)
+                        os.makedirs(os.path.join(layer, "upper"))
+                        os.makedirs(os.path.join(layer, "work"))
+                        dt, _, _ = run(["unshare", "-Urm", "sh", "-c", OVERLAY_ALONE, "sh", ws,
+                                        os.path.join(layer, "upper"), os.path.join(layer, "work"),
+                                        script, PY], ws)
+                        ov.append(dt)
+                        bury(layer)
                     else:
                         dt, p, rss = run([retie[who], "sandbox", "exec", "--json", "--",
                                           PY, "-c", script], ws, envs[who])
@@ -157,25 +182,28 @@ def main():
                         un[who].append(du)
                         peak[who] = max(peak[who], rss)
                     bury(ws)
-            b = statistics.median(bw)
+            b, o = statistics.median(bw), statistics.median(ov)
             for i in range(len(retie)):
                 t, u = statistics.median(rt[i]), statistics.median(un[i])
                 h = statistics.median(handled[i])
-                rows.append((kind, n, i, b, t, t / b, h, u, u / h, peak[i]))
-                print(f"{kind} {n} [{i}]: bwrap {b:.2f} s, retie {t:.2f} s ({t / b:.2f}x), "
-                      f"apply {h:.2f} s, undo {u:.2f} s", file=sys.stderr)
+                rows.append((kind, n, i, b, o, t, t / b, h, u, u / h, peak[i]))
+                print(f"{kind} {n} [{i}]: bwrap {b:.2f} s, overlay alone {o:.2f} s "
+                      f"({o / b:.2f}x), retie {t:.2f} s ({t / b:.2f}x, {t / o:.2f}x the "
+                      f"overlay alone), apply {h:.2f} s, undo {u:.2f} s", file=sys.stderr)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(f"runs per cell: {args.runs}, interleaved (each side first in turn)")
     for i, r in enumerate(retie):
         print(f"- retie [{i}]: {r}")
     print()
-    print("| change | files | retie | bubblewrap | retie (run + review + apply + record) | ratio | "
-          "of which apply | retie undo | undo / apply | peak RSS |")
-    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for kind, n, i, b, t, ratio, h, u, uh, pk in rows:
-        print(f"| {kind} | {n:,} | [{i}] | {b:.2f} s | {t:.2f} s | {ratio:.2f}x | {h:.2f} s | "
-              f"{u:.2f} s | {uh:.2f} | {pk / 1024:.0f} MiB |")
+    print("| change | files | retie | bubblewrap | overlay alone | retie (run + review + apply + "
+          "record) | ratio | of which apply | retie undo | undo / apply | peak RSS | "
+          "overlay alone / bubblewrap | retie / overlay alone |")
+    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for kind, n, i, b, o, t, ratio, h, u, uh, pk in rows:
+        print(f"| {kind} | {n:,} | [{i}] | {b:.2f} s | {o:.2f} s | {t:.2f} s | {ratio:.2f}x | "
+              f"{h:.2f} s | {u:.2f} s | {uh:.2f} | {pk / 1024:.0f} MiB | {o / b:.2f}x | "
+              f"{t / o:.2f}x |")
 
 
 if __name__ == "__main__":
