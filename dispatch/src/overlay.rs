@@ -1397,7 +1397,7 @@ fn report_blocked_and_refused(cs: &Changeset, allow_blocked: bool, hooks: &mut d
         hooks.say("refused, never applied:");
         for r in &cs.refused {
             hooks.say(&format!(
-                "  {} ({:?})",
+                "  {} ({})",
                 visible(&r.path.to_string()),
                 r.reason
             ));

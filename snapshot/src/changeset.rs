@@ -179,6 +179,19 @@ pub enum RefuseReason {
     },
 }
 
+impl std::fmt::Display for RefuseReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RefuseReason::Fifo => f.write_str("a fifo: only files, directories and symlinks are applied"),
+            RefuseReason::Socket => f.write_str("a socket: only files, directories and symlinks are applied"),
+            RefuseReason::CharDevice { major, minor } => write!(f, "a character device {major}:{minor}: devices are never applied"),
+            RefuseReason::BlockDevice { major, minor } => write!(f, "a block device {major}:{minor}: devices are never applied"),
+            RefuseReason::InvalidName { reason } => write!(f, "a name retie cannot record: {reason}; rename it in the sandbox to apply it"),
+            RefuseReason::OverlayFeature { xattr } => write!(f, "an overlayfs {xattr} mark, which retie does not interpret: the layer does not hold this entry whole"),
+        }
+    }
+}
+
 /// An upper entry that is never applied.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Refused {

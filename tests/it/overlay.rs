@@ -1045,6 +1045,25 @@ fn a_changeset_that_cannot_be_read_keeps_the_commands_work() {
     }
 }
 
+/// A file whose name is not UTF-8 is refused, named in words a person
+/// reads (it showed Rust's debug form, `InvalidName { reason: "not UTF-8" }`),
+/// and the rest of the change applies.
+#[test]
+fn a_name_that_is_not_utf8_is_refused_in_plain_words_and_the_rest_applies() {
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let o = s.sh("echo ok > good.txt; touch \"$(printf 'bad\\377name')\"");
+        assert_code(&o, 0, "a change with one unreadable name");
+        let err = stderr(&o);
+        assert!(
+            err.contains("refused") && err.contains("not UTF-8") && err.contains("rename it"),
+            "{leg:?}: {err}"
+        );
+        assert!(!err.contains("InvalidName"), "{leg:?}: debug form shown: {err}");
+        assert_eq!(read(&s, "good.txt").as_deref(), Some("ok\n"));
+    }
+}
+
 /// A mode change applied to a file with another hard link (one outside the
 /// workspace) never reaches the other link: the file gets a new inode.
 /// Found by an attack pass: `chmod 0777 linked` in the sandbox made the
