@@ -1059,7 +1059,10 @@ fn a_name_that_is_not_utf8_is_refused_in_plain_words_and_the_rest_applies() {
             err.contains("refused") && err.contains("not UTF-8") && err.contains("rename it"),
             "{leg:?}: {err}"
         );
-        assert!(!err.contains("InvalidName"), "{leg:?}: debug form shown: {err}");
+        assert!(
+            !err.contains("InvalidName"),
+            "{leg:?}: debug form shown: {err}"
+        );
         assert_eq!(read(&s, "good.txt").as_deref(), Some("ok\n"));
     }
 }
