@@ -179,7 +179,7 @@ fn main() -> ExitCode {
     };
     let mut cli = cli;
     if let Err(e) = full_session_ids(&mut cli.command) {
-        crate::ui::say_error(&e);
+        crate::ui::say_failure(&e);
         return exit_code(e.exit_code());
     }
     let code = match cli.command {
@@ -341,7 +341,7 @@ fn or_125(r: Result<i32, error::CliError>) -> i32 {
     match r {
         Ok(code) => code,
         Err(e) => {
-            crate::ui::say_error(&e);
+            crate::ui::say_failure(&e);
             e.exit_code()
         }
     }

@@ -109,7 +109,7 @@ pub fn run(cmd: LabCmd) -> i32 {
     match r {
         Ok(()) => 0,
         Err(e) => {
-            crate::ui::say_error(&e);
+            crate::ui::say_failure(&e);
             retie_runtime::EXIT_SANDBOX_FAILED
         }
     }

@@ -31,7 +31,7 @@ pub fn run(a: LogArgs) -> i32 {
     {
         Ok(r) => r,
         Err(e) => {
-            crate::ui::say_error(&e);
+            crate::ui::say_failure(&e);
             return crate::error::EXIT_FAILED;
         }
     };

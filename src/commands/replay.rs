@@ -64,14 +64,14 @@ pub fn run(a: ReplayArgs) -> i32 {
     let path = match ledger::resolve_path(a.ledger.as_deref()) {
         Ok(p) => p,
         Err(e) => {
-            crate::ui::say_error(&e);
+            crate::ui::say_failure(&e);
             return crate::error::EXIT_FAILED;
         }
     };
     let report = match verify::verify(&path) {
         Ok(r) => r,
         Err(e) => {
-            crate::ui::say_error(&e);
+            crate::ui::say_failure(&e);
             return crate::error::EXIT_FAILED;
         }
     };
@@ -92,7 +92,7 @@ pub fn run(a: ReplayArgs) -> i32 {
     let rows = match Ledger::open(&path, false, None).and_then(|l| l.rows()) {
         Ok(r) => r,
         Err(e) => {
-            crate::ui::say_error(&e);
+            crate::ui::say_failure(&e);
             return crate::error::EXIT_FAILED;
         }
     };

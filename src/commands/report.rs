@@ -55,7 +55,7 @@ pub fn run(a: ReportArgs) -> i32 {
             0
         }
         Err(e) => {
-            crate::ui::say_error(&e);
+            crate::ui::say_failure(&e);
             crate::error::EXIT_FAILED
         }
     }

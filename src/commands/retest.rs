@@ -99,7 +99,7 @@ pub fn run(args: RetestArgs) -> i32 {
     match run_inner(args) {
         Ok(code) => code,
         Err(e) => {
-            crate::ui::say_error(&e);
+            crate::ui::say_failure(&e);
             if json_out {
                 println!("{}", json!({"status": "error", "error": e.to_string()}));
             }

@@ -245,7 +245,7 @@ pub fn run(mut args: RunArgs) -> i32 {
         match last_session_of(&args) {
             Ok(id) => args.resume = Some(id),
             Err(e) => {
-                crate::ui::say_error(&e);
+                crate::ui::say_failure(&e);
                 return EXIT_USAGE;
             }
         }
@@ -261,7 +261,7 @@ pub fn run(mut args: RunArgs) -> i32 {
     match run_inner(args, None, None) {
         Ok(r) => finish(&r, json_out),
         Err(e) => {
-            crate::ui::say_error(&e);
+            crate::ui::say_failure(&e);
             if json_out {
                 println!("{}", json!({"status": "error", "error": e.to_string()}));
             }

@@ -199,11 +199,11 @@ fn exec(args: ExecArgs) -> i32 {
         }
         Err(e) => {
             let code = e.exit_code();
-            crate::ui::say_error(&e);
+            crate::ui::say_failure(&e);
             if json {
                 emit_json(
                     json_fd,
-                    &json!({ "exit_code": code, "error": e.to_string() }),
+                    &json!({ "exit_code": code, "error": crate::ui::failure_text(&e) }),
                 );
             }
             code

@@ -107,7 +107,7 @@ pub fn explain(args: ExplainArgs) -> i32 {
     match explain_inner(&args) {
         Ok(()) => 0,
         Err(e) => {
-            crate::ui::say_error(&e);
+            crate::ui::say_failure(&e);
             retie_runtime::EXIT_SANDBOX_FAILED
         }
     }

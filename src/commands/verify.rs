@@ -23,14 +23,14 @@ pub fn run(a: VerifyArgs) -> i32 {
     let path = match ledger::resolve_path(a.ledger.as_deref()) {
         Ok(p) => p,
         Err(e) => {
-            crate::ui::say_error(&e);
+            crate::ui::say_failure(&e);
             return crate::error::EXIT_FAILED;
         }
     };
     let r = match verify::verify(&path) {
         Ok(r) => r,
         Err(e) => {
-            crate::ui::say_error(&e);
+            crate::ui::say_failure(&e);
             return crate::error::EXIT_FAILED;
         }
     };

@@ -70,7 +70,7 @@ pub fn run(cmd: DevCmd) -> i32 {
     match r {
         Ok(()) => 0,
         Err(e) => {
-            crate::ui::say_error(&e);
+            crate::ui::say_failure(&e);
             crate::error::EXIT_FAILED
         }
     }

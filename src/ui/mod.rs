@@ -20,6 +20,28 @@ pub fn say_error(msg: &dyn std::fmt::Display) {
     eprintln!("retie: {}", error_text(&msg.to_string()));
 }
 
+/// An error's line with the causes that line leaves out (the OS error of
+/// a failed `open`: "open upper x: Permission denied (os error 13)"),
+/// each once: a cause whose text the line already holds is not repeated.
+pub fn failure_text(e: &dyn std::error::Error) -> String {
+    let mut msg = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        let t = s.to_string();
+        if !t.is_empty() && !msg.contains(&t) {
+            msg.push_str(": ");
+            msg.push_str(&t);
+        }
+        src = s.source();
+    }
+    msg
+}
+
+/// [`say_error`] for an error, with its causes ([`failure_text`]).
+pub fn say_failure(e: &dyn std::error::Error) {
+    say_error(&failure_text(e));
+}
+
 /// A resume runs under another autonomy than the session recorded.
 pub fn say_tier_change(was: retie_policy::Tier, now: retie_policy::Tier) {
     eprintln!(

@@ -1045,6 +1045,36 @@ fn a_changeset_that_cannot_be_read_keeps_the_commands_work() {
     }
 }
 
+/// A file the command made unreadable (`chmod 000`) cannot be reviewed by
+/// an unprivileged retie: the run is kept and the error says why. It said
+/// "open upper secret", the OS error left out; now the cause is on the
+/// line. As root (who may read it) the change applies, mode and all.
+#[test]
+fn a_file_the_command_made_unreadable_is_named_with_the_reason() {
+    use std::os::unix::fs::PermissionsExt;
+    for leg in legs() {
+        let s = Scratch::new(leg);
+        let o = s.sh("echo s > secret && chmod 000 secret");
+        if leg == Leg::Nobody {
+            assert_code(&o, 125, "an unreadable file in the layer");
+            let err = stderr(&o);
+            assert!(
+                err.contains("secret") && err.contains("Permission denied"),
+                "{leg:?}: the cause is not named: {err}"
+            );
+            assert!(err.contains("kept as run"), "{leg:?}: {err}");
+            assert!(runs_left(&s) >= 1, "{leg:?}: the command's work was lost");
+        } else {
+            assert_code(&o, 0, "root reads it");
+            let mode = std::fs::symlink_metadata(s.ws.join("secret"))
+                .expect("applied")
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0, "{leg:?}: the mode was not applied");
+        }
+    }
+}
+
 /// A file whose name is not UTF-8 is refused, named in words a person
 /// reads (it showed Rust's debug form, `InvalidName { reason: "not UTF-8" }`),
 /// and the rest of the change applies.

@@ -85,7 +85,7 @@ pub fn run(args: RunArgs) -> i32 {
     match chat(args) {
         Ok(code) => code,
         Err(e) => {
-            crate::ui::say_error(&e);
+            crate::ui::say_failure(&e);
             EXIT_USAGE
         }
     }
