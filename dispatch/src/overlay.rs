@@ -650,6 +650,12 @@ pub struct Handled {
 ///   its change time, since a removal changes the directory it was made
 ///   in (conservative: an entry added beside is a conflict there, never a
 ///   missed removal).
+/// - A path the command removed or moved away that the person removed too
+///   ([`Changeset::vanished`]): a conflict, and with it every copied-up
+///   path its directory alone cleared. A move across directories changes
+///   the source's directory, not the destination's, and nothing pairs the
+///   two: without this the content the person removed came back under
+///   its new name.
 ///
 /// `since` must come from [`run_start`], read before the sandbox starts:
 /// every change made after it carries a time at or after it.
@@ -665,6 +671,9 @@ pub fn changed_during_run(
     // 10,000 files: one `lstat` each saved). One made there since is the
     // apply's to find (it places nothing over an existing path).
     let mut absent: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    // Copied-up paths absent from the workspace: moved here by the command,
+    // or removed there by the person (see `vanished` below).
+    let mut moved_here: Vec<&str> = Vec::new();
     let mut out = Vec::new();
     for c in cs
         .changes
@@ -684,17 +693,34 @@ pub fn changed_during_run(
         let changed = match now {
             Some(t) => t >= since,
             None if origins && !copied_up(&upper.join(c.path.as_str())) => false,
-            None => p
-                .ancestors()
-                .skip(1)
-                .take_while(|a| a.starts_with(ws))
-                .find_map(change_time)
-                // The workspace itself is gone: nothing can be applied.
-                .map_or(true, |t| t >= since),
+            None => {
+                if origins {
+                    moved_here.push(c.path.as_str());
+                }
+                p.ancestors()
+                    .skip(1)
+                    .take_while(|a| a.starts_with(ws))
+                    .find_map(change_time)
+                    // The workspace itself is gone: nothing can be applied.
+                    .map_or(true, |t| t >= since)
+            }
         };
         if changed {
             out.push(c.path.to_string());
         }
+    }
+    // What the command removed or moved away and the person removed too.
+    // Where the command moved it, its content lives on under another name
+    // (a copied-up entry, or a plain copy and a removal across
+    // directories), and the directory time above judged the new name, not
+    // the removal: each such path is a conflict, and with them every
+    // copied-up path that only its directory cleared (no mark pairs a
+    // moved file with where it came from).
+    if !cs.vanished.is_empty() {
+        out.extend(cs.vanished.iter().map(|p| p.to_string()));
+        out.extend(moved_here.iter().map(|p| (*p).to_string()));
+        out.sort();
+        out.dedup();
     }
     out
 }
@@ -1261,11 +1287,14 @@ fn conflict(
                 .iter()
                 .chain(cs.blocked.iter().map(|b| &b.change))
                 .find(|c| c.path.as_str() == p)
-                .map_or_else(String::new, |c| match &c.new {
-                    Some(Node::Dir { .. }) => format!("{} (a directory)", kind_name(&c.kind)),
-                    Some(n) => format!("{} ({} bytes)", kind_name(&c.kind), n.size()),
-                    None => kind_name(&c.kind).to_string(),
-                });
+                .map_or_else(
+                    || vanished_side(cs, p),
+                    |c| match &c.new {
+                        Some(Node::Dir { .. }) => format!("{} (a directory)", kind_name(&c.kind)),
+                        Some(n) => format!("{} ({} bytes)", kind_name(&c.kind), n.size()),
+                        None => kind_name(&c.kind).to_string(),
+                    },
+                );
             format!("\n  {}: workspace: {theirs}; command: {ours}", visible(p))
         })
         .collect();
@@ -1278,6 +1307,16 @@ fn conflict(
     Handled {
         json: with(with(base, "applied", false), "conflicts", list),
         failure: Some(msg),
+    }
+}
+
+/// The command's side of a conflicting path that is no change of its
+/// own: one it removed or moved away, which the person removed too.
+fn vanished_side(cs: &Changeset, p: &str) -> String {
+    if cs.vanished.iter().any(|v| v.as_str() == p) {
+        "removed or moved it away (where it moved, its content would come back)".to_string()
+    } else {
+        String::new()
     }
 }
 

@@ -245,6 +245,13 @@ pub struct Changeset {
     pub blocked: Vec<Blocked>,
     /// Upper entries never applied.
     pub refused: Vec<Refused>,
+    /// Paths the command removed or moved away (a whiteout in the upper)
+    /// that are gone from the workspace too: removed there since the
+    /// command removed them. Not a change; the conflict check of an overlay
+    /// run reads them (a content the command moved may live on under
+    /// another name). In path order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub vanished: Vec<RelPath>,
 }
 
 impl Changeset {
@@ -272,6 +279,7 @@ impl Changeset {
         let mut w = Walker {
             changes: Vec::new(),
             refused: Vec::new(),
+            vanished: Vec::new(),
         };
         let ufd = upper_root
             .open_dir(None)
@@ -297,6 +305,10 @@ impl Changeset {
             changes,
             blocked,
             refused: w.refused,
+            vanished: {
+                w.vanished.sort();
+                w.vanished
+            },
         })
     }
 
@@ -309,6 +321,7 @@ impl Changeset {
 struct Walker {
     changes: Vec<Change>,
     refused: Vec<Refused>,
+    vanished: Vec<RelPath>,
 }
 
 const OPAQUE_XATTRS: [&str; 2] = ["user.overlay.opaque", "trusted.overlay.opaque"];
@@ -404,6 +417,8 @@ impl Walker {
             {
                 if let (Some(l), Some(_)) = (ldir, &lower) {
                     self.delete_lower(l, path)?;
+                } else {
+                    self.vanished.push(path.clone());
                 }
             }
             FileType::RegularFile => {

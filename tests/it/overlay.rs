@@ -1259,8 +1259,11 @@ fn a_file_added_beside_a_created_one_is_no_conflict() {
 /// entry absent from the workspace counted as one the person removed. Now
 /// that mark sends the path to the nearest directory still in the
 /// workspace, whose time tells whether anything was removed from it
-/// during the run: the renames apply, and a source the person removed
-/// while the command moved it is still a conflict.
+/// during the run, and the renames apply. A source the person removed
+/// while the command moved it is still a conflict, in the same directory
+/// or another (found by review: across directories the destination's
+/// directory never changed), and after a copy and a removal (no mark at
+/// all): the removed content never comes back under the new name.
 #[test]
 fn files_the_command_renamed_apply_and_a_source_removed_meanwhile_conflicts() {
     for leg in legs() {
@@ -1277,18 +1280,43 @@ fn files_the_command_renamed_apply_and_a_source_removed_meanwhile_conflicts() {
         assert_eq!(read(&s, "keep.txt").as_deref(), Some("kept\n"));
         assert_eq!(runs_left(&s), 0, "{leg:?}: the applied run stayed");
 
-        let s = Scratch::new(leg);
-        write(&s, "shared.txt", "base\n");
-        let o = with_person_during_run(&s, "mv shared.txt moved.txt; sleep 1", || {
-            std::fs::remove_file(s.ws.join("shared.txt")).expect("rm");
-        });
-        assert_code(&o, 125, "the source removed while the command moved it");
-        assert!(stderr(&o).contains("moved.txt"), "{}", stderr(&o));
-        assert_eq!(
-            read(&s, "moved.txt"),
-            None,
-            "{leg:?}: the removed file came back"
-        );
+        for (script, moved) in [
+            ("mv src/a.rs src/moved.rs", "src/moved.rs"),
+            ("mv src/a.rs lib/moved.rs", "lib/moved.rs"),
+            ("cp src/a.rs lib/moved.rs && rm src/a.rs", "lib/moved.rs"),
+        ] {
+            let s = Scratch::new(leg);
+            write(&s, "src/a.rs", "removed by the person\n");
+            write(&s, "lib/other.rs", "x\n");
+            let child = s
+                .retie()
+                .args(["sandbox", "exec", "--", "sh", "-c"])
+                .arg(format!("{script} && touch done && sleep 1"))
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn");
+            // The person removes the source once the command has moved it.
+            let runs = s.home.join(".local/state/retie/runs");
+            assert!(
+                wait_until(20.0, || {
+                    std::fs::read_dir(&runs)
+                        .is_ok_and(|d| d.flatten().any(|r| r.path().join("upper/done").exists()))
+                }),
+                "{leg:?} {script}: the command never moved the file"
+            );
+            std::fs::remove_file(s.ws.join("src/a.rs")).expect("rm");
+            let o = child.wait_with_output().expect("wait");
+            assert_eq!(
+                read(&s, moved),
+                None,
+                "{leg:?} {script}: the removed file came back as {moved}"
+            );
+            assert_code(&o, 125, script);
+            let err = stderr(&o);
+            assert!(err.contains("src/a.rs"), "{leg:?} {script}: {err}");
+        }
     }
 }
 
