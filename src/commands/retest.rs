@@ -101,7 +101,10 @@ pub fn run(args: RetestArgs) -> i32 {
         Err(e) => {
             crate::ui::say_failure(&e);
             if json_out {
-                println!("{}", json!({"status": "error", "error": e.to_string()}));
+                println!(
+                    "{}",
+                    json!({"status": "error", "error": crate::ui::failure_text(&e)})
+                );
             }
             agent_run::EXIT_USAGE
         }

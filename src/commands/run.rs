@@ -263,7 +263,10 @@ pub fn run(mut args: RunArgs) -> i32 {
         Err(e) => {
             crate::ui::say_failure(&e);
             if json_out {
-                println!("{}", json!({"status": "error", "error": e.to_string()}));
+                println!(
+                    "{}",
+                    json!({"status": "error", "error": crate::ui::failure_text(&e)})
+                );
             }
             EXIT_USAGE
         }

@@ -116,6 +116,9 @@ def main():
     if not shutil.which("bwrap"):
         sys.exit("needs bubblewrap (Debian: bubblewrap)")
     root = tempfile.mkdtemp(prefix="retie-applybench-", dir=args.dir)
+    if any(ch in root for ch in ",:"):
+        shutil.rmtree(root)
+        sys.exit(f"--dir {root}: a ',' or ':' in the path cannot go into overlayfs's mount options")
     # Each binary its own state (a journal and store of its own).
     envs = [dict(os.environ, XDG_STATE_HOME=os.path.join(root, f"state{i}"),
                  XDG_CONFIG_HOME=os.path.join(root, "config")) for i in range(len(retie))]
