@@ -671,6 +671,13 @@ pub fn changed_during_run(
     // 10,000 files: one `lstat` each saved). One made there since is the
     // apply's to find (it places nothing over an existing path).
     let mut absent: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    // Of those, the directories the command made (no origin mark). What
+    // lies beneath one was made there too, or moved in from elsewhere;
+    // while nothing vanished (below), no source of such a move was removed
+    // by the person, so nothing beneath is looked up at all (two path
+    // lookups a created file: 0.1-0.2 s of a 50,000-file apply).
+    let mut made: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    let quiet = cs.vanished.is_empty();
     // Copied-up paths absent from the workspace: moved here by the command,
     // or removed there by the person (see `vanished` below).
     let mut moved_here: Vec<&str> = Vec::new();
@@ -680,22 +687,32 @@ pub fn changed_during_run(
         .iter()
         .chain(cs.blocked.iter().map(|b| &b.change))
     {
-        let p = ws.join(c.path.as_str());
-        let under_absent = c
-            .path
-            .as_str()
-            .rfind('/')
-            .is_some_and(|i| absent.contains(&c.path.as_str()[..i]));
+        let path = c.path.as_str();
+        let is_dir = matches!(c.new, Some(Node::Dir { .. }));
+        let parent = path.rfind('/').map(|i| &path[..i]);
+        if origins && quiet && parent.is_some_and(|d| made.contains(d)) {
+            if is_dir {
+                made.insert(path);
+            }
+            continue;
+        }
+        let p = ws.join(path);
+        let under_absent = parent.is_some_and(|d| absent.contains(d));
         let now = if under_absent { None } else { change_time(&p) };
-        if now.is_none() && matches!(c.new, Some(Node::Dir { .. })) {
-            absent.insert(c.path.as_str());
+        if now.is_none() && is_dir {
+            absent.insert(path);
         }
         let changed = match now {
             Some(t) => t >= since,
-            None if origins && !copied_up(&upper.join(c.path.as_str())) => false,
+            None if origins && !copied_up(&upper.join(path)) => {
+                if is_dir {
+                    made.insert(path);
+                }
+                false
+            }
             None => {
                 if origins {
-                    moved_here.push(c.path.as_str());
+                    moved_here.push(path);
                 }
                 p.ancestors()
                     .skip(1)

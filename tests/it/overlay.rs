@@ -1283,6 +1283,10 @@ fn files_the_command_renamed_apply_and_a_source_removed_meanwhile_conflicts() {
         for (script, moved) in [
             ("mv src/a.rs src/moved.rs", "src/moved.rs"),
             ("mv src/a.rs lib/moved.rs", "lib/moved.rs"),
+            (
+                "mkdir -p new/deep && mv src/a.rs new/deep/moved.rs",
+                "new/deep/moved.rs",
+            ),
             ("cp src/a.rs lib/moved.rs && rm src/a.rs", "lib/moved.rs"),
         ] {
             let s = Scratch::new(leg);
