@@ -18,7 +18,7 @@ use retie_snapshot::{
 use serde_json::json;
 use sha2::Digest;
 
-use crate::display::visible;
+use crate::display::{visible, visible_again};
 use crate::Error;
 
 /// What the person sees and answers while changes are handled (the CLI
@@ -1263,17 +1263,10 @@ pub fn handle(
             // Say why (the OS error and the path, which the error's own
             // line leaves to its sources) and where the work is: kept,
             // to be applied once the cause is fixed (issue 33 item 6).
-            let mut cause = String::new();
-            let mut src = std::error::Error::source(&e);
-            while let Some(s) = src {
-                cause.push_str(&format!(": {s}"));
-                src = s.source();
-            }
             run.keep_because("applying failed");
             hooks.say(&format!(
-                "{}{}\nthe command's changes were not applied and are kept as run {id}: fix the cause, then `retie changes apply {id}` (or `retie changes discard {id}`)",
-                e,
-                visible(&cause),
+                "{}\nthe command's changes were not applied and are kept as run {id}: fix the cause, then `retie changes apply {id}` (or `retie changes discard {id}`)",
+                visible_again(&retie_display::with_causes(&e), false),
                 id = run.id
             ));
             Err(snap(e))

@@ -19,6 +19,32 @@ pub use diff::{content_line, file_diff, line_counts, DiffStyle, DEFAULT_DIFF_LIN
 /// reads with the layout it has in the person's own pager (ADR 0540).
 pub const TAB: usize = 8;
 
+/// An error's line with the causes that line leaves out (the OS error of
+/// a failed `open`: "open upper x: Permission denied (os error 13)"),
+/// each once: a cause whose text the line already holds is not repeated,
+/// and each on the line (its own line breaks become " / ": a cause may
+/// carry a tool's output, `git config`'s stderr read from the workspace's
+/// files, which must not start a line of its own on the terminal).
+pub fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut msg = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        let t = s
+            .to_string()
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>()
+            .join(" / ");
+        if !t.is_empty() && !msg.contains(&t) {
+            msg.push_str(": ");
+            msg.push_str(&t);
+        }
+        src = s.source();
+    }
+    msg
+}
+
 /// `s` with every tab replaced by spaces up to the next multiple of
 /// `width` columns (counted in characters from the start of `s`; a line
 /// break starts the count again). Nothing else changes: escape after.
@@ -277,5 +303,52 @@ mod tests {
             .map(|s| String::from_utf8_lossy(s).into_owned())
             .collect();
         assert_eq!(got, args);
+    }
+}
+
+#[cfg(test)]
+mod cause_tests {
+    use super::with_causes;
+
+    #[derive(Debug)]
+    struct E(&'static str, Option<Box<E>>);
+    impl std::fmt::Display for E {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+    impl std::error::Error for E {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|e| e as _)
+        }
+    }
+
+    #[test]
+    fn causes_are_added_once_and_on_one_line() {
+        let e = E(
+            "open upper secret",
+            Some(Box::new(E("Permission denied (os error 13)", None))),
+        );
+        assert_eq!(
+            with_causes(&e),
+            "open upper secret: Permission denied (os error 13)"
+        );
+        // A cause the line already holds is not repeated.
+        let e = E("reading x: gone", Some(Box::new(E("gone", None))));
+        assert_eq!(with_causes(&e), "reading x: gone");
+        // A cause's own line breaks (a tool's stderr) stay on the line.
+        let e = E(
+            "git config failed",
+            Some(Box::new(E(
+                "error: bad\nretie: applied 3 change(s)\n",
+                None,
+            ))),
+        );
+        let t = with_causes(&e);
+        assert!(!t.contains('\n'), "{t:?}");
+        assert_eq!(
+            t,
+            "git config failed: error: bad / retie: applied 3 change(s)"
+        );
     }
 }

@@ -20,31 +20,10 @@ pub fn say_error(msg: &dyn std::fmt::Display) {
     eprintln!("retie: {}", error_text(&msg.to_string()));
 }
 
-/// An error's line with the causes that line leaves out (the OS error of
-/// a failed `open`: "open upper x: Permission denied (os error 13)"),
-/// each once: a cause whose text the line already holds is not repeated,
-/// and each on the line (its own line breaks become " / ").
+/// An error's line with its causes, each once and on the line
+/// ([`retie_display::with_causes`]).
 pub fn failure_text(e: &dyn std::error::Error) -> String {
-    let mut msg = e.to_string();
-    let mut src = e.source();
-    while let Some(s) = src {
-        // One line each: a cause may carry a tool's own output (`git
-        // config`'s stderr, read from the workspace's files), whose line
-        // breaks must not start a line of their own on the terminal.
-        let t = s
-            .to_string()
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .collect::<Vec<_>>()
-            .join(" / ");
-        if !t.is_empty() && !msg.contains(&t) {
-            msg.push_str(": ");
-            msg.push_str(&t);
-        }
-        src = s.source();
-    }
-    msg
+    retie_display::with_causes(e)
 }
 
 /// [`say_error`] for an error, with its causes ([`failure_text`]).
@@ -284,52 +263,5 @@ mod error_text_tests {
         // An escape already made where the name entered the message is
         // not escaped again.
         assert_eq!(error_text(r"open upper x\e[2J"), r"open upper x\e[2J");
-    }
-}
-
-#[cfg(test)]
-mod failure_tests {
-    use super::failure_text;
-
-    #[derive(Debug)]
-    struct E(&'static str, Option<Box<E>>);
-    impl std::fmt::Display for E {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str(self.0)
-        }
-    }
-    impl std::error::Error for E {
-        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-            self.1.as_deref().map(|e| e as _)
-        }
-    }
-
-    #[test]
-    fn causes_are_added_once_and_on_one_line() {
-        let e = E(
-            "open upper secret",
-            Some(Box::new(E("Permission denied (os error 13)", None))),
-        );
-        assert_eq!(
-            failure_text(&e),
-            "open upper secret: Permission denied (os error 13)"
-        );
-        // A cause the line already holds is not repeated.
-        let e = E("reading x: gone", Some(Box::new(E("gone", None))));
-        assert_eq!(failure_text(&e), "reading x: gone");
-        // A cause's own line breaks (a tool's stderr) stay on the line.
-        let e = E(
-            "git config failed",
-            Some(Box::new(E(
-                "error: bad\nretie: applied 3 change(s)\n",
-                None,
-            ))),
-        );
-        let t = failure_text(&e);
-        assert!(!t.contains('\n'), "{t:?}");
-        assert_eq!(
-            t,
-            "git config failed: error: bad / retie: applied 3 change(s)"
-        );
     }
 }
